@@ -1,0 +1,146 @@
+"""What the scheduler needs from a backend: one ``step`` per tick, KV pack/unpack, samplers.
+
+The scheduler never touches llama.cpp; it talks to an object with this shape. The real one
+is ``app.engine.llama_backend.LlamaBackend``; ``tests/helpers/stub_backend.py`` is a
+deterministic stand-in for state-machine tests.
+
+A tick's ops, built by ``app.engine.batch``:
+
+* ``PrefillOp(seq_id, tokens, pos, want_logits)`` pushes ``tokens`` into the seq's KV at
+  positions ``pos, pos+1, ...``; with ``want_logits`` the last token's logits are kept so the
+  next decode row of that seq can sample from them.
+* ``DecodeOp(seq_id, sampler, pos, greedy)`` samples one token from the seq's current logits
+  (with the request's sampler, or greedily when ``greedy``), then pushes that token at ``pos``
+  in the same ``llama_decode``. So after every tick a seq's KV holds exactly the tokens the
+  scheduler has recorded for it (the cache-key invariant, SPEC §2).
+
+``step`` returns one result per op, in op order: ``Prefilled()`` or ``Sampled(token, is_eog)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+
+@dataclass(frozen=True, slots=True)
+class SamplingParams:
+    """One request's sampler settings. The chain order is fixed by SPEC §1."""
+
+    temperature: float = 0.0
+    top_k: int = 0
+    top_p: float = 1.0
+    min_p: float = 0.0
+    repetition_penalty: float = 1.0
+    seed: int = 0xFFFFFFFF
+    grammar: str | None = None
+
+    @property
+    def is_greedy(self) -> bool:
+        return self.temperature <= 0.0 and not self.grammar
+
+
+@dataclass(frozen=True, slots=True)
+class PrefillOp:
+    seq_id: int
+    tokens: tuple[int, ...]
+    pos: int
+    want_logits: bool
+
+
+@dataclass(frozen=True, slots=True)
+class DecodeOp:
+    seq_id: int
+    sampler: Any
+    pos: int
+    greedy: bool = False
+
+
+Op = PrefillOp | DecodeOp
+
+
+@dataclass(frozen=True, slots=True)
+class Prefilled:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class Sampled:
+    token: int
+    is_eog: bool
+
+
+StepResult = Prefilled | Sampled
+
+
+@dataclass(frozen=True, slots=True)
+class BackendInfo:
+    """Static facts about the loaded model, read once at load."""
+
+    name: str
+    n_ctx_train: int
+    n_vocab: int
+    quant_type: str
+    quant_bits: int
+    fingerprint: bytes
+    ctx_params_hash: bytes
+    chat_template: str | None
+    bos_token: str
+    eos_token: str
+    vram_estimate_b: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class Backend(Protocol):
+    """Everything the scheduler thread calls. Only that thread calls it."""
+
+    info: BackendInfo
+
+    def step(self, ops: Sequence[Op]) -> list[StepResult]: ...
+
+    def new_sampler(self, params: SamplingParams) -> Any:
+        """Build a sampler chain; raises GrammarFailed for a malformed grammar."""
+        ...
+
+    def free_sampler(self, sampler: Any) -> None: ...
+
+    def accept(self, sampler: Any, token: int) -> None:
+        """Feed a token chosen outside the sampler (e.g. a greedy tool-call token)."""
+        ...
+
+    def seq_rm(self, seq_id: int, start: int = 0) -> None:
+        """Drop the seq's KV cells from position ``start`` on."""
+        ...
+
+    def kv_pack(self, seq_id: int) -> bytes: ...
+
+    def kv_unpack(self, seq_id: int, payload: bytes) -> bool:
+        """Load a packed seq state; False (never an exception) when llama.cpp refuses it."""
+        ...
+
+    def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]: ...
+
+    def detokenize(self, tokens: Sequence[int]) -> str: ...
+
+    def token_piece(self, token: int) -> bytes:
+        """The raw bytes of one token (may be a partial UTF-8 sequence)."""
+        ...
+
+    def is_eog(self, token: int) -> bool: ...
+
+    def apply_chat_template(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True, tools: list[Any] | None = None) -> str: ...
+
+    def embed(self, tokens: Sequence[int]) -> list[float]: ...
+
+    def load_adapter(self, path: str) -> Any: ...
+
+    def set_adapters(self, adapters: Sequence[tuple[Any, float]]) -> None: ...
+
+    def free_adapter(self, adapter: Any) -> None: ...
+
+    def verify(self, seq_id: int, prefix: Sequence[int], candidates: Sequence[int]) -> tuple[int, int | None]:
+        """Greedy speculative check: (accepted count, next token or None for end-of-generation)."""
+        ...
+
+    def close(self) -> None: ...

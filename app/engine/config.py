@@ -1,0 +1,81 @@
+"""ModelConfig: how a model is loaded and scheduled. Validated at construction."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from app.cache.policy import CachePolicy
+
+Tier = Literal["ram", "ram_file", "disk"]
+TIERS: tuple[str, ...] = ("ram", "ram_file", "disk")
+
+
+@dataclass(frozen=True, slots=True)
+class Markers:
+    """A span's opening and closing text, matched as token sequences by the scheduler."""
+
+    open: str
+    close: str
+
+
+@dataclass(slots=True)
+class ModelConfig:
+    path: str
+    n_ctx: int = 4096
+    """Context length per sequence: what one conversation can hold."""
+    n_seq_max: int = 4
+    n_batch: int = 512
+    n_gpu_layers: int = 0
+    n_threads: int | None = None
+    policy: CachePolicy | dict[str, Any] | None = None
+    tier: Tier = "ram"
+    thinking_markers: Markers | tuple[str, str] | None = None
+    tool_call_markers: Markers | tuple[str, str] | None = None
+    prefill_chunk_size: int | None | Literal["default"] = "default"
+    cache_enabled: bool = True
+    flash_attn: bool = False
+    type_k: str = "f16"
+    type_v: str = "f16"
+    thinking_signing_key: bytes | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.path, str) or not self.path:
+            raise ValueError("ModelConfig.path must be a non-empty string")
+        for name in ("n_ctx", "n_seq_max", "n_batch"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"ModelConfig.{name} must be a positive integer, got {value!r}")
+        if self.n_gpu_layers < 0 and self.n_gpu_layers != -1:
+            raise ValueError("ModelConfig.n_gpu_layers must be >= 0 (or -1 for all)")
+        if self.n_threads is not None and self.n_threads < 1:
+            raise ValueError("ModelConfig.n_threads must be >= 1")
+        if self.tier not in TIERS:
+            raise ValueError(f"ModelConfig.tier must be one of {', '.join(TIERS)}, got {self.tier!r}")
+        self.policy = CachePolicy.coerce(self.policy)
+        if self.prefill_chunk_size == "default":
+            self.prefill_chunk_size = max(64, self.n_batch // 4)
+        elif self.prefill_chunk_size is not None and (
+            not isinstance(self.prefill_chunk_size, int) or self.prefill_chunk_size < 1
+        ):
+            raise ValueError("ModelConfig.prefill_chunk_size must be a positive integer or None")
+        self.thinking_markers = _coerce_markers(self.thinking_markers)
+        self.tool_call_markers = _coerce_markers(self.tool_call_markers)
+
+    @property
+    def cache_policy(self) -> CachePolicy:
+        assert isinstance(self.policy, CachePolicy)
+        return self.policy
+
+    @property
+    def chunk_size(self) -> int | None:
+        assert self.prefill_chunk_size != "default"
+        return self.prefill_chunk_size
+
+
+def _coerce_markers(value: Markers | tuple[str, str] | None) -> Markers | None:
+    if value is None or isinstance(value, Markers):
+        return value
+    open_, close = value
+    return Markers(open_, close)

@@ -1,0 +1,73 @@
+"""Typed engine errors. Each carries a ``.code`` equal to the seed's error atom (SPEC §1)."""
+
+from __future__ import annotations
+
+
+class EngineError(Exception):
+    """Base of every error the engine raises on purpose; ``code`` names the failure."""
+
+    code = "engine_error"
+
+    def __init__(self, message: str = "", *, code: str | None = None) -> None:
+        super().__init__(message or self.code)
+        if code is not None:
+            self.code = code
+
+    @property
+    def message(self) -> str:
+        return str(self.args[0]) if self.args else self.code
+
+
+class NoSession(EngineError):
+    code = "no_session"
+
+
+class StickyBusy(EngineError):
+    code = "sticky_busy"
+
+
+class Busy(EngineError):
+    code = "busy"
+
+
+class NotSupported(EngineError):
+    code = "not_supported"
+
+
+class NotFound(EngineError):
+    code = "not_found"
+
+
+class InvalidRequest(EngineError):
+    code = "invalid_request"
+
+
+class ContextOverflow(EngineError):
+    code = "context_overflow"
+
+
+class NBatchTooSmall(EngineError):
+    code = "n_batch_too_small"
+
+
+class ModelLoadFailed(EngineError):
+    code = "model_load_failed"
+
+
+class AdapterLoadFailed(EngineError):
+    code = "adapter_load_failed"
+
+
+class GrammarFailed(EngineError):
+    code = "grammar_failed"
+
+
+class DecodeFailed(EngineError):
+    """``llama_decode`` failed: 1 = no KV slot, 2 = aborted, < 0 = fatal."""
+
+    code = "decode_failed"
+
+    def __init__(self, rc: int) -> None:
+        kind = {1: "no KV slot available", 2: "aborted"}.get(rc, "fatal error")
+        super().__init__(f"llama_decode returned {rc} ({kind})")
+        self.rc = rc

@@ -1,0 +1,159 @@
+"""Stream events and result records. All frozen and slotted: they cross threads (STYLE §3)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+CacheHitKind = Literal["exact", "partial", "cold", "sticky", "continuation"]
+FinishReason = Literal["stop", "length", "cancelled"]
+
+
+@dataclass(frozen=True, slots=True)
+class CacheDelta:
+    """``read``: warm prefix restored at admission; ``created``: largest save beyond it."""
+
+    read: int = 0
+    created: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Stats:
+    prompt_tokens: int
+    completion_tokens: int
+    prefill_ms: float
+    generation_ms: float
+    ttft_ms: float
+    cache_hit_kind: CacheHitKind
+    finish_reason: FinishReason
+    cancelled: bool
+    finish_key: bytes | None
+    committed_tokens: int
+    cache_delta: CacheDelta = field(default_factory=CacheDelta)
+    stop_sequence: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Token:
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class TokenId:
+    id: int
+
+
+@dataclass(frozen=True, slots=True)
+class ThinkingDelta:
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class ThinkingEnd:
+    signature: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallDelta:
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallEnd:
+    full: str
+
+
+@dataclass(frozen=True, slots=True)
+class Done:
+    stats: Stats
+
+
+@dataclass(frozen=True, slots=True)
+class Error:
+    reason: str
+    code: str = "engine_error"
+
+
+Event = Token | TokenId | ThinkingDelta | ThinkingEnd | ToolCallDelta | ToolCallEnd | Done | Error
+
+
+@dataclass(frozen=True, slots=True)
+class CompletionResult:
+    reply: str
+    generated: tuple[int, ...]
+    context_tokens: tuple[int, ...]
+    committed_tokens: int
+    finish_key: bytes | None
+    cache_hit_kind: CacheHitKind
+    finish_reason: FinishReason
+    cache_delta: CacheDelta
+    stats: Stats
+    stop_sequence: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PrefillResult:
+    context_tokens: tuple[int, ...]
+    committed_tokens: int
+    finish_key: bytes | None
+    cache_hit_kind: CacheHitKind
+    cache_delta: CacheDelta
+
+
+@dataclass(frozen=True, slots=True)
+class LastCacheHit:
+    kind: CacheHitKind
+    prefix_len: int
+
+
+@dataclass(frozen=True, slots=True)
+class ModelInfo:
+    id: str
+    path: str
+    status: str
+    phase: str
+    pending_len: int
+    last_cache_hit: LastCacheHit | None
+    backend: str
+    context_size: int
+    n_seq_max: int
+    available_seqs: int
+    quant_type: str
+    quant_bits: int
+    quant_tag: str
+    tier: str
+    fingerprint: str
+    effective_fingerprint: str
+    loaded_at: float
+    vram_estimate_b: int
+
+
+@dataclass(frozen=True, slots=True)
+class SlotInfo:
+    """One seq slot as the scheduler monitor shows it."""
+
+    seq_id: int
+    state: Literal["free", "prefilling", "generating", "pinned"]
+    session_id: str | None
+    num_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class TickInfo:
+    """Composition of one tick: how many prefill and decode tokens went into the batch."""
+
+    num_prefill_tokens: int
+    num_decode_rows: int
+    duration_ms: float
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerSnapshot:
+    """Lock-free observability record, replaced whole after every tick (SPEC §2)."""
+
+    phase: str = "idle"
+    pending_len: int = 0
+    last_cache_hit: LastCacheHit | None = None
+    slots: tuple[SlotInfo, ...] = ()
+    recent_ticks: tuple[TickInfo, ...] = ()
+    num_tokens_generated: int = 0
