@@ -1,0 +1,105 @@
+"""Plain records the storage layer hands out: frozen, so they can cross threads freely."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields, replace
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class SamplingSettings:
+    """One conversation's generation settings (SPEC §1 options, as the UI edits them)."""
+
+    temperature: float = 0.7
+    top_k: int = 40
+    top_p: float = 0.95
+    min_p: float = 0.05
+    repetition_penalty: float = 1.1
+    seed: int | None = None
+    max_tokens: int = 512
+    stop_sequences: tuple[str, ...] = ()
+    grammar: str = ""
+    json_mode: bool = False
+    thinking: bool = False
+    thinking_budget_tokens: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["stop_sequences"] = list(self.stop_sequences)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | None) -> SamplingSettings:
+        """Build from stored JSON; unknown keys are ignored so old rows keep loading."""
+        if not data:
+            return cls()
+        known = {f.name for f in fields(cls)}
+        values = {k: v for k, v in data.items() if k in known}
+        if "stop_sequences" in values:
+            values["stop_sequences"] = tuple(str(s) for s in values["stop_sequences"] or ())
+        return cls(**values)
+
+    def with_changes(self, **changes: Any) -> SamplingSettings:
+        return replace(self, **changes)
+
+
+@dataclass(frozen=True, slots=True)
+class ReplyStats:
+    """What the chat view shows under a reply; stored as JSON on the message."""
+
+    ttft_ms: float = 0.0
+    tokens_per_s: float = 0.0
+    cache_hit_kind: str = ""
+    cache_read: int = 0
+    cache_created: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    finish_reason: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | None) -> ReplyStats | None:
+        if not data:
+            return None
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+@dataclass(frozen=True, slots=True)
+class Conversation:
+    id: str
+    title: str
+    created: float
+    updated: float
+    system_prompt: str
+    model_id: str
+    sampling: SamplingSettings = field(default_factory=SamplingSettings)
+    active_leaf_id: str | None = None
+    deleted: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    id: str
+    conversation_id: str
+    parent_id: str | None
+    role: str
+    content: str
+    thinking: str = ""
+    stats: ReplyStats | None = None
+    error: str = ""
+    created: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Siblings:
+    """A message's position among its siblings, for the ‹ 1/2 › branch switcher."""
+
+    ids: tuple[str, ...]
+    index: int
+
+    @property
+    def count(self) -> int:
+        return len(self.ids)
