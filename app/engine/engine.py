@@ -1,0 +1,173 @@
+"""The Engine: the registry of loaded models, the shared cache store and its counters."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from app.cache.keys import KeyMeta
+from app.engine.backend import Backend
+from app.engine.cache_hooks import CacheHooks, NullCache, StoreCache
+from app.engine.config import Markers, ModelConfig
+from app.engine.errors import EngineError, InvalidRequest, NBatchTooSmall, NotFound
+from app.engine.events import ModelInfo
+from app.engine.model import Model
+from app.engine.request import MarkerTokens
+from app.engine.scheduler import Scheduler, start_thread
+
+log = logging.getLogger(__name__)
+
+BackendFactory = Callable[[ModelConfig], Backend]
+ThreadStarter = Callable[[Scheduler, str], Any]
+
+
+def llama_backend_factory(config: ModelConfig) -> Backend:
+    from app.engine.llama_backend import LlamaBackend
+
+    return LlamaBackend(
+        config.path,
+        n_ctx_per_seq=config.n_ctx,
+        n_seq_max=config.n_seq_max,
+        n_batch=config.n_batch,
+        n_gpu_layers=config.n_gpu_layers,
+        n_threads=config.n_threads,
+        flash_attn=config.flash_attn,
+        type_k=config.type_k,
+        type_v=config.type_v,
+    )
+
+
+class Engine:
+    """Owns the cache store and every loaded model.
+
+    ``backend_factory`` and ``start_thread`` are seams: tests hand in a stub backend, the
+    GUI hands in a starter that runs each scheduler loop in a QThread.
+    """
+
+    def __init__(
+        self,
+        data_dir: str | Path,
+        *,
+        cache_quotas: dict[str, int] | None = None,
+        backend_factory: BackendFactory = llama_backend_factory,
+        thread_starter: ThreadStarter = start_thread,
+    ) -> None:
+        self.data_dir = Path(data_dir)
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self._backend_factory = backend_factory
+        self._thread_starter = thread_starter
+        self._quotas = cache_quotas
+        self._cache: Any = None
+        self._models: dict[str, Model] = {}
+        self._threads: dict[str, Any] = {}
+        self._lock = threading.Lock()
+        self._closed = False
+
+    @property
+    def cache(self) -> Any:
+        """The CacheStore (SPEC §4), opened on first use."""
+        with self._lock:
+            if self._cache is None:
+                from app.cache.store import CacheStore
+
+                self._cache = CacheStore(self.data_dir / "cache", quotas=self._quotas)
+            return self._cache
+
+    def load_model(self, model_id: str, config: ModelConfig) -> Model:
+        if self._closed:
+            raise EngineError("the engine is closed")
+        if model_id in self._models:
+            raise InvalidRequest(f"a model with id {model_id!r} is already loaded")
+        if config.n_batch < config.n_seq_max:
+            raise NBatchTooSmall(
+                f"n_batch={config.n_batch} cannot hold one decode row for each of "
+                f"n_seq_max={config.n_seq_max} sequences"
+            )
+        backend = self._backend_factory(config)
+        try:
+            model = self._build_model(model_id, config, backend)
+        except BaseException:
+            backend.close()
+            raise
+        self._models[model_id] = model
+        return model
+
+    def _build_model(self, model_id: str, config: ModelConfig, backend: Backend) -> Model:
+        info = backend.info
+        policy = config.cache_policy
+        hooks: CacheHooks = NullCache(policy)
+        meta = None
+        if config.cache_enabled:
+            hooks = StoreCache(
+                self.cache,
+                model_id=model_id,
+                policy=policy,
+                tier=config.tier,
+                context_size=config.n_ctx,
+                quant_bits=info.quant_bits,
+            )
+            meta = KeyMeta(info.fingerprint, info.quant_type, info.ctx_params_hash)
+        thinking = _marker_tokens(backend, config.thinking_markers, info.chat_template, "<think>", "</think>")
+        tools = _marker_tokens(backend, config.tool_call_markers, info.chat_template, "<tool_call>", "</tool_call>")
+        scheduler = Scheduler(backend, config, hooks, meta, thinking_markers=thinking, tool_markers=tools)
+        self._threads[model_id] = self._thread_starter(scheduler, f"scheduler-{model_id}")
+        return Model(model_id, config, backend, scheduler, tier=config.tier)
+
+    def list_models(self) -> list[ModelInfo]:
+        return [m.model_info() for m in self._models.values()]
+
+    def get_model(self, model_id: str) -> Model:
+        try:
+            return self._models[model_id]
+        except KeyError:
+            raise NotFound(f"no loaded model {model_id!r}") from None
+
+    def unload(self, model_id: str) -> None:
+        model = self._models.pop(model_id, None)
+        if model is None:
+            return
+        model.close()
+        thread = self._threads.pop(model_id, None)
+        if thread is not None and hasattr(thread, "join"):
+            thread.join(timeout=30)
+        model._free_native()
+
+    def counters(self) -> dict[str, int]:
+        counters: dict[str, int] = self.cache.counters()
+        return counters
+
+    def close(self) -> None:
+        """Shutdown saves for in-flight requests, then free every model and the store."""
+        if self._closed:
+            return
+        self._closed = True
+        for model_id in list(self._models):
+            try:
+                self.unload(model_id)
+            except Exception:
+                log.exception("unloading %s failed", model_id)
+        if self._cache is not None:
+            self._cache.close()
+
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _marker_tokens(
+    backend: Backend, configured: Markers | tuple[str, str] | None, template: str | None, open_: str, close: str
+) -> MarkerTokens | None:
+    """Markers from the config, else from the chat template when it mentions them."""
+    if configured is None:
+        if not template or open_ not in template:
+            return None
+        configured = Markers(open_, close)
+    elif isinstance(configured, tuple):
+        configured = Markers(*configured)
+    enc = lambda s: tuple(backend.tokenize(s, add_special=False, parse_special=True))  # noqa: E731
+    return MarkerTokens(enc(configured.open), enc(configured.close))

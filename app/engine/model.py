@@ -1,0 +1,405 @@
+"""The ``Model`` handle: a thread-safe API over one model's scheduler thread (SPEC §1).
+
+Every method posts to the scheduler thread and waits (or returns a ``Stream``). Tokenizing
+reads only the vocabulary, which llama.cpp allows from any thread, so ``tokenize`` and
+``detokenize`` run on the caller's thread and stay fast while the model generates.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any
+
+from app.cache.keys import KeyMeta, effective_fingerprint, file_sha256
+from app.engine.backend import Backend, SamplingParams
+from app.engine.config import ModelConfig
+from app.engine.errors import Busy, EngineError, InvalidRequest, NotFound
+from app.engine.events import (
+    CompletionResult,
+    Done,
+    Error,
+    Event,
+    ModelInfo,
+    PrefillResult,
+    SchedulerSnapshot,
+    Stats,
+)
+from app.engine.request import Mode, RequestOptions
+from app.engine.scheduler import Admission, Scheduler
+
+log = logging.getLogger(__name__)
+
+_refs = itertools.count(1)
+
+_OPTION_KEYS = {
+    "response_tokens", "parent_key", "temperature", "top_p", "top_k", "min_p",
+    "repetition_penalty", "seed", "stop_sequences", "grammar", "thinking",
+    "thinking_budget_tokens", "session_id",
+}  # fmt: skip
+
+
+class Stream:
+    """Events of one streaming request; iterate it, or pass ``on_event`` to get a callback.
+
+    With a callback, events are delivered on the scheduler thread (keep the callback short;
+    the GUI bridge re-emits them as queued signals).
+    """
+
+    def __init__(self, ref: int, canceller: Callable[[int], None], on_event: Callable[[Event], None] | None = None) -> None:
+        self.ref = ref
+        self._cancel = canceller
+        self._callback = on_event
+        self._events: queue.SimpleQueue[Event] = queue.SimpleQueue()
+        self._finished = threading.Event()
+        self._stats: Stats | None = None
+        self._error: Error | None = None
+
+    def _push(self, event: Event) -> None:
+        if isinstance(event, Done):
+            self._stats = event.stats
+        elif isinstance(event, Error):
+            self._error = event
+        if self._callback is not None:
+            try:
+                self._callback(event)
+            except Exception:
+                log.exception("stream callback raised")
+        else:
+            self._events.put(event)
+        if isinstance(event, Done | Error):
+            self._finished.set()
+
+    def __iter__(self) -> Iterator[Event]:
+        if self._callback is not None:
+            raise TypeError("this stream delivers its events to a callback")
+        while True:
+            event = self._events.get()
+            yield event
+            if isinstance(event, Done | Error):
+                return
+
+    def cancel(self) -> None:
+        self._cancel(self.ref)
+
+    @property
+    def done(self) -> bool:
+        return self._finished.is_set()
+
+    def result(self, timeout: float | None = None) -> Stats:
+        """Block until the request ends; returns its Stats or raises its EngineError."""
+        if not self._finished.wait(timeout):
+            raise TimeoutError(f"stream {self.ref} did not finish within {timeout} s")
+        if self._error is not None:
+            raise EngineError(self._error.reason, code=self._error.code)
+        assert self._stats is not None
+        return self._stats
+
+
+@dataclass(slots=True)
+class AdapterEntry:
+    handle: int
+    path: str
+    sha256: bytes
+    scale: float
+    native: Any
+
+
+class Model:
+    """Handle to one loaded model. All methods are thread-safe."""
+
+    def __init__(
+        self,
+        model_id: str,
+        config: ModelConfig,
+        backend: Backend,
+        scheduler: Scheduler,
+        *,
+        tier: str,
+    ) -> None:
+        self.id = model_id
+        self.config = config
+        self.backend = backend
+        self.scheduler = scheduler
+        self.tier = tier
+        self.loaded_at = time.time()
+        self._adapters: dict[int, AdapterEntry] = {}
+        self._adapter_ids = itertools.count(1)
+        self._closed = False
+
+    # ------------------------------------------------------------------ requests
+
+    def complete(self, prompt: str, **opts: Any) -> CompletionResult:
+        tokens = self.tokenize(prompt)
+        adm = self._admission(Mode.COMPLETE, tokens, opts, default_tokens=4, emit=lambda e: None)
+        self._post_admit(adm)
+        result: CompletionResult = adm.result.result()
+        return result
+
+    def prefill_only(self, tokens: Sequence[int], **opts: Any) -> PrefillResult:
+        adm = self._admission(Mode.PREFILL_ONLY, tokens, opts, default_tokens=0, emit=lambda e: None)
+        self._post_admit(adm)
+        result: PrefillResult = adm.result.result()
+        return result
+
+    def infer(self, tokens: Sequence[int], *, on_event: Callable[[Event], None] | None = None, **params: Any) -> Stream:
+        ref = next(_refs)
+        stream = Stream(ref, self.cancel, on_event)
+        adm = self._admission(Mode.STREAM, tokens, params, default_tokens=64, emit=stream._push, ref=ref)
+        self._post_admit(adm)
+        return stream
+
+    def continue_session(
+        self, suffix_tokens: Sequence[int], *, session_id: str, on_event: Callable[[Event], None] | None = None, **params: Any
+    ) -> Stream:
+        ref = next(_refs)
+        stream = Stream(ref, self.cancel, on_event)
+        params = {**params, "session_id": session_id}
+        adm = self._admission(Mode.STREAM, [], params, default_tokens=64, emit=stream._push, ref=ref)
+        adm.continue_suffix = [int(t) for t in suffix_tokens]
+        self._post_admit(adm)
+        return stream
+
+    def _admission(
+        self, mode: Mode, tokens: Sequence[int], opts: dict[str, Any], *, default_tokens: int,
+        emit: Callable[[Event], None], ref: int | None = None,
+    ) -> Admission:
+        options = parse_options(opts, default_tokens)
+        prompt = [int(t) for t in tokens]
+        return Admission(next(_refs) if ref is None else ref, mode, prompt, options, emit, Future())
+
+    def _post_admit(self, adm: Admission) -> None:
+        self.scheduler.call(lambda: self.scheduler.admit(adm))
+
+    def cancel(self, ref: int) -> None:
+        """Idempotent; unknown refs are ignored. Observed at the next tick boundary."""
+        self.scheduler.post(lambda: self.scheduler.cancel(ref))
+
+    def end_session(self, session_id: str) -> None:
+        self.scheduler.call(lambda: self.scheduler.end_session(session_id))
+
+    def evict(self) -> None:
+        self.scheduler.call(lambda: self.scheduler.save_in_flight("evict"))
+
+    def shutdown(self) -> None:
+        self.scheduler.call(lambda: self.scheduler.save_in_flight("shutdown"))
+
+    # ------------------------------------------------------------------ observation
+
+    def status(self) -> str:
+        return self.scheduler.snapshot.phase
+
+    def snapshot(self) -> SchedulerSnapshot:
+        """Lock-free: the record the scheduler published after its last tick."""
+        return self.scheduler.snapshot
+
+    def model_info(self) -> ModelInfo:
+        snap = self.scheduler.snapshot
+        info = self.backend.info
+        free = sum(1 for s in snap.slots if s.state == "free")
+        base = info.fingerprint.hex()
+        meta = self.scheduler.meta
+        return ModelInfo(
+            id=self.id,
+            path=self.config.path,
+            status=snap.phase,
+            phase=snap.phase,
+            pending_len=snap.pending_len,
+            last_cache_hit=snap.last_cache_hit,
+            backend=info.name,
+            context_size=self.config.n_ctx,
+            n_seq_max=self.config.n_seq_max,
+            available_seqs=free,
+            quant_type=info.quant_type,
+            quant_bits=info.quant_bits,
+            quant_tag=info.quant_type,
+            tier=self.tier,
+            fingerprint=base,
+            effective_fingerprint=self.effective_fingerprint().hex() if meta is None else meta.fingerprint.hex(),
+            loaded_at=self.loaded_at,
+            vram_estimate_b=info.vram_estimate_b,
+        )
+
+    def cache_key_meta(self) -> dict[str, Any]:
+        info = self.backend.info
+        return {
+            "fingerprint": self.effective_fingerprint(),
+            "quant_type": info.quant_type,
+            "ctx_params_hash": info.ctx_params_hash,
+        }
+
+    # ------------------------------------------------------------------ text
+
+    def tokenize(self, text: str) -> list[int]:
+        return self.backend.tokenize(text)
+
+    def detokenize(self, tokens: Sequence[int]) -> str:
+        return self.backend.detokenize(tokens)
+
+    def apply_chat_template(self, request: dict[str, Any]) -> list[int]:
+        """Render ``{"messages", "system"?, "tools"?}`` with the GGUF's own template."""
+        if not isinstance(request, dict) or not isinstance(request.get("messages"), list):
+            raise InvalidRequest("a chat request needs a 'messages' list")
+        messages = list(request["messages"])
+        system = request.get("system")
+        if system:
+            messages = [{"role": "system", "content": system}, *messages]
+        text = self.backend.apply_chat_template(messages, True, request.get("tools"))
+        return self.backend.tokenize(text, add_special=False, parse_special=True)
+
+    def embed(self, tokens: Sequence[int]) -> list[float]:
+        result: list[float] = self.scheduler.call(lambda: self.backend.embed(list(tokens)))
+        return result
+
+    # ------------------------------------------------------------------ adapters
+
+    def load_adapter(self, path: str) -> int:
+        """Attach a LoRA at scale 1.0; the effective fingerprint changes for new requests."""
+        sha = file_sha256(path)
+
+        def attach() -> int:
+            native = self.backend.load_adapter(path)
+            handle = next(self._adapter_ids)
+            self._adapters[handle] = AdapterEntry(handle, path, sha, 1.0, native)
+            self._apply_adapters()
+            return handle
+
+        handle: int = self.scheduler.call(attach)
+        return handle
+
+    def unload_adapter(self, handle: int) -> None:
+        def detach() -> None:
+            entry = self._adapters.pop(handle, None)
+            if entry is not None:
+                self._apply_adapters()
+                self.backend.free_adapter(entry.native)
+
+        self.scheduler.call(detach)
+
+    def set_adapter_scale(self, handle: int, scale: float) -> None:
+        def rescale() -> None:
+            entry = self._adapters.get(handle)
+            if entry is None:
+                raise NotFound(f"no adapter with handle {handle}")
+            entry.scale = float(scale)
+            self._apply_adapters()
+
+        self.scheduler.call(rescale)
+
+    def list_adapters(self) -> list[dict[str, Any]]:
+        return [
+            {"handle": e.handle, "path": e.path, "sha256": e.sha256.hex(), "scale": e.scale}
+            for e in list(self._adapters.values())
+        ]
+
+    def effective_fingerprint(self) -> bytes:
+        return effective_fingerprint(
+            self.backend.info.fingerprint, [(e.sha256, e.scale) for e in self._adapters.values()]
+        )
+
+    def _apply_adapters(self) -> None:
+        """Runs on the scheduler thread. Idle sessions hold KV computed under the old set,
+        so they are released (their saves stay valid under the old fingerprint)."""
+        self.backend.set_adapters([(e.native, e.scale) for e in self._adapters.values()])
+        self.scheduler.drop_idle_sessions()
+        if self.scheduler.meta is not None:
+            info = self.backend.info
+            self.scheduler.set_meta(KeyMeta(self.effective_fingerprint(), info.quant_type, info.ctx_params_hash))
+
+    # ------------------------------------------------------------------ speculative decoding
+
+    def verify(self, prefix: Sequence[int], candidates: Sequence[int], k: int) -> tuple[int, int | str]:
+        """Greedy check of up to ``k`` draft tokens; ``Busy`` unless the model is idle."""
+
+        def run() -> tuple[int, int | str]:
+            sch = self.scheduler
+            if sch.reqs or sch.pending or not sch.free_seqs:
+                raise Busy("verify needs an idle model")
+            seq = sch.free_seqs[0]
+            accepted, nxt = self.backend.verify(seq, list(prefix), list(candidates)[: max(0, k)])
+            return accepted, "eos" if nxt is None else nxt
+
+        result: tuple[int, int | str] = self.scheduler.call(run)
+        return result
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def close(self, save: bool = True) -> None:
+        """Fire ``shutdown`` saves for in-flight requests, cancel them, stop the thread."""
+        if self._closed:
+            return
+        self._closed = True
+
+        def wind_down() -> None:
+            sch = self.scheduler
+            if save:
+                sch.save_in_flight("shutdown")
+            sch._fail_all(EngineError("the model was unloaded", code="cancelled"))
+            for adm in list(sch.pending):
+                adm.result.set_exception(EngineError("the model was unloaded", code="cancelled"))
+                adm.emit(Error("the model was unloaded", "cancelled"))
+            sch.pending.clear()
+
+        try:
+            self.scheduler.call(wind_down, timeout=60)
+        finally:
+            self.scheduler.stop()
+
+    def _free_native(self) -> None:
+        for entry in self._adapters.values():
+            self.backend.free_adapter(entry.native)
+        self._adapters.clear()
+        self.backend.close()
+
+
+def parse_options(opts: dict[str, Any], default_tokens: int) -> RequestOptions:
+    """Validate SPEC §1 request options; bad values are ``InvalidRequest``."""
+    unknown = set(opts) - _OPTION_KEYS
+    if unknown:
+        raise InvalidRequest(f"unknown option(s): {', '.join(sorted(unknown))}")
+    try:
+        response_tokens = int(opts.get("response_tokens", default_tokens))
+        sampling = SamplingParams(
+            temperature=float(opts.get("temperature", 0.0)),
+            top_k=int(opts.get("top_k", 0)),
+            top_p=float(opts.get("top_p", 1.0)),
+            min_p=float(opts.get("min_p", 0.0)),
+            repetition_penalty=float(opts.get("repetition_penalty", 1.0)),
+            seed=int(opts.get("seed", 0xFFFFFFFF)),
+            grammar=opts.get("grammar") or None,
+        )
+    except (TypeError, ValueError) as exc:
+        raise InvalidRequest(f"bad request option: {exc}") from exc
+    if response_tokens < 0 or (default_tokens and response_tokens < 1):
+        raise InvalidRequest("response_tokens must be a positive integer")
+    if sampling.temperature < 0 or sampling.top_k < 0 or not 0 < sampling.top_p <= 1:
+        raise InvalidRequest("temperature and top_k must be >= 0 and top_p in (0, 1]")
+    if not 0 <= sampling.min_p <= 1 or sampling.repetition_penalty <= 0:
+        raise InvalidRequest("min_p must be in [0, 1] and repetition_penalty > 0")
+    stops = opts.get("stop_sequences") or ()
+    if isinstance(stops, str) or not all(isinstance(s, str) for s in stops):
+        raise InvalidRequest("stop_sequences must be a list of strings")
+    thinking = opts.get("thinking", "disabled")
+    if thinking not in ("enabled", "disabled", True, False):
+        raise InvalidRequest("thinking must be 'enabled' or 'disabled'")
+    budget = opts.get("thinking_budget_tokens")
+    parent = opts.get("parent_key")
+    if parent is not None and not isinstance(parent, bytes):
+        parent = bytes.fromhex(str(parent))
+    sid = opts.get("session_id")
+    return RequestOptions(
+        response_tokens=response_tokens,
+        sampling=sampling,
+        parent_key=parent,
+        stop_sequences=tuple(stops),
+        thinking=thinking in ("enabled", True),
+        thinking_budget_tokens=int(budget) if budget and int(budget) > 0 else None,
+        session_id=None if sid is None else str(sid),
+    )
+

@@ -1,0 +1,135 @@
+"""Sampler chains: ``SamplingParams`` → one owned ``llama_sampler`` chain.
+
+The chain order is fixed by SPEC §1:
+
+    grammar → repetition penalty → top-k → top-p → min-p → (temp → dist(seed) | greedy)
+
+A stage whose setting is neutral (``top_k == 0``, ``top_p == 1``, ``min_p == 0``,
+``repetition_penalty == 1``, no grammar) is left out, so a greedy request is a one-stage chain.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import math
+from typing import Any
+
+import llama_cpp
+
+from app.engine.backend import SamplingParams
+from app.engine.errors import GrammarFailed, InvalidRequest
+
+log = logging.getLogger(__name__)
+
+# How many recent tokens the repetition penalty looks at (llama.cpp's common default).
+PENALTY_LAST_N = 64
+
+
+class SamplerChain:
+    """Owns one native sampler chain; ``close()`` is idempotent."""
+
+    __slots__ = ("_ptr", "params")
+
+    def __init__(self, ptr: Any, params: SamplingParams) -> None:
+        self._ptr: Any = ptr
+        self.params = params
+
+    @property
+    def ptr(self) -> Any:
+        if self._ptr is None:
+            raise RuntimeError("sampler chain used after close()")
+        return self._ptr
+
+    @property
+    def is_closed(self) -> bool:
+        return self._ptr is None
+
+    def accept(self, token: int) -> None:
+        """Record a token the chain did not choose (penalty history, grammar state)."""
+        llama_cpp.llama_sampler_accept(self.ptr, token)
+
+    def reset(self) -> None:
+        llama_cpp.llama_sampler_reset(self.ptr)
+
+    def close(self) -> None:
+        if self._ptr is not None:
+            llama_cpp.llama_sampler_free(self._ptr)
+            self._ptr = None
+
+    def __del__(self) -> None:  # last resort; owners call close()
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - interpreter shutdown: bindings may be gone
+            pass
+
+
+def validate(params: SamplingParams) -> None:
+    """Raise ``InvalidRequest`` for settings llama.cpp would silently misread."""
+    checks: list[tuple[bool, str]] = [
+        (math.isfinite(params.temperature), "temperature must be a finite number"),
+        (isinstance(params.top_k, int) and params.top_k >= 0, "top_k must be an integer >= 0"),
+        (0.0 < params.top_p <= 1.0, "top_p must be in (0, 1]"),
+        (0.0 <= params.min_p <= 1.0, "min_p must be in [0, 1]"),
+        (
+            math.isfinite(params.repetition_penalty) and params.repetition_penalty > 0.0,
+            "repetition_penalty must be > 0",
+        ),
+        (isinstance(params.seed, int) and 0 <= params.seed <= 0xFFFFFFFF, "seed must fit in u32"),
+    ]
+    for ok, message in checks:
+        if not ok:
+            raise InvalidRequest(message)
+
+
+def build_chain(vocab: Any, params: SamplingParams) -> SamplerChain:
+    """Build the SPEC-ordered chain for ``params``; ``GrammarFailed`` for a malformed grammar."""
+    validate(params)
+    chain_params = llama_cpp.llama_sampler_chain_default_params()
+    chain_params.no_perf = True
+    chain = SamplerChain(llama_cpp.llama_sampler_chain_init(chain_params), params)
+    try:
+        if params.grammar:
+            _add(chain, _grammar(vocab, params.grammar))
+        if params.repetition_penalty != 1.0:
+            _add(chain, llama_cpp.llama_sampler_init_penalties(
+                PENALTY_LAST_N, params.repetition_penalty, 0.0, 0.0))
+        if params.top_k > 0:
+            _add(chain, llama_cpp.llama_sampler_init_top_k(params.top_k))
+        if params.top_p < 1.0:
+            _add(chain, llama_cpp.llama_sampler_init_top_p(params.top_p, 1))
+        if params.min_p > 0.0:
+            _add(chain, llama_cpp.llama_sampler_init_min_p(params.min_p, 1))
+        if params.temperature > 0.0:
+            _add(chain, llama_cpp.llama_sampler_init_temp(params.temperature))
+            _add(chain, llama_cpp.llama_sampler_init_dist(params.seed))
+        else:
+            _add(chain, llama_cpp.llama_sampler_init_greedy())
+    except BaseException:
+        chain.close()
+        raise
+    return chain
+
+
+def new_greedy() -> Any:
+    """A bare greedy sampler (stateless); the caller frees it with ``llama_sampler_free``."""
+    return llama_cpp.llama_sampler_init_greedy()
+
+
+def _grammar(vocab: Any, grammar: str) -> Any:
+    ptr = llama_cpp.llama_sampler_init_grammar(vocab, grammar.encode("utf-8"), b"root")
+    if not ptr:
+        raise GrammarFailed("malformed grammar: llama.cpp could not parse it (GBNF, root rule 'root')")
+    return ptr
+
+
+def _add(chain: SamplerChain, stage: Any) -> None:
+    if not stage:
+        raise RuntimeError("llama.cpp returned a NULL sampler stage")
+    # The chain takes ownership of the stage.
+    llama_cpp.llama_sampler_chain_add(chain.ptr, stage)
+
+
+def is_null(ptr: Any) -> bool:
+    """True for a NULL native pointer in whatever form ctypes hands it back."""
+    return ptr is None or (isinstance(ptr, ctypes.c_void_p) and not ptr.value)

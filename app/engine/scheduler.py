@@ -1,0 +1,670 @@
+"""The per-model scheduler: the seed's state machine (``erllama_model``) in Python.
+
+One scheduler thread owns the backend (and so the llama context). Everything else posts
+closures to its inbox. The loop, like the seed's ``step_tick``:
+
+    drain inbox (admit / cancel / end_session / ...) → tick → publish snapshot
+
+and a tick is: honour cancels → build ops → ONE backend.step → apply results → finish the
+marked requests → dispatch pending admits.
+
+State: ``reqs`` (seq_id → Request, in admission order), ``free_seqs`` (FIFO of seq ids),
+``pending`` (FIFO of admissions waiting for a seq), ``sessions`` (session id → the seq it
+pins and the tokens its KV holds, least recently used first).
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections import OrderedDict, deque
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from app.cache.keys import KeyMeta
+from app.engine.backend import Backend, DecodeOp, Prefilled, PrefillOp, Sampled
+from app.engine.batch import build_ops
+from app.engine.cache_hooks import CacheHooks, SaveReason
+from app.engine.config import ModelConfig
+from app.engine.errors import (
+    ContextOverflow,
+    EngineError,
+    InvalidRequest,
+    NoSession,
+    StickyBusy,
+)
+from app.engine.events import (
+    CacheDelta,
+    CompletionResult,
+    Done,
+    Error,
+    Event,
+    FinishReason,
+    LastCacheHit,
+    PrefillResult,
+    SchedulerSnapshot,
+    SlotInfo,
+    Stats,
+    ThinkingDelta,
+    ThinkingEnd,
+    TickInfo,
+    Token,
+    TokenId,
+    ToolCallDelta,
+    ToolCallEnd,
+)
+from app.engine.request import MarkerTokens, Mode, Request, RequestOptions, Span, SpanTracker, StopScanner
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class Admission:
+    """A request as posted by the Model, before it owns a seq."""
+
+    ref: int
+    mode: Mode
+    prompt: list[int]
+    options: RequestOptions
+    emit: Callable[[Event], None]
+    accepted: Future[int]
+    result: Future[Any] = field(default_factory=Future)
+    continue_suffix: list[int] | None = None
+    submitted_at: float = field(default_factory=time.perf_counter)
+
+
+@dataclass(slots=True)
+class Session:
+    seq_id: int
+    tokens: list[int]
+
+
+class Scheduler:
+    """Owns the request table, the seq pool and the pending queue for one model."""
+
+    def __init__(
+        self,
+        backend: Backend,
+        config: ModelConfig,
+        cache: CacheHooks,
+        meta: KeyMeta | None,
+        *,
+        thinking_markers: MarkerTokens | None = None,
+        tool_markers: MarkerTokens | None = None,
+    ) -> None:
+        self.backend = backend
+        self.config = config
+        self.cache = cache
+        self.meta = meta
+        self.thinking_markers = thinking_markers
+        self.tool_markers = tool_markers
+        self.reqs: dict[int, Request] = {}
+        self.free_seqs: deque[int] = deque(range(config.n_seq_max))
+        self.pending: deque[Admission] = deque()
+        self.sessions: OrderedDict[str, Session] = OrderedDict()
+        self.inbox: queue.SimpleQueue[tuple[Callable[[], Any], Future[Any]] | None] = queue.SimpleQueue()
+        self.snapshot = SchedulerSnapshot(slots=self._slots())
+        self._ticks: deque[TickInfo] = deque(maxlen=120)
+        self._last_hit: LastCacheHit | None = None
+        self._num_generated = 0
+        self._stopped = False
+
+    # ------------------------------------------------------------------ thread plumbing
+
+    def post(self, fn: Callable[[], Any]) -> Future[Any]:
+        """Run ``fn`` on the scheduler thread between ticks; the future holds its result."""
+        fut: Future[Any] = Future()
+        if self._stopped:
+            fut.set_exception(EngineError("model is unloaded", code="not_found"))
+            return fut
+        self.inbox.put((fn, fut))
+        return fut
+
+    def call(self, fn: Callable[[], Any], timeout: float | None = None) -> Any:
+        return self.post(fn).result(timeout)
+
+    def stop(self) -> None:
+        self.inbox.put(None)
+
+    def run(self) -> None:
+        """The scheduler loop; returns after ``stop()``."""
+        while not self._stopped:
+            self._drain_inbox(block=not self.reqs)
+            if self._stopped:
+                break
+            if self.reqs:
+                try:
+                    self.tick()
+                except Exception as exc:  # a bug or a fatal backend error: fail loudly, keep serving
+                    log.exception("scheduler tick failed")
+                    self._fail_all(exc)
+            self._publish()
+
+    def _drain_inbox(self, block: bool) -> None:
+        try:
+            item = self.inbox.get(block=block)
+        except queue.Empty:
+            return
+        while True:
+            if item is None:
+                self._stopped = True
+                return
+            fn, fut = item
+            if fut.set_running_or_notify_cancel():
+                try:
+                    fut.set_result(fn())
+                except BaseException as exc:
+                    fut.set_exception(exc)
+            try:
+                item = self.inbox.get_nowait()
+            except queue.Empty:
+                return
+
+    # ------------------------------------------------------------------ admission
+
+    def admit(self, adm: Admission) -> None:
+        """Admit now (sticky seq, continuation, or a free seq) or queue in ``pending``."""
+        sid = adm.options.session_id
+        if adm.continue_suffix is not None:
+            self._admit_continue(adm)
+            return
+        if sid is not None and self._session_in_flight(sid):
+            raise StickyBusy(f"session {sid!r} already has a request in flight")
+        self._check_fits(adm.prompt)
+        if sid is not None and sid in self.sessions:
+            session = self.sessions[sid]
+            if _is_prefix(session.tokens, adm.prompt):
+                self._start(adm, session.seq_id, ("sticky", session.tokens))
+                return
+            self._drop_session(sid)  # divergence: free the seq, admit normally
+        if self.free_seqs or self._release_lru_session():
+            self._start(adm, self.free_seqs.popleft(), ("normal", []))
+        else:
+            adm.accepted.set_result(adm.ref)
+            self.pending.append(adm)
+
+    def _admit_continue(self, adm: Admission) -> None:
+        sid = adm.options.session_id
+        if sid is None or sid not in self.sessions:
+            raise NoSession(f"no live session {sid!r} to continue")
+        session = self.sessions[sid]
+        if session.seq_id in self.reqs:
+            raise StickyBusy(f"session {sid!r} already has a request in flight")
+        assert adm.continue_suffix is not None
+        adm.prompt = session.tokens + adm.continue_suffix
+        self._check_fits(adm.prompt)
+        self._start(adm, session.seq_id, ("continue", session.tokens))
+
+    def _check_fits(self, prompt: list[int]) -> None:
+        if not prompt:
+            raise InvalidRequest("the prompt is empty")
+        if len(prompt) >= self.config.n_ctx:
+            raise ContextOverflow(
+                f"prompt of {len(prompt)} tokens does not fit the context of "
+                f"{self.config.n_ctx} tokens per sequence"
+            )
+
+    def _session_in_flight(self, sid: str) -> bool:
+        session = self.sessions.get(sid)
+        if session is not None and session.seq_id in self.reqs:
+            return True
+        return any(r.options.session_id == sid for r in self.reqs.values()) or any(
+            a.options.session_id == sid for a in self.pending
+        )
+
+    def _start(self, adm: Admission, seq_id: int, path: tuple[str, list[int]]) -> None:
+        """Build the Request on ``seq_id`` and choose its prefill path."""
+        kind, stored = path
+        sampler = None
+        if adm.mode is not Mode.PREFILL_ONLY:
+            try:
+                sampler = self.backend.new_sampler(adm.options.sampling)
+            except Exception:
+                if kind == "normal":
+                    self.free_seqs.appendleft(seq_id)
+                raise
+        req = Request(
+            ref=adm.ref,
+            mode=adm.mode,
+            seq_id=seq_id,
+            prompt_tokens=list(adm.prompt),
+            options=adm.options,
+            emit=adm.emit,
+            meta=self.meta,
+            sampler=sampler,
+            stop=StopScanner(adm.options.stop_sequences),
+            spans=self._span_tracker(),
+            result_future=adm.result,
+            submitted_at=adm.submitted_at,
+        )
+        req.prefill_started_at = time.perf_counter()
+        if kind == "normal":
+            self._setup_lookup(req)
+        else:
+            self._setup_sticky(req, stored, "sticky" if kind == "sticky" else "continuation")
+        if req.options.session_id is not None:
+            self.sessions.pop(req.options.session_id, None)
+        self.reqs[seq_id] = req
+        self._last_hit = LastCacheHit(req.cache_hit_kind, req.cache_hit_prefix_len)
+        if not adm.accepted.done():
+            adm.accepted.set_result(adm.ref)
+
+    def _span_tracker(self) -> SpanTracker | None:
+        if self.thinking_markers is None and self.tool_markers is None:
+            return None
+        return SpanTracker(self.thinking_markers, self.tool_markers)
+
+    def _setup_sticky(self, req: Request, stored: list[int], kind: str) -> None:
+        """The seq already holds ``stored``; prefill only the new tokens."""
+        suffix = req.prompt_tokens[len(stored) :]
+        req.cache_hit_kind = "sticky" if kind == "sticky" else "continuation"
+        req.cache_hit_prefix_len = len(stored)
+        if suffix:
+            req.context_tokens = list(stored)
+            req.prefill_cursor = list(suffix)
+        else:  # nothing new: drop the last cell and re-prefill it for fresh logits
+            self.backend.seq_rm(req.seq_id, len(stored) - 1)
+            req.context_tokens = list(stored[:-1])
+            req.prefill_cursor = [stored[-1]]
+        if kind == "sticky":
+            self.cache.count_sticky()
+
+    def _setup_lookup(self, req: Request) -> None:
+        """Warm path (exact → parent_key → longest prefix) or cold path with its split."""
+        self.backend.seq_rm(req.seq_id, 0)
+        prompt = req.prompt_tokens
+        hit = None
+        if self.meta is not None:
+            hit = self.cache.lookup(self.meta, prompt, req.options.parent_key)
+        if hit is not None:
+            t0 = time.perf_counter_ns()
+            ok = self.backend.kv_unpack(req.seq_id, hit.payload)
+            self.cache.count_load(time.perf_counter_ns() - t0)
+            if ok:
+                n = len(hit.tokens)
+                self.backend.seq_rm(req.seq_id, n - 1)
+                req.context_tokens = list(hit.tokens[:-1])
+                req.prefill_cursor = [hit.tokens[-1], *prompt[n:]]
+                req.cache_hit_kind = hit.kind
+                req.cache_hit_prefix_len = n
+                req.last_save_at = n
+                return
+            log.warning("cached KV for a %d-token prefix did not load; going cold", len(hit.tokens))
+            self.backend.seq_rm(req.seq_id, 0)
+        self.cache.count_miss()
+        split = self.cache.cold_split(len(prompt)) if req.mode is not Mode.PREFILL_ONLY else 0
+        if split:
+            req.prefill_cursor = list(prompt[:split])
+            req.cold_save_remaining = list(prompt[split:])
+        else:
+            req.prefill_cursor = list(prompt)
+
+    # ------------------------------------------------------------------ the tick
+
+    def tick(self) -> None:
+        t0 = time.perf_counter()
+        for req in list(self.reqs.values()):
+            if req.cancel_pending and not req.finishing:
+                self._mark(req, "cancelled")
+        self._finish_marked()
+        if not self.reqs:
+            self._dispatch_pending()
+            return
+        try:
+            ops = build_ops(self.reqs.values(), self.config.n_batch, self.config.chunk_size)
+        except EngineError as exc:
+            self._fail_all(exc)
+            return
+        if ops:
+            results = self.backend.step(ops)
+            for op, res in zip(ops, results, strict=True):
+                req = self.reqs[op.seq_id]
+                if isinstance(op, PrefillOp):
+                    assert isinstance(res, Prefilled)
+                    self._apply_prefill(req, op)
+                else:
+                    assert isinstance(res, Sampled)
+                    self._apply_token(req, res.token, res.is_eog)
+            n_prefill = sum(len(o.tokens) for o in ops if isinstance(o, PrefillOp))
+            n_decode = sum(1 for o in ops if isinstance(o, DecodeOp))
+            self._ticks.append(TickInfo(n_prefill, n_decode, (time.perf_counter() - t0) * 1000))
+        self._finish_marked()
+        self._dispatch_pending()
+
+    def _apply_prefill(self, req: Request, op: PrefillOp) -> None:
+        n = len(op.tokens)
+        req.context_tokens.extend(op.tokens)
+        del req.prefill_cursor[:n]
+        if req.prefill_cursor:
+            return
+        if req.cold_save_remaining is not None:
+            self._fire_save(req, "cold", req.context_tokens)
+            req.last_save_at = len(req.context_tokens)
+            req.prefill_cursor, req.cold_save_remaining = req.cold_save_remaining, None
+            if req.prefill_cursor:
+                return
+        req.prefill_done_at = time.perf_counter()
+        if req.mode is Mode.PREFILL_ONLY:
+            self._mark(req, "stop")
+
+    def _apply_token(self, req: Request, token: int, is_eog: bool) -> None:
+        req.generated.append(token)
+        req.context_tokens.append(token)
+        self._num_generated += 1
+        if req.first_token_at is None:
+            req.first_token_at = time.perf_counter()
+        req.emit(TokenId(token))
+        if not is_eog:
+            self._route_token(req, token)
+        if req.finishing:  # routing failed the request (e.g. thinking without opt-in)
+            return
+        if is_eog or req.stop.matched is not None:
+            self._mark(req, "stop")
+        elif req.num_generated >= req.options.response_tokens:
+            self._mark(req, "length")
+        elif len(req.context_tokens) >= self.config.n_ctx:
+            self._mark(req, "length")
+        elif self.cache.wants_continued(len(req.context_tokens), req.last_save_at):
+            self._fire_save(req, "continued", req.context_tokens)
+            req.last_save_at = len(req.context_tokens)
+
+    # ------------------------------------------------------------------ text routing
+
+    def _route_token(self, req: Request, token: int) -> None:
+        if req.spans is None:
+            self._emit_text(req, self.backend.token_piece(token))
+            return
+        before = req.spans.span
+        for span, chunk in req.spans.push(token):
+            if chunk is None:
+                self._on_transition(req, before, span)
+                before = span
+                if req.finishing:
+                    return
+            else:
+                self._emit_span(req, span, chunk)
+
+    def _on_transition(self, req: Request, old: Span, new: Span) -> None:
+        if new is Span.THINKING and not req.options.thinking:
+            req.error = InvalidRequest("the model produced thinking output but thinking is not enabled")
+            self._mark(req, "stop")
+        elif old is Span.THINKING and not req.thinking_capped:
+            self._thinking_delta(req, req.thinking_decoder.flush())
+            req.emit(ThinkingEnd(req.thinking_signature(self.config.thinking_signing_key)))
+        elif old is Span.TOOL:
+            tail = req.tool_decoder.flush()
+            if tail:
+                req.tool_parts.append(tail)
+                req.emit(ToolCallDelta(tail))
+            req.emit(ToolCallEnd("".join(req.tool_parts)))
+            req.tool_parts = []
+            req.tool_in_string = req.tool_escape = False
+
+    def _emit_span(self, req: Request, span: Span, tokens: list[int]) -> None:
+        for tok in tokens:
+            piece = self.backend.token_piece(tok)
+            if span is Span.THINKING and not req.thinking_capped:
+                req.thinking_count += 1
+                req.thinking_bytes.extend(piece)
+                self._thinking_delta(req, req.thinking_decoder.feed(piece))
+                budget = req.options.thinking_budget_tokens
+                if budget and req.thinking_count >= budget:
+                    self._thinking_delta(req, req.thinking_decoder.flush())
+                    req.emit(ThinkingEnd(req.thinking_signature(self.config.thinking_signing_key)))
+                    req.thinking_capped = True
+            elif span is Span.TOOL:
+                text = req.tool_decoder.feed(piece)
+                if text:
+                    req.track_tool_text(text)
+                    req.tool_parts.append(text)
+                    req.emit(ToolCallDelta(text))
+            else:
+                self._emit_text(req, piece)
+
+    def _thinking_delta(self, req: Request, text: str) -> None:
+        if text:
+            req.emit(ThinkingDelta(text))
+
+    def _emit_text(self, req: Request, piece: bytes) -> None:
+        if req.stop.matched is not None:
+            return
+        text = req.stop.feed(req.text_decoder.feed(piece))
+        if text:
+            req.reply_parts.append(text)
+            req.emit(Token(text))
+
+    def _flush_text(self, req: Request) -> None:
+        if req.spans is not None:
+            for tok in req.spans.flush():
+                self._emit_span(req, req.spans.span, [tok])
+        if req.stop.matched is None:
+            text = req.stop.feed(req.text_decoder.flush())
+            text += "" if req.stop.matched is not None else req.stop.flush()
+            if text:
+                req.reply_parts.append(text)
+                req.emit(Token(text))
+
+    # ------------------------------------------------------------------ finishing
+
+    def _mark(self, req: Request, reason: FinishReason) -> None:
+        req.finishing = True
+        req.finish_reason = reason
+
+    def _finish_marked(self) -> None:
+        for req in [r for r in self.reqs.values() if r.finishing]:
+            self._finish(req)
+
+    def _finish(self, req: Request) -> None:
+        req.finished_at = time.perf_counter()
+        if req.error is not None:
+            self._fail(req, req.error)
+            return
+        self._flush_text(req)
+        if self.cache.wants_finish(len(req.context_tokens)):
+            req.finish_key = self._fire_save(req, "finish", req.context_tokens)
+        stats = self._stats(req)
+        self._release(req)
+        self._resolve(req, stats)
+
+    def _stats(self, req: Request) -> Stats:
+        end = req.finished_at or time.perf_counter()
+        started = req.prefill_started_at or req.submitted_at
+        prefill_done = req.prefill_done_at or end
+        first = req.first_token_at
+        return Stats(
+            prompt_tokens=req.num_prompt_tokens,
+            completion_tokens=req.num_generated,
+            prefill_ms=(prefill_done - started) * 1000,
+            generation_ms=(end - prefill_done) * 1000 if first is not None else 0.0,
+            ttft_ms=(first - req.submitted_at) * 1000 if first is not None else 0.0,
+            cache_hit_kind=req.cache_hit_kind,
+            finish_reason=req.finish_reason or "stop",
+            cancelled=req.finish_reason == "cancelled",
+            finish_key=req.finish_key,
+            committed_tokens=len(req.context_tokens),
+            cache_delta=CacheDelta(req.cache_hit_prefix_len, req.cache_created),
+            stop_sequence=req.stop.matched,
+        )
+
+    def _resolve(self, req: Request, stats: Stats) -> None:
+        fut: Future[Any] = req.result_future
+        result: Any
+        if req.mode is Mode.PREFILL_ONLY:
+            result = PrefillResult(
+                context_tokens=tuple(req.context_tokens),
+                committed_tokens=len(req.context_tokens),
+                finish_key=req.finish_key,
+                cache_hit_kind=req.cache_hit_kind,
+                cache_delta=stats.cache_delta,
+            )
+        else:
+            result = CompletionResult(
+                reply="".join(req.reply_parts),
+                generated=tuple(req.generated),
+                context_tokens=tuple(req.context_tokens),
+                committed_tokens=len(req.context_tokens),
+                finish_key=req.finish_key,
+                cache_hit_kind=req.cache_hit_kind,
+                finish_reason=stats.finish_reason,
+                cache_delta=stats.cache_delta,
+                stats=stats,
+                stop_sequence=stats.stop_sequence,
+            )
+        if not fut.done():
+            fut.set_result(result)
+        req.emit(Done(stats))
+
+    def _release(self, req: Request) -> None:
+        """Free the sampler; pin the seq to its session, or clear it and return it to the pool."""
+        if req.sampler is not None:
+            self.backend.free_sampler(req.sampler)
+            req.sampler = None
+        del self.reqs[req.seq_id]
+        sid = req.options.session_id
+        if sid is not None and req.error is None:
+            self.sessions[sid] = Session(req.seq_id, list(req.context_tokens))
+            self.sessions.move_to_end(sid)
+        else:
+            self.backend.seq_rm(req.seq_id, 0)
+            self.free_seqs.append(req.seq_id)
+
+    def _fail(self, req: Request, exc: BaseException) -> None:
+        req.error = exc if isinstance(exc, Exception) else EngineError(str(exc))
+        if req.seq_id in self.reqs:
+            self._release(req)
+        fut: Future[Any] = req.result_future
+        if not fut.done():
+            fut.set_exception(req.error)
+        code = getattr(req.error, "code", "engine_error")
+        req.emit(Error(str(req.error), code))
+
+    def _fail_all(self, exc: BaseException) -> None:
+        for req in list(self.reqs.values()):
+            self._fail(req, exc)
+
+    # ------------------------------------------------------------------ saves
+
+    def _fire_save(self, req: Request, reason: SaveReason, tokens: list[int]) -> bytes | None:
+        """Pack the seq's KV (it holds exactly ``tokens``) and hand it to the cache writer."""
+        if req.meta is None or not tokens:
+            return None
+        t0 = time.perf_counter_ns()
+        payload = self.backend.kv_pack(req.seq_id)
+        key = self.cache.save(req.meta, tokens, payload, reason, time.perf_counter_ns() - t0)
+        if key is not None:
+            req.cache_created = max(req.cache_created, len(tokens) - req.cache_hit_prefix_len)
+        return key
+
+    def save_in_flight(self, reason: SaveReason) -> int:
+        """``evict`` / ``shutdown``: one save per in-flight request with a non-empty context."""
+        num = 0
+        for req in self.reqs.values():
+            if req.context_tokens and self._fire_save(req, reason, req.context_tokens):
+                req.last_save_at = len(req.context_tokens)
+                num += 1
+        return num
+
+    # ------------------------------------------------------------------ seqs and sessions
+
+    def _dispatch_pending(self) -> None:
+        while self.pending and (self.free_seqs or self._release_lru_session()):
+            adm = self.pending.popleft()
+            try:
+                self._start(adm, self.free_seqs.popleft(), ("normal", []))
+            except Exception as exc:
+                adm.result.set_exception(exc)
+                adm.emit(Error(str(exc), getattr(exc, "code", "engine_error")))
+
+    def _release_lru_session(self) -> bool:
+        """Beyond the seed: unpin the least recently used idle session so new work never starves."""
+        for sid, session in self.sessions.items():
+            if session.seq_id not in self.reqs:
+                if self.meta is not None and session.tokens:
+                    t0 = time.perf_counter_ns()
+                    payload = self.backend.kv_pack(session.seq_id)
+                    self.cache.save(self.meta, session.tokens, payload, "evict", time.perf_counter_ns() - t0)
+                self._drop_session(sid)
+                return True
+        return False
+
+    def _drop_session(self, sid: str) -> None:
+        session = self.sessions.pop(sid)
+        self.backend.seq_rm(session.seq_id, 0)
+        self.free_seqs.append(session.seq_id)
+
+    def end_session(self, sid: str) -> None:
+        """Idempotent: unknown sessions and sessions with a request in flight are left alone."""
+        session = self.sessions.get(sid)
+        if session is not None and session.seq_id not in self.reqs:
+            self._drop_session(sid)
+
+    def drop_idle_sessions(self) -> None:
+        for sid in [s for s, v in self.sessions.items() if v.seq_id not in self.reqs]:
+            self._drop_session(sid)
+
+    def cancel(self, ref: int) -> None:
+        for req in self.reqs.values():
+            if req.ref == ref:
+                req.cancel_pending = True
+                return
+        for adm in list(self.pending):
+            if adm.ref == ref:
+                self.pending.remove(adm)
+                stats = Stats(len(adm.prompt), 0, 0.0, 0.0, 0.0, "cold", "cancelled", True, None, 0)
+                if adm.mode is Mode.COMPLETE:
+                    adm.result.set_result(
+                        CompletionResult("", (), tuple(adm.prompt), 0, None, "cold", "cancelled", CacheDelta(), stats)
+                    )
+                adm.emit(Done(stats))
+                return
+
+    # ------------------------------------------------------------------ observability
+
+    @property
+    def phase(self) -> str:
+        if not self.reqs:
+            return "idle"
+        return "prefilling" if any(r.is_prefilling for r in self.reqs.values()) else "generating"
+
+    def _slots(self) -> tuple[SlotInfo, ...]:
+        owners = {s.seq_id: (sid, len(s.tokens)) for sid, s in self.sessions.items()}
+        slots = []
+        for seq in range(self.config.n_seq_max):
+            req = self.reqs.get(seq)
+            if req is not None:
+                state = "prefilling" if req.is_prefilling else "generating"
+                slots.append(SlotInfo(seq, state, req.options.session_id, len(req.context_tokens)))
+            elif seq in owners:
+                slots.append(SlotInfo(seq, "pinned", owners[seq][0], owners[seq][1]))
+            else:
+                slots.append(SlotInfo(seq, "free", None, 0))
+        return tuple(slots)
+
+    def _publish(self) -> None:
+        self.snapshot = SchedulerSnapshot(
+            phase=self.phase,
+            pending_len=len(self.pending),
+            last_cache_hit=self._last_hit,
+            slots=self._slots(),
+            recent_ticks=tuple(self._ticks),
+            num_tokens_generated=self._num_generated,
+        )
+
+    def set_meta(self, meta: KeyMeta | None) -> None:
+        """New cache identity (adapters changed). In-flight requests keep their own meta."""
+        self.meta = meta
+        self.snapshot = replace(self.snapshot)
+
+
+def _is_prefix(prefix: list[int], tokens: list[int]) -> bool:
+    return len(prefix) <= len(tokens) and tokens[: len(prefix)] == prefix
+
+
+def start_thread(scheduler: Scheduler, name: str) -> threading.Thread:
+    thread = threading.Thread(target=scheduler.run, name=name, daemon=True)
+    thread.start()
+    return thread

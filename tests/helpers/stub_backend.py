@@ -1,0 +1,167 @@
+"""A deterministic stand-in backend for the scheduler's state machine (never for numbers).
+
+Tokens are Unicode code points; token 0 is end-of-generation. Each seq's "KV" is the list
+of tokens pushed into it, so pack/unpack, seq_rm and positions behave like the real thing,
+and protocol mistakes (a decode without logits, a position gap) raise AssertionError.
+
+What the "model" says next: with ``script = {trigger: reply}``, once the seq's text contains
+``trigger`` the reply follows character by character, then end-of-generation. Otherwise a
+letter derived from the last tokens, forever.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from app.engine.backend import BackendInfo, DecodeOp, Op, Prefilled, PrefillOp, Sampled, SamplingParams, StepResult
+from app.engine.errors import GrammarFailed
+
+EOG = 0
+
+
+@dataclass
+class StubSampler:
+    params: SamplingParams
+    freed: bool = False
+
+
+@dataclass
+class StubBackend:
+    n_seq_max: int = 4
+    script: dict[str, str] = field(default_factory=dict)
+    step_delay: float = 0.0
+    chat_template: str | None = None
+    kv: dict[int, list[int]] = field(default_factory=dict)
+    has_logits: dict[int, bool] = field(default_factory=dict)
+    steps: list[list[Op]] = field(default_factory=list)
+    prefilled: dict[int, int] = field(default_factory=dict)
+    samplers_alive: int = 0
+    closed: bool = False
+
+    def __post_init__(self) -> None:
+        self.info = BackendInfo(
+            name="stub",
+            n_ctx_train=4096,
+            n_vocab=0x110000,
+            quant_type="f16",
+            quant_bits=16,
+            fingerprint=b"\x11" * 32,
+            ctx_params_hash=b"\x22" * 32,
+            chat_template=self.chat_template,
+            bos_token="",
+            eos_token="",
+        )
+
+    # -- the tick
+    def step(self, ops: Sequence[Op]) -> list[StepResult]:
+        if self.step_delay:
+            time.sleep(self.step_delay)
+        self.steps.append(list(ops))
+        out: list[StepResult] = []
+        for op in ops:
+            seq = self.kv.setdefault(op.seq_id, [])
+            assert op.pos == len(seq), f"seq {op.seq_id}: pos {op.pos} but KV holds {len(seq)}"
+            if isinstance(op, PrefillOp):
+                seq.extend(op.tokens)
+                self.prefilled[op.seq_id] = self.prefilled.get(op.seq_id, 0) + len(op.tokens)
+                self.has_logits[op.seq_id] = op.want_logits
+                out.append(Prefilled())
+            else:
+                assert isinstance(op, DecodeOp)
+                assert self.has_logits.get(op.seq_id), f"seq {op.seq_id} decoded without logits"
+                tok = self.next_token(seq)
+                seq.append(tok)
+                out.append(Sampled(tok, tok == EOG))
+        return out
+
+    def next_token(self, seq: list[int]) -> int:
+        text = "".join(chr(t) for t in seq if t)
+        best = None
+        for trigger, reply in self.script.items():
+            idx = text.rfind(trigger)
+            if idx >= 0 and (best is None or idx > best[0]):
+                best = (idx, trigger, reply)
+        if best is not None:
+            idx, trigger, reply = best
+            said = text[idx + len(trigger) :]
+            if reply.startswith(said):
+                return ord(reply[len(said)]) if len(said) < len(reply) else EOG
+        return ord("a") + (sum(seq[-3:]) * 7 + len(seq)) % 26
+
+    # -- samplers
+    def new_sampler(self, params: SamplingParams) -> Any:
+        if params.grammar is not None and "root" not in params.grammar:
+            raise GrammarFailed("grammar has no root rule")
+        self.samplers_alive += 1
+        return StubSampler(params)
+
+    def free_sampler(self, sampler: Any) -> None:
+        assert not sampler.freed
+        sampler.freed = True
+        self.samplers_alive -= 1
+
+    def accept(self, sampler: Any, token: int) -> None:
+        pass
+
+    # -- KV
+    def seq_rm(self, seq_id: int, start: int = 0) -> None:
+        seq = self.kv.setdefault(seq_id, [])
+        del seq[start:]
+        self.has_logits[seq_id] = False
+
+    def kv_pack(self, seq_id: int) -> bytes:
+        return ",".join(map(str, self.kv.get(seq_id, []))).encode()
+
+    def kv_unpack(self, seq_id: int, payload: bytes) -> bool:
+        try:
+            self.kv[seq_id] = [int(t) for t in payload.decode().split(",") if t]
+        except ValueError:
+            return False
+        self.has_logits[seq_id] = False
+        return True
+
+    # -- text
+    def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]:
+        return [ord(c) for c in text]
+
+    def detokenize(self, tokens: Sequence[int]) -> str:
+        return "".join(chr(t) for t in tokens if t)
+
+    def token_piece(self, token: int) -> bytes:
+        return chr(token).encode() if token else b""
+
+    def is_eog(self, token: int) -> bool:
+        return token == EOG
+
+    def apply_chat_template(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True, tools: list[Any] | None = None) -> str:
+        body = "".join(f"<{m['role']}>{m['content']}\n" for m in messages)
+        return body + ("<assistant>" if add_generation_prompt else "")
+
+    def embed(self, tokens: Sequence[int]) -> list[float]:
+        return [float(len(tokens)), float(sum(tokens) % 97)]
+
+    def load_adapter(self, path: str) -> Any:
+        return object()
+
+    def set_adapters(self, adapters: Sequence[tuple[Any, float]]) -> None:
+        pass
+
+    def free_adapter(self, adapter: Any) -> None:
+        pass
+
+    def verify(self, seq_id: int, prefix: Sequence[int], candidates: Sequence[int]) -> tuple[int, int | None]:
+        seq = list(prefix)
+        accepted = 0
+        for cand in candidates:
+            if self.next_token(seq) != cand:
+                break
+            seq.append(cand)
+            accepted += 1
+        nxt = self.next_token(seq)
+        return accepted, None if nxt == EOG else nxt
+
+    def close(self) -> None:
+        self.closed = True
