@@ -193,9 +193,7 @@ def build(meta: BlobMeta, payload: bytes | memoryview) -> bytes:
         payload_len,
     )
     trailer = _TRAILER.pack(payload_offset, payload_len, crc32c(payload), 0)
-    return b"".join(
-        (header, trailer, _U32.pack(len(prompt)), prompt, _U32.pack(len(tlv)), tlv)
-    )
+    return b"".join((header, trailer, _U32.pack(len(prompt)), prompt, _U32.pack(len(tlv)), tlv))
 
 
 def build_file(meta: BlobMeta, payload: bytes) -> bytes:
@@ -306,7 +304,12 @@ def _as_bytes(value: object) -> bytes:
     return value
 
 
-_TEXT_TAGS = {TAG_HOST: "host", TAG_VERSION: "version", TAG_DETAIL: "detail", TAG_MODEL_ID: "model_id"}
+_TEXT_TAGS = {
+    TAG_HOST: "host",
+    TAG_VERSION: "version",
+    TAG_DETAIL: "detail",
+    TAG_MODEL_ID: "model_id",
+}
 
 
 def _decode_tlv(tlv: memoryview) -> dict[str, object]:

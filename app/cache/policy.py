@@ -46,15 +46,6 @@ class CachePolicy:
         return asdict(self)
 
 
-DESKTOP_POLICY = CachePolicy(
-    min_tokens=32,
-    cold_min_tokens=64,
-    cold_max_tokens=30000,
-    continued_interval=1024,
-    boundary_trim_tokens=8,
-    boundary_align_tokens=64,
-    session_resume_wait_ms=500,
-)
 
 
 def validate(policy: CachePolicy) -> None:
@@ -99,3 +90,14 @@ def should_continued_save(live: int, last_saved: int, policy: CachePolicy) -> bo
 
 def should_finish_save(live: int, policy: CachePolicy) -> bool:
     return live >= policy.min_tokens
+
+
+DESKTOP_POLICY = CachePolicy(
+    min_tokens=32,
+    cold_min_tokens=64,
+    cold_max_tokens=30000,
+    continued_interval=1024,
+    boundary_trim_tokens=8,
+    boundary_align_tokens=64,
+    session_resume_wait_ms=500,
+)

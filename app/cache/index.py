@@ -1,0 +1,140 @@
+"""The in-memory index of published cache rows: ``Row`` snapshots by key, and per key
+namespace (fingerprint, quant byte, ctx hash) the sorted set of row lengths.
+
+The lengths set is what makes the any-length longest-prefix lookup linear in the prompt:
+one incremental sha256 pass over the prompt's token bytes, taking a digest only at lengths
+some row has (``prefix_keys``), then O(1) dict probes. No scan over rows.
+
+Not thread-safe; the store guards it with its lock.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from app.cache.keys import decode_tokens, quant_byte
+
+Namespace = tuple[str, int, str]  # (fingerprint hex, quant byte, ctx hash hex)
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """An immutable snapshot of one cache entry; safe to hand to any thread."""
+
+    key: bytes
+    model_id: str
+    fingerprint: str  # hex
+    quant_type: str
+    ctx_hash: str  # hex
+    n_tokens: int
+    tokens_le: bytes = field(repr=False)  # the token ids, u32 little-endian
+    tier: str
+    size: int  # bytes of the whole blob file
+    save_reason: str
+    created: float  # unix seconds
+    last_used: float
+    hits: int = 0
+    pinned: bool = False  # user pin: never evicted or demoted by quotas
+    status: str = "available"
+    location: str = ""
+    checksum: int = 0  # CRC32C of the payload
+    context_size: int = 0
+    prompt_preview: str = ""
+
+    @property
+    def tokens(self) -> tuple[int, ...]:
+        """The token ids (decoded on demand: a row may hold tens of thousands)."""
+        return tuple(decode_tokens(self.tokens_le))
+
+    @property
+    def key_hex(self) -> str:
+        return self.key.hex()
+
+    @property
+    def namespace(self) -> Namespace:
+        return (self.fingerprint, quant_byte(self.quant_type), self.ctx_hash)
+
+
+class _Lengths:
+    __slots__ = ("counts", "sorted")
+
+    def __init__(self) -> None:
+        self.counts: Counter[int] = Counter()
+        self.sorted: list[int] = []
+
+    def add(self, n: int) -> None:
+        self.counts[n] += 1
+        if self.counts[n] == 1:
+            bisect.insort(self.sorted, n)
+
+    def remove(self, n: int) -> None:
+        self.counts[n] -= 1
+        if self.counts[n] <= 0:
+            del self.counts[n]
+            i = bisect.bisect_left(self.sorted, n)
+            if i < len(self.sorted) and self.sorted[i] == n:
+                del self.sorted[i]
+
+
+class RowIndex:
+    def __init__(self) -> None:
+        self._rows: dict[bytes, Row] = {}
+        self._lengths: dict[Namespace, _Lengths] = {}
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._rows
+
+    def get(self, key: bytes) -> Row | None:
+        return self._rows.get(key)
+
+    def values(self) -> Iterator[Row]:
+        return iter(list(self._rows.values()))
+
+    def put(self, row: Row) -> None:
+        """Insert or replace (same key ⇒ same tokens, so the lengths set is unchanged)."""
+        if row.key not in self._rows:
+            self._lengths.setdefault(row.namespace, _Lengths()).add(row.n_tokens)
+        self._rows[row.key] = row
+
+    def remove(self, key: bytes) -> Row | None:
+        row = self._rows.pop(key, None)
+        if row is not None:
+            lengths = self._lengths.get(row.namespace)
+            if lengths is not None:
+                lengths.remove(row.n_tokens)
+                if not lengths.counts:
+                    del self._lengths[row.namespace]
+        return row
+
+    def lengths_upto(self, ns: Namespace, limit: int) -> list[int]:
+        """Distinct row lengths in ``1..limit`` for a namespace, ascending (a copy)."""
+        lengths = self._lengths.get(ns)
+        if lengths is None:
+            return []
+        lo = bisect.bisect_left(lengths.sorted, 1)
+        hi = bisect.bisect_right(lengths.sorted, limit)
+        return lengths.sorted[lo:hi]
+
+
+def prefix_keys(hasher: Any, token_bytes: bytes, lengths: Sequence[int]) -> list[bytes]:
+    """Keys of the prompt's prefixes at ``lengths`` (ascending), in one sha256 pass.
+
+    ``hasher`` has already been fed the key head (fp ‖ quant ‖ ctx hash); each step feeds
+    only the tokens between two candidate lengths, then digests a copy.
+    """
+    view = memoryview(token_bytes)
+    keys: list[bytes] = []
+    pos = 0
+    for n in lengths:
+        end = n * 4
+        hasher.update(view[pos:end])
+        pos = end
+        keys.append(hasher.copy().digest())
+    return keys

@@ -1,0 +1,210 @@
+"""Cache metadata in SQLite (SQLAlchemy 2.0 ORM, WAL): one ``CacheRow`` per saved KV state.
+
+The database is an index, not the truth: every field of a row can be rebuilt from its blob
+file (``app.cache.kvc``), except the user pin. ``MetaDB`` opens the database, and when the
+file is corrupt (or not a database at all) moves it aside and starts an empty one; the store
+then re-registers every blob. Callers serialise access (the store holds a lock).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import (
+    Boolean,
+    Float,
+    Integer,
+    LargeBinary,
+    String,
+    create_engine,
+    delete,
+    event,
+    select,
+    text,
+    update,
+)
+from sqlalchemy.engine import Engine
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
+
+from app.cache.index import Row
+
+log = logging.getLogger(__name__)
+
+STATUS_WRITING = "writing"
+STATUS_AVAILABLE = "available"
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class CacheRow(Base):
+    __tablename__ = "cache_rows"
+
+    key: Mapped[str] = mapped_column(String(64), primary_key=True)  # hex
+    model_id: Mapped[str] = mapped_column(String, default="", index=True)
+    fingerprint: Mapped[str] = mapped_column(String(64))  # hex
+    quant_type: Mapped[str] = mapped_column(String)
+    ctx_hash: Mapped[str] = mapped_column(String(64))  # hex
+    n_tokens: Mapped[int] = mapped_column(Integer)
+    tokens: Mapped[bytes] = mapped_column(LargeBinary)  # u32-LE
+    tier: Mapped[str] = mapped_column(String, index=True)
+    location: Mapped[str] = mapped_column(String, default="")
+    size: Mapped[int] = mapped_column(Integer)
+    checksum: Mapped[int] = mapped_column(Integer)  # CRC32C of the payload
+    save_reason: Mapped[str] = mapped_column(String)
+    context_size: Mapped[int] = mapped_column(Integer, default=0)
+    prompt_preview: Mapped[str] = mapped_column(String, default="")
+    created: Mapped[float] = mapped_column(Float)
+    last_used: Mapped[float] = mapped_column(Float)
+    hits: Mapped[int] = mapped_column(Integer, default=0)
+    status: Mapped[str] = mapped_column(String, default=STATUS_WRITING)
+    pinned: Mapped[bool] = mapped_column(Boolean, default=False)
+
+
+class Counter(Base):
+    """Lifetime counter totals, added to on close so ``hearth cache stats`` can show them."""
+
+    __tablename__ = "counters"
+
+    name: Mapped[str] = mapped_column(String, primary_key=True)
+    value: Mapped[int] = mapped_column(Integer, default=0)
+
+
+ROW_FIELDS = tuple(c.name for c in CacheRow.__table__.columns)
+
+
+def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+    cur = dbapi_conn.cursor()
+    cur.execute("PRAGMA journal_mode=WAL")
+    cur.execute("PRAGMA synchronous=NORMAL")
+    cur.execute("PRAGMA busy_timeout=5000")
+    cur.close()
+
+
+class MetaDB:
+    """The cache's SQLite database. ``rebuilt`` is True when it started empty."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.rebuilt = not path.exists()
+        try:
+            self._engine, self._sessions = self._open()
+        except SQLAlchemyError as exc:
+            log.warning("cache database %s is unusable (%s); moving it aside", path, exc)
+            self._move_aside()
+            self.rebuilt = True
+            self._engine, self._sessions = self._open()
+
+    def _open(self) -> tuple[Engine, sessionmaker[Session]]:
+        engine = create_engine(f"sqlite:///{self.path}", connect_args={"check_same_thread": False})
+        event.listen(engine, "connect", _on_connect)
+        try:
+            with engine.connect() as conn:
+                check = conn.execute(text("PRAGMA quick_check")).scalar()
+                if check != "ok":
+                    raise SQLAlchemyError(f"quick_check: {check}")
+            Base.metadata.create_all(engine)
+            with Session(engine) as s:  # the tables must be readable, not just present
+                s.execute(select(CacheRow.key).limit(1)).all()
+        except BaseException:
+            engine.dispose()
+            raise
+        return engine, sessionmaker(engine, expire_on_commit=False)
+
+    def _move_aside(self) -> None:
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        for suffix in ("", "-wal", "-shm"):
+            src = Path(f"{self.path}{suffix}")
+            if src.exists():
+                dst = Path(f"{self.path}.corrupt-{stamp}{suffix}")
+                try:
+                    os.replace(src, dst)
+                except OSError:
+                    src.unlink(missing_ok=True)
+
+    def close(self) -> None:
+        self._engine.dispose()
+
+    # -- rows ---------------------------------------------------------------------------
+
+    def all_rows(self) -> list[dict[str, Any]]:
+        with self._sessions() as s:
+            rows = s.scalars(select(CacheRow)).all()
+            return [{f: getattr(r, f) for f in ROW_FIELDS} for r in rows]
+
+    def put(self, fields: dict[str, Any]) -> None:
+        """Insert or replace a row."""
+        with self._sessions.begin() as s:
+            s.merge(CacheRow(**fields))
+
+    def put_many(self, rows: Iterable[dict[str, Any]]) -> None:
+        with self._sessions.begin() as s:
+            for fields in rows:
+                s.merge(CacheRow(**fields))
+
+    def update(self, key_hex: str, **fields: Any) -> None:
+        with self._sessions.begin() as s:
+            s.execute(update(CacheRow).where(CacheRow.key == key_hex).values(**fields))
+
+    def delete(self, keys_hex: Iterable[str]) -> None:
+        keys = list(keys_hex)
+        if not keys:
+            return
+        with self._sessions.begin() as s:
+            for i in range(0, len(keys), 500):
+                s.execute(delete(CacheRow).where(CacheRow.key.in_(keys[i : i + 500])))
+
+    def delete_tier(self, tier: str) -> int:
+        with self._sessions.begin() as s:
+            result = s.execute(delete(CacheRow).where(CacheRow.tier == tier))
+            return int(getattr(result, "rowcount", 0) or 0)
+
+    # -- counters -----------------------------------------------------------------------
+
+    def counters(self) -> dict[str, int]:
+        with self._sessions() as s:
+            return {c.name: c.value for c in s.scalars(select(Counter)).all()}
+
+    def add_counters(self, deltas: dict[str, int]) -> None:
+        with self._sessions.begin() as s:
+            for name, delta in deltas.items():
+                if not delta:
+                    continue
+                row = s.get(Counter, name)
+                if row is None:
+                    s.add(Counter(name=name, value=delta))
+                else:
+                    row.value += delta
+
+
+def row_fields(row: Row) -> dict[str, Any]:
+    """A Row as database column values."""
+    return {
+        "key": row.key.hex(), "model_id": row.model_id, "fingerprint": row.fingerprint,
+        "quant_type": row.quant_type, "ctx_hash": row.ctx_hash, "n_tokens": row.n_tokens,
+        "tokens": row.tokens_le, "tier": row.tier, "location": row.location,
+        "size": row.size, "checksum": row.checksum, "save_reason": row.save_reason,
+        "context_size": row.context_size, "prompt_preview": row.prompt_preview,
+        "created": row.created, "last_used": row.last_used, "hits": row.hits,
+        "status": row.status, "pinned": row.pinned,
+    }  # fmt: skip
+
+
+def row_from_fields(f: dict[str, Any]) -> Row:
+    """Inverse of ``row_fields``."""
+    return Row(
+        key=bytes.fromhex(f["key"]), model_id=f["model_id"], fingerprint=f["fingerprint"],
+        quant_type=f["quant_type"], ctx_hash=f["ctx_hash"], n_tokens=f["n_tokens"],
+        tokens_le=f["tokens"], tier=f["tier"], size=f["size"], save_reason=f["save_reason"],
+        created=f["created"], last_used=f["last_used"], hits=f["hits"],
+        pinned=bool(f["pinned"]), status=f["status"], location=f["location"],
+        checksum=f["checksum"], context_size=f["context_size"],
+        prompt_preview=f["prompt_preview"],
+    )  # fmt: skip

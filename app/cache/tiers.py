@@ -1,0 +1,217 @@
+"""Where blob bytes live: ``ram`` (a dict in this process), ``ram_file`` (files on a tmpfs)
+and ``disk`` (files under ``<data_dir>/kv/``).
+
+Every tier stores whole KVC files, so a load validates RAM and file blobs the same way.
+File tiers publish atomically: an exclusive temp file (``O_EXCL``) is written, fsynced,
+renamed onto ``<hex key>.kvc``, the directory is fsynced, and the file is read back and
+validated. A crash can leave only temp files (``*.kvc-tmp``), which ``remove_temp_files``
+deletes at start-up, so a torn ``.kvc`` never appears under its final name.
+
+Tiers are not thread-safe on their own for the same key; the store serialises writers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import os
+import secrets
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Protocol
+
+from app.cache import kvc
+
+log = logging.getLogger(__name__)
+
+TIER_RAM = "ram"
+TIER_RAM_FILE = "ram_file"
+TIER_DISK = "disk"
+TIERS = (TIER_RAM, TIER_RAM_FILE, TIER_DISK)
+
+BLOB_SUFFIX = ".kvc"
+TEMP_SUFFIX = ".kvc-tmp"
+
+
+class Tier(Protocol):
+    name: str
+
+    def write(self, key: bytes, prefix: bytes, payload: bytes) -> str:
+        """Store a blob (``prefix + payload``) atomically and validated; return its location."""
+        ...
+
+    def read(self, key: bytes) -> bytes:
+        """The whole blob; ``FileNotFoundError`` when absent."""
+        ...
+
+    def read_prefix(self, key: bytes) -> tuple[bytes, int]:
+        """The bytes before the payload and the blob's total size (for re-registration)."""
+        ...
+
+    def delete(self, key: bytes) -> None: ...
+
+    def exists(self, key: bytes) -> bool: ...
+
+    def list_keys(self) -> Iterator[bytes]: ...
+
+    def location(self, key: bytes) -> str: ...
+
+
+class RamTier:
+    """Blobs as bytes in a dict; lost when the process exits."""
+
+    name = TIER_RAM
+
+    def __init__(self) -> None:
+        self._blobs: dict[bytes, bytes] = {}
+        self._lock = threading.Lock()
+
+    def write(self, key: bytes, prefix: bytes, payload: bytes) -> str:
+        data = prefix + payload
+        kvc.parse(data, key)  # same guarantee as the file tiers: never publish a bad blob
+        with self._lock:
+            self._blobs[key] = data
+        return TIER_RAM
+
+    def read(self, key: bytes) -> bytes:
+        with self._lock:
+            data = self._blobs.get(key)
+        if data is None:
+            raise FileNotFoundError(f"no RAM blob {key.hex()}")
+        return data
+
+    def read_prefix(self, key: bytes) -> tuple[bytes, int]:
+        data = self.read(key)
+        return data, len(data)
+
+    def delete(self, key: bytes) -> None:
+        with self._lock:
+            self._blobs.pop(key, None)
+
+    def exists(self, key: bytes) -> bool:
+        with self._lock:
+            return key in self._blobs
+
+    def list_keys(self) -> Iterator[bytes]:
+        with self._lock:
+            return iter(list(self._blobs))
+
+    def location(self, key: bytes) -> str:
+        return TIER_RAM
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_all(fd: int, data: bytes | memoryview) -> None:
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+
+
+class FileTier:
+    """Blobs as ``<hex key>.kvc`` files in one directory."""
+
+    def __init__(self, name: str, directory: Path) -> None:
+        self.name = name
+        self.dir = directory
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:  # reported again by every write; the store keeps running
+            log.error("cache tier %s: cannot create %s: %s", name, directory, exc)
+
+    def path(self, key: bytes) -> Path:
+        return self.dir / (key.hex() + BLOB_SUFFIX)
+
+    def location(self, key: bytes) -> str:
+        return str(self.path(key))
+
+    def write(self, key: bytes, prefix: bytes, payload: bytes) -> str:
+        final = self.path(key)
+        tmp = self.dir / f"{key.hex()}.{os.getpid()}-{secrets.token_hex(4)}{TEMP_SUFFIX}"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            try:
+                _write_all(fd, prefix)
+                _write_all(fd, payload)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.rename(tmp, final)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+            raise
+        _fsync_dir(self.dir)
+        try:
+            kvc.parse(final.read_bytes(), key)
+        except (OSError, kvc.CorruptBlob):
+            with contextlib.suppress(OSError):
+                final.unlink()
+            raise
+        return str(final)
+
+    def read(self, key: bytes) -> bytes:
+        return self.path(key).read_bytes()
+
+    def read_prefix(self, key: bytes) -> tuple[bytes, int]:
+        with open(self.path(key), "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            fixed = f.read(kvc.FIXED_SIZE)
+            offset = kvc.payload_offset_of(fixed)
+            if offset > size:
+                raise kvc.CorruptBlob("payload offset beyond the end of the file")
+            return fixed + f.read(offset - len(fixed)), size
+
+    def delete(self, key: bytes) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            self.path(key).unlink()
+
+    def exists(self, key: bytes) -> bool:
+        return self.path(key).is_file()
+
+    def list_keys(self) -> Iterator[bytes]:
+        try:
+            names = os.listdir(self.dir)
+        except OSError:
+            return iter(())
+        out = []
+        for name in names:
+            if not name.endswith(BLOB_SUFFIX) or len(name) != 64 + len(BLOB_SUFFIX):
+                continue
+            try:
+                out.append(bytes.fromhex(name[:64]))
+            except ValueError:
+                continue
+        return iter(out)
+
+    def remove_temp_files(self) -> int:
+        """Delete leftovers of interrupted writes; returns how many were removed."""
+        removed = 0
+        try:
+            names = os.listdir(self.dir)
+        except OSError:
+            return 0
+        for name in names:
+            if name.endswith(TEMP_SUFFIX):
+                with contextlib.suppress(OSError):
+                    (self.dir / name).unlink()
+                    removed += 1
+        return removed
+
+
+def default_ram_file_dir(data_dir: Path) -> Path:
+    """``/dev/shm/hearth-<uid>/<hash of data dir>``, or ``<data_dir>/kv-ramfile`` without shm."""
+    shm = Path("/dev/shm")
+    if shm.is_dir() and os.access(shm, os.W_OK):
+        digest = hashlib.sha256(str(data_dir.resolve()).encode()).hexdigest()[:16]
+        return shm / f"hearth-{os.getuid()}" / digest
+    return data_dir / "kv-ramfile"

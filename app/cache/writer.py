@@ -1,0 +1,98 @@
+"""The background writer: a bounded queue drained by one thread, so saves never block.
+
+``submit`` never waits: when the queue is full it returns False and the caller counts the
+save as dropped. Each job is handed to the store's handler on the writer thread; a handler
+exception is logged and reported through ``on_error`` and never reaches the submitter.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+from typing import Generic, TypeVar
+
+log = logging.getLogger(__name__)
+
+J = TypeVar("J")
+_STOP = object()
+
+
+class Writer(Generic[J]):
+    def __init__(
+        self,
+        handle: Callable[[J], None],
+        *,
+        maxsize: int = 32,
+        on_error: Callable[[J, BaseException], None] | None = None,
+        name: str = "hearth-cache-writer",
+    ) -> None:
+        if maxsize < 1:
+            raise ValueError("writer queue size must be >= 1")
+        self._handle = handle
+        self._on_error = on_error
+        self._queue: queue.Queue[object] = queue.Queue(maxsize)
+        self._idle = threading.Condition()
+        self._pending = 0  # submitted and not yet handled
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    @property
+    def num_pending(self) -> int:
+        with self._idle:
+            return self._pending
+
+    def submit(self, job: J) -> bool:
+        """Queue a job; False (and nothing queued) when the queue is full or closed."""
+        with self._idle:
+            if self._closed:
+                return False
+            try:
+                self._queue.put_nowait(job)
+            except queue.Full:
+                return False
+            self._pending += 1
+            return True
+
+    def flush(self, timeout: float = 10.0) -> bool:
+        """Wait until every submitted job has been handled; False on timeout."""
+        deadline = time.monotonic() + timeout
+        with self._idle:
+            while self._pending:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._idle.wait(remaining)
+            return True
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Drain (up to ``timeout``) and stop the thread. Idempotent."""
+        with self._idle:
+            if self._closed:
+                return
+            self._closed = True
+        self.flush(timeout)
+        self._queue.put(_STOP)
+        self._thread.join(timeout)
+
+    def _run(self) -> None:
+        while True:
+            job = self._queue.get()
+            if job is _STOP:
+                return
+            try:
+                self._handle(job)  # type: ignore[arg-type]
+            except Exception as exc:  # a writer thread must not die
+                log.exception("cache writer job failed")
+                if self._on_error is not None:
+                    try:
+                        self._on_error(job, exc)  # type: ignore[arg-type]
+                    except Exception:
+                        log.exception("cache writer error handler failed")
+            finally:
+                with self._idle:
+                    self._pending -= 1
+                    self._idle.notify_all()
