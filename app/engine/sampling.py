@@ -10,7 +10,7 @@ A stage whose setting is neutral (``top_k == 0``, ``top_p == 1``, ``min_p == 0``
 
 from __future__ import annotations
 
-import ctypes
+import contextlib
 import logging
 import math
 from typing import Any
@@ -58,10 +58,9 @@ class SamplerChain:
             self._ptr = None
 
     def __del__(self) -> None:  # last resort; owners call close()
-        try:
+        # Interpreter shutdown: the bindings may already be gone.
+        with contextlib.suppress(Exception):
             self.close()
-        except Exception:  # noqa: BLE001 - interpreter shutdown: bindings may be gone
-            pass
 
 
 def validate(params: SamplingParams) -> None:
@@ -129,7 +128,3 @@ def _add(chain: SamplerChain, stage: Any) -> None:
     # The chain takes ownership of the stage.
     llama_cpp.llama_sampler_chain_add(chain.ptr, stage)
 
-
-def is_null(ptr: Any) -> bool:
-    """True for a NULL native pointer in whatever form ctypes hands it back."""
-    return ptr is None or (isinstance(ptr, ctypes.c_void_p) and not ptr.value)

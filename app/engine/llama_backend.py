@@ -1,0 +1,771 @@
+"""The llama.cpp backend: one model, one multi-sequence context, one ``llama_decode`` per tick.
+
+Owns every native handle of a loaded model (model, context, lazily an embeddings context,
+LoRA adapters, the shared greedy sampler) and implements ``app.engine.backend.Backend`` on
+llama-cpp-python's low-level bindings. Only the scheduler thread calls it.
+
+Batch layout. The tick batch is preallocated once (``n_batch`` rows) in numpy buffers that a
+``llama_batch`` struct points into, so filling a tick is a few slice assignments:
+
+    row:       0      1      2   ...   k-1    k   ...
+    token:   [ t0 ] [ t1 ] [ t2 ]     [..]  [ d0 ]      prefill slice rows, then decode rows
+    pos:     [ p  ] [ p+1] [ p+2]     [..]  [ q  ]
+    seq_id:  ptr ──► seq[row]  (one seq per row; n_seq_id is always 1)
+    logits:  [ 0  ] [ 0  ] [ 0  ]     [1?]  [ 1  ]      1 = keep this row's logits
+
+After a decode, ``_rows[seq_id]`` is the row holding that seq's newest logits; the next
+``step`` samples every ``DecodeOp`` from it *before* overwriting the batch.
+"""
+
+from __future__ import annotations
+
+import collections
+import ctypes
+import hashlib
+import json
+import logging
+import os
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+from typing import Any, cast
+
+import jinja2
+import llama_cpp
+import numpy as np
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from app.engine.backend import (
+    BackendInfo,
+    DecodeOp,
+    Op,
+    Prefilled,
+    PrefillOp,
+    Sampled,
+    SamplingParams,
+    StepResult,
+)
+from app.engine.errors import (
+    AdapterLoadFailed,
+    ContextOverflow,
+    DecodeFailed,
+    InvalidRequest,
+    ModelLoadFailed,
+    NBatchTooSmall,
+    NotSupported,
+)
+from app.engine.sampling import SamplerChain, build_chain, new_greedy
+
+log = logging.getLogger(__name__)
+
+_I32P = ctypes.POINTER(ctypes.c_int32)
+_PREFILLED = Prefilled()
+
+# llama_ftype → (name as SPEC §4 spells it, bits per weight of the dominant type).
+FTYPE_NAMES: dict[int, tuple[str, int]] = {
+    0: ("f32", 32), 1: ("f16", 16), 2: ("q4_0", 4), 3: ("q4_1", 4), 7: ("q8_0", 8),
+    8: ("q5_0", 5), 9: ("q5_1", 5), 10: ("q2_k", 2), 11: ("q3_k_s", 3), 12: ("q3_k_m", 3),
+    13: ("q3_k_l", 3), 14: ("q4_k_s", 4), 15: ("q4_k_m", 4), 16: ("q5_k_s", 5),
+    17: ("q5_k_m", 5), 18: ("q6_k", 6), 19: ("iq2_xxs", 2), 20: ("iq2_xs", 2),
+    21: ("q2_k_s", 2), 22: ("iq3_xs", 3), 23: ("iq3_xxs", 3), 24: ("iq1_s", 1),
+    25: ("iq4_nl", 4), 26: ("iq3_s", 3), 27: ("iq3_m", 3), 28: ("iq2_s", 2), 29: ("iq2_m", 2),
+    30: ("iq4_xs", 4), 31: ("iq1_m", 1), 32: ("bf16", 16), 36: ("tq1_0", 1), 37: ("tq2_0", 2),
+    38: ("mxfp4_moe", 4), 39: ("nvfp4", 4), 40: ("q1_0", 1), 41: ("q2_0", 2),
+}
+
+KV_TYPES: dict[str, int] = {
+    "f32": llama_cpp.GGML_TYPE_F32, "f16": llama_cpp.GGML_TYPE_F16,
+    "q8_0": llama_cpp.GGML_TYPE_Q8_0, "q4_0": llama_cpp.GGML_TYPE_Q4_0,
+    "q4_1": llama_cpp.GGML_TYPE_Q4_1, "q5_0": llama_cpp.GGML_TYPE_Q5_0,
+    "q5_1": llama_cpp.GGML_TYPE_Q5_1,
+}
+
+# The embeddings context holds one sequence of at most this many tokens in one ubatch.
+EMBED_MAX_TOKENS = 2048
+
+# Used when a GGUF carries no chat template.
+CHATML_TEMPLATE = (
+    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + "
+    "message['content'] + '<|im_end|>\n' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+
+
+# --------------------------------------------------------------------------- llama.cpp logs
+
+_RECENT_LOG: collections.deque[str] = collections.deque(maxlen=64)
+_log_line: list[str] = []
+_log_lock = threading.Lock()
+_log_count = [0]
+_FAILURE_WORDS = ("error", "fail", "invalid", "mismatch", "incorrect", "not ", "unknown")
+_native_log = logging.getLogger("app.engine.llama_cpp")
+
+
+@llama_cpp.llama_log_callback  # type: ignore[untyped-decorator]
+def _on_llama_log(level: int, text: bytes, user_data: Any) -> None:
+    # NOTE: llama.cpp logs in pieces (progress dots, CONT records); lines are assembled here,
+    # remembered for error messages and sent to Python logging at DEBUG, never to stderr.
+    piece = text.decode("utf-8", "replace") if text else ""
+    with _log_lock:
+        _log_line.append(piece)
+        if not piece.endswith("\n"):
+            return
+        line = "".join(_log_line).rstrip()
+        _log_line.clear()
+    if line:
+        _RECENT_LOG.append(line)
+        _log_count[0] += 1
+        _native_log.debug("%s", line)
+
+
+_initialised = False
+
+
+def _init_llama() -> None:
+    global _initialised
+    if not _initialised:
+        llama_cpp.llama_log_set(_on_llama_log, ctypes.c_void_p(0))
+        llama_cpp.llama_backend_init()
+        _initialised = True
+
+
+@contextmanager
+def _native_errors() -> Iterator[list[str]]:
+    """Collect the llama.cpp log lines emitted inside the block that look like failures."""
+    start = _log_count[0]
+    found: list[str] = []
+    try:
+        yield found
+    finally:
+        n_new = min(_log_count[0] - start, len(_RECENT_LOG))
+        recent = list(_RECENT_LOG)[len(_RECENT_LOG) - n_new :] if n_new else []
+        found.extend(ln for ln in recent if any(w in ln.lower() for w in _FAILURE_WORDS))
+
+
+def _detail(lines: list[str]) -> str:
+    return f": {lines[-1].split(': ', 1)[-1]}" if lines else ""
+
+
+# --------------------------------------------------------------------------- small helpers
+
+
+def model_fingerprint(path: str | os.PathLike[str]) -> bytes:
+    """sha256 of the model file (32 bytes).
+
+    NOTE: the single place the fingerprint is computed; the cache layer will put its
+    remembered-by-(path, size, mtime) lookup here so big models are hashed once.
+    """
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+    return digest.digest()
+
+
+def file_sha256(path: str | os.PathLike[str]) -> bytes:
+    """sha256 of any file (adapters are small; no caching needed)."""
+    return model_fingerprint(path)
+
+
+def _check_gguf(path: str, what: str, error: type[Exception]) -> None:
+    p = Path(path)
+    if not p.exists():
+        raise error(f"{what} not found: {path}")
+    if not p.is_file():
+        raise error(f"{what} is not a file: {path}")
+    with open(p, "rb") as f:
+        magic = f.read(4)
+    if magic != b"GGUF":
+        raise error(f"{what} is not a GGUF file (bad magic {magic!r}): {path}")
+
+
+class _Batch:
+    """A preallocated ``llama_batch`` over numpy buffers (see the module docstring)."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.token = np.zeros(capacity, dtype=np.int32)
+        self.pos = np.zeros(capacity, dtype=np.int32)
+        self.n_seq_id = np.ones(capacity, dtype=np.int32)
+        self.seq = np.zeros(capacity, dtype=np.int32)
+        self.logits = np.zeros(capacity, dtype=np.int8)
+        self.arange = np.arange(capacity, dtype=np.int32)
+        base = self.seq.ctypes.data
+        self._seq_ptrs = (ctypes.c_void_p * capacity)(*range(base, base + 4 * capacity, 4))
+        struct: Any = llama_cpp.llama_batch()
+        struct.token = self.token.ctypes.data_as(_I32P)
+        struct.embd = ctypes.POINTER(ctypes.c_float)()
+        struct.pos = self.pos.ctypes.data_as(_I32P)
+        struct.n_seq_id = self.n_seq_id.ctypes.data_as(_I32P)
+        struct.seq_id = ctypes.cast(self._seq_ptrs, ctypes.POINTER(_I32P))
+        struct.logits = self.logits.ctypes.data_as(ctypes.POINTER(ctypes.c_int8))
+        self.struct = struct
+
+    def put(self, row: int, tokens: Sequence[int], pos: int, seq_id: int) -> int:
+        """Write a run of tokens of one seq from ``row``, logits off; returns the next row."""
+        end = row + len(tokens)
+        self.token[row:end] = tokens
+        self.pos[row:end] = self.arange[: end - row] + pos
+        self.seq[row:end] = seq_id
+        self.logits[row:end] = 0
+        return end
+
+
+class LoraAdapter:
+    """A loaded LoRA adapter. Freed by ``LlamaBackend.free_adapter`` (or with the model)."""
+
+    def __init__(self, ptr: Any, path: str, sha256: bytes) -> None:
+        self._ptr: Any = ptr
+        self.path = path
+        self.sha256 = sha256
+
+    @property
+    def ptr(self) -> Any:
+        if self._ptr is None:
+            raise InvalidRequest(f"adapter {self.path} was unloaded")
+        return self._ptr
+
+    @property
+    def is_closed(self) -> bool:
+        return self._ptr is None
+
+    def close(self) -> None:
+        if self._ptr is not None:
+            llama_cpp.llama_adapter_lora_free(self._ptr)
+            self._ptr = None
+
+    def __repr__(self) -> str:
+        return f"LoraAdapter({self.path!r})"
+
+
+def _ctx_params(
+    *, n_ctx: int, n_seq_max: int, n_batch: int, n_ubatch: int, n_threads: int,
+    flash_attn: bool, type_k: int, type_v: int, embeddings: bool = False,
+) -> Any:
+    p = llama_cpp.llama_context_default_params()
+    p.n_ctx = n_ctx
+    p.n_batch = n_batch
+    p.n_ubatch = n_ubatch
+    p.n_seq_max = n_seq_max
+    p.n_threads = n_threads
+    p.n_threads_batch = n_threads
+    p.flash_attn_type = (
+        llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED if flash_attn else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
+    )
+    p.type_k = type_k
+    p.type_v = type_v
+    p.kv_unified = True
+    p.no_perf = True
+    p.embeddings = embeddings
+    if embeddings:
+        p.pooling_type = llama_cpp.LLAMA_POOLING_TYPE_MEAN
+    return p
+
+
+# --------------------------------------------------------------------------- the backend
+
+
+class LlamaBackend:
+    """``Backend`` on llama.cpp. See ``app.engine.backend`` for the contract."""
+
+    def __init__(
+        self,
+        path: str,
+        *,
+        n_ctx_per_seq: int,
+        n_seq_max: int,
+        n_batch: int,
+        n_gpu_layers: int = 0,
+        n_threads: int | None = None,
+        flash_attn: bool = False,
+        type_k: str = "f16",
+        type_v: str = "f16",
+    ) -> None:
+        if min(n_ctx_per_seq, n_seq_max, n_batch) < 1:
+            raise ValueError("n_ctx_per_seq, n_seq_max and n_batch must be >= 1")
+        if type_k not in KV_TYPES or type_v not in KV_TYPES:
+            raise ValueError(f"type_k/type_v must be one of {', '.join(KV_TYPES)}")
+        _init_llama()
+        self.path = str(path)
+        self.n_ctx_per_seq = n_ctx_per_seq
+        self.n_seq_max = n_seq_max
+        self.n_batch = n_batch
+        self.n_threads = n_threads or max(1, min(os.cpu_count() or 1, 8))
+        self._flash_attn = flash_attn
+        self._type_k, self._type_v = KV_TYPES[type_k], KV_TYPES[type_v]
+        self._stack = ExitStack()
+        self._closed = False
+        self._embed_ctx: Any = None
+        self._embed_batch: _Batch | None = None
+        self._adapters: list[LoraAdapter] = []
+        self._active: list[tuple[LoraAdapter, float]] = []
+        self._eog: dict[int, bool] = {}
+        self._rows: dict[int, int] = {}
+        self._template_cache: dict[str, jinja2.Template] = {}
+        try:
+            self._load(n_gpu_layers)
+            fingerprint = model_fingerprint(self.path)
+        except BaseException:
+            self.close()
+            raise
+        self.info = self._read_info(fingerprint, type_k, type_v, n_gpu_layers)
+
+    # ----------------------------------------------------------------- load / close
+
+    def _load(self, n_gpu_layers: int) -> None:
+        _check_gguf(self.path, "model file", ModelLoadFailed)
+        mparams = llama_cpp.llama_model_default_params()
+        mparams.n_gpu_layers = 999 if n_gpu_layers < 0 else n_gpu_layers
+        with _native_errors() as errors:
+            model = llama_cpp.llama_model_load_from_file(self.path.encode(), mparams)
+        if not model:
+            raise ModelLoadFailed(f"llama.cpp could not load {self.path}{_detail(errors)}")
+        self._model = model
+        self._stack.callback(llama_cpp.llama_model_free, model)
+        # Adapters die before the model (llama.cpp would free them with it otherwise).
+        self._stack.callback(self._free_all_adapters)
+        self._vocab = llama_cpp.llama_model_get_vocab(model)
+        self._n_vocab = llama_cpp.llama_vocab_n_tokens(self._vocab)
+        self._n_embd = llama_cpp.llama_model_n_embd(model)
+        cparams = _ctx_params(
+            n_ctx=self.n_ctx_per_seq * self.n_seq_max, n_seq_max=self.n_seq_max,
+            n_batch=self.n_batch, n_ubatch=min(self.n_batch, 512), n_threads=self.n_threads,
+            flash_attn=self._flash_attn, type_k=self._type_k, type_v=self._type_v,
+        )
+        with _native_errors() as errors:
+            ctx = llama_cpp.llama_init_from_model(model, cparams)
+        if not ctx:
+            raise ModelLoadFailed(f"llama.cpp could not create a context for {self.path}{_detail(errors)}")
+        self._ctx = ctx
+        self._stack.callback(llama_cpp.llama_free, ctx)
+        self._mem = llama_cpp.llama_get_memory(ctx)
+        self._batch = _Batch(self.n_batch)
+        self._greedy = new_greedy()
+        self._stack.callback(llama_cpp.llama_sampler_free, self._greedy)
+
+    def close(self) -> None:
+        """Free every native handle: contexts, then adapters, then the model. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self._rows.clear()
+        self._stack.close()
+
+    def __enter__(self) -> LlamaBackend:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _free_all_adapters(self) -> None:
+        for adapter in self._adapters:
+            adapter.close()
+        self._adapters.clear()
+        self._active.clear()
+
+    # ----------------------------------------------------------------- metadata
+
+    def _meta(self, key: str) -> str | None:
+        size = 256
+        while True:
+            buf = ctypes.create_string_buffer(size)
+            n = llama_cpp.llama_model_meta_val_str(self._model, key.encode(), buf, size)
+            if n < 0:
+                return None
+            if n < size:
+                return buf.value.decode("utf-8", "replace")
+            size = n + 1
+
+    def _read_info(self, fingerprint: bytes, type_k: str, type_v: str, n_gpu_layers: int) -> BackendInfo:
+        ftype_text = self._meta("general.file_type")
+        ftype = int(ftype_text) if ftype_text and ftype_text.isdigit() else -1
+        quant_type, quant_bits = FTYPE_NAMES.get(ftype, ("unknown", 0))
+        size_b = int(llama_cpp.llama_model_size(self._model))
+        n_layer = int(llama_cpp.llama_model_n_layer(self._model))
+        if n_gpu_layers == 0:
+            vram = 0
+        else:
+            vram = size_b if n_gpu_layers < 0 else size_b * min(n_gpu_layers, n_layer) // max(n_layer, 1)
+        bos = llama_cpp.llama_vocab_bos(self._vocab)
+        eos = llama_cpp.llama_vocab_eos(self._vocab)
+        return BackendInfo(
+            name=self._meta("general.name") or Path(self.path).stem,
+            n_ctx_train=int(llama_cpp.llama_model_n_ctx_train(self._model)),
+            n_vocab=int(self._n_vocab),
+            quant_type=quant_type,
+            quant_bits=quant_bits,
+            fingerprint=fingerprint,
+            ctx_params_hash=self.ctx_params_hash(type_k, type_v, self._flash_attn),
+            chat_template=self._meta("tokenizer.chat_template"),
+            bos_token=self.token_piece(bos).decode("utf-8", "replace") if bos >= 0 else "",
+            eos_token=self.token_piece(eos).decode("utf-8", "replace") if eos >= 0 else "",
+            vram_estimate_b=vram,
+            extra={
+                "architecture": self._meta("general.architecture") or "",
+                "n_embd": int(self._n_embd),
+                "n_layer": n_layer,
+                "n_params": int(llama_cpp.llama_model_n_params(self._model)),
+                "size_b": size_b,
+                "ftype": ftype,
+                "add_bos": bool(llama_cpp.llama_vocab_get_add_bos(self._vocab)),
+                "n_ctx_per_seq": self.n_ctx_per_seq,
+                "n_seq_max": self.n_seq_max,
+                "n_batch": self.n_batch,
+            },
+        )
+
+    @staticmethod
+    def ctx_params_hash(type_k: str, type_v: str, flash_attn: bool) -> bytes:
+        """sha256 of the context settings that change KV contents or the state format.
+
+        Left out on purpose: n_seq_max (unified KV), n_ctx, n_batch/n_ubatch, threads.
+        RoPE settings are always "from the model" here (0 / -1 = the GGUF's own values).
+        """
+        canonical = {
+            "state": "llama_state_seq/1",
+            "type_k": type_k,
+            "type_v": type_v,
+            "flash_attn": bool(flash_attn),
+            "v_trans": not flash_attn,
+            "kv_unified": True,
+            "rope_scaling_type": llama_cpp.LLAMA_ROPE_SCALING_TYPE_UNSPECIFIED,
+            "rope_freq_base": 0.0,
+            "rope_freq_scale": 0.0,
+            "yarn_ext_factor": -1.0,
+            "swa_full": True,
+        }
+        blob = json.dumps(canonical, sort_keys=True, separators=(",", ":")).encode()
+        return hashlib.sha256(blob).digest()
+
+    # ----------------------------------------------------------------- the tick
+
+    def step(self, ops: Sequence[Op]) -> list[StepResult]:
+        """Sample every decode row from the last tick's logits, then one ``llama_decode``."""
+        if not ops:
+            return []
+        self._check_ops(ops)
+        batch, ctx, rows = self._batch, self._ctx, self._rows
+        sample, is_eog = llama_cpp.llama_sampler_sample, self.is_eog
+        results: list[StepResult] = []
+        new_rows: dict[int, int] = {}
+        row = 0
+        for op in ops:
+            if type(op) is DecodeOp:
+                # Reads the logits of the previous decode; filling the batch does not touch them.
+                smpl = self._greedy if op.greedy or op.sampler is None else op.sampler.ptr
+                token = sample(smpl, ctx, rows[op.seq_id])
+                results.append(Sampled(token, is_eog(token)))
+                batch.token[row] = token
+                batch.pos[row] = op.pos
+                batch.seq[row] = op.seq_id
+                batch.logits[row] = 1
+                new_rows[op.seq_id] = row
+                row += 1
+            else:
+                results.append(_PREFILLED)
+                prefill = cast(PrefillOp, op)
+                if prefill.tokens:
+                    row = batch.put(row, prefill.tokens, prefill.pos, prefill.seq_id)
+                    if prefill.want_logits:
+                        batch.logits[row - 1] = 1
+                        new_rows[prefill.seq_id] = row - 1
+        self._decode(ctx, batch, row)
+        self._rows = new_rows
+        return results
+
+    def _check_ops(self, ops: Sequence[Op]) -> None:
+        """Validate a tick before any sampler state changes."""
+        n_tokens = 0
+        limit = self.n_ctx_per_seq
+        for op in ops:
+            if type(op) is DecodeOp:
+                if op.seq_id not in self._rows:
+                    raise RuntimeError(f"seq {op.seq_id} has no logits from the previous tick")
+                end = op.pos + 1
+                n_tokens += 1
+            elif isinstance(op, PrefillOp):
+                end = op.pos + len(op.tokens)
+                n_tokens += len(op.tokens)
+            else:
+                raise TypeError(f"not a tick op: {op!r}")
+            if end > limit:
+                raise ContextOverflow(f"seq {op.seq_id}: position {end - 1} is past n_ctx {limit}")
+        if n_tokens > self._batch.capacity:
+            raise NBatchTooSmall(f"a tick of {n_tokens} tokens exceeds n_batch={self._batch.capacity}")
+
+    def _decode(self, ctx: Any, batch: _Batch, n_tokens: int) -> None:
+        self._rows = {}
+        batch.struct.n_tokens = n_tokens
+        rc = llama_cpp.llama_decode(ctx, batch.struct)
+        if rc != 0:
+            raise DecodeFailed(int(rc))
+
+    # ----------------------------------------------------------------- samplers
+
+    def new_sampler(self, params: SamplingParams) -> SamplerChain:
+        return build_chain(self._vocab, params)
+
+    def free_sampler(self, sampler: Any) -> None:
+        if isinstance(sampler, SamplerChain):
+            sampler.close()
+
+    def accept(self, sampler: Any, token: int) -> None:
+        if isinstance(sampler, SamplerChain):
+            sampler.accept(token)
+
+    # ----------------------------------------------------------------- KV
+
+    def seq_rm(self, seq_id: int, start: int = 0) -> None:
+        if not llama_cpp.llama_memory_seq_rm(self._mem, seq_id, start, -1):
+            raise NotSupported(f"llama.cpp cannot remove positions >= {start} of seq {seq_id}")
+        if start <= 0:
+            self._rows.pop(seq_id, None)
+
+    def seq_pos_max(self, seq_id: int) -> int:
+        """Largest position held by the seq, -1 when empty (handy for invariant checks)."""
+        return int(llama_cpp.llama_memory_seq_pos_max(self._mem, seq_id))
+
+    def kv_pack(self, seq_id: int) -> bytes:
+        size = llama_cpp.llama_state_seq_get_size(self._ctx, seq_id)
+        buf = bytearray(size)
+        view = (ctypes.c_uint8 * size).from_buffer(buf)
+        n = llama_cpp.llama_state_seq_get_data(self._ctx, view, size, seq_id)
+        del view
+        return bytes(buf) if n == size else bytes(buf[:n])
+
+    def kv_unpack(self, seq_id: int, payload: bytes) -> bool:
+        self.seq_rm(seq_id)
+        if not payload:
+            return False
+        data = payload if isinstance(payload, bytes) else bytes(payload)
+        src = ctypes.cast(ctypes.c_char_p(data), ctypes.POINTER(ctypes.c_uint8))
+        with _native_errors() as errors:
+            n = llama_cpp.llama_state_seq_set_data(self._ctx, src, len(data), seq_id)
+        if n == 0:
+            log.info("seq state refused by llama.cpp%s", _detail(errors))
+            llama_cpp.llama_memory_seq_rm(self._mem, seq_id, -1, -1)
+            return False
+        return True
+
+    # ----------------------------------------------------------------- vocabulary
+
+    def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]:
+        data = text.encode("utf-8")
+        size = len(data) + 8
+        while True:
+            buf = (llama_cpp.llama_token * size)()
+            n = llama_cpp.llama_tokenize(self._vocab, data, len(data), buf, size, add_special, parse_special)
+            if n >= 0:
+                return list(buf[:n])
+            size = -n
+
+    def detokenize(self, tokens: Sequence[int]) -> str:
+        if not tokens:
+            return ""
+        arr = (llama_cpp.llama_token * len(tokens))(*tokens)
+        size = len(tokens) * 8 + 16
+        while True:
+            buf = ctypes.create_string_buffer(size)
+            n = llama_cpp.llama_detokenize(self._vocab, arr, len(tokens), buf, size, False, True)
+            if n >= 0:
+                return buf.raw[:n].decode("utf-8", "replace")
+            size = -n
+
+    def token_piece(self, token: int) -> bytes:
+        buf = ctypes.create_string_buffer(64)
+        n = llama_cpp.llama_token_to_piece(self._vocab, token, buf, 64, 0, True)
+        if n < 0:
+            buf = ctypes.create_string_buffer(-n)
+            n = llama_cpp.llama_token_to_piece(self._vocab, token, buf, -n, 0, True)
+        return buf.raw[:n]
+
+    def is_eog(self, token: int) -> bool:
+        eog = self._eog.get(token)
+        if eog is None:
+            eog = self._eog[token] = bool(llama_cpp.llama_vocab_is_eog(self._vocab, token))
+        return eog
+
+    # ----------------------------------------------------------------- chat template
+
+    def apply_chat_template(
+        self, messages: list[dict[str, Any]], add_generation_prompt: bool = True, tools: list[Any] | None = None
+    ) -> str:
+        source = self.info.chat_template or CHATML_TEMPLATE
+        return render_chat_template(
+            source, messages, bos_token=self.info.bos_token, eos_token=self.info.eos_token,
+            add_generation_prompt=add_generation_prompt, tools=tools, cache=self._template_cache,
+        )
+
+    # ----------------------------------------------------------------- embeddings
+
+    def embed(self, tokens: Sequence[int]) -> list[float]:
+        """Mean-pooled embedding of ``tokens`` (``n_embd`` floats), from a second context."""
+        if not tokens:
+            raise InvalidRequest("embed needs at least one token")
+        ctx, batch = self._embedding_context()
+        if len(tokens) > batch.capacity:
+            raise ContextOverflow(f"embed takes at most {batch.capacity} tokens, got {len(tokens)}")
+        llama_cpp.llama_memory_clear(llama_cpp.llama_get_memory(ctx), True)
+        end = batch.put(0, tokens, 0, 0)
+        batch.logits[:end] = 1
+        batch.struct.n_tokens = end
+        rc = llama_cpp.llama_decode(ctx, batch.struct)
+        if rc != 0:
+            raise DecodeFailed(int(rc))
+        ptr = llama_cpp.llama_get_embeddings_seq(ctx, 0)
+        if not ptr:
+            raise NotSupported("this model produced no pooled embedding")
+        return [float(x) for x in ptr[: self._n_embd]]
+
+    def _embedding_context(self) -> tuple[Any, _Batch]:
+        if self._embed_ctx is None:
+            n = min(self.n_ctx_per_seq, EMBED_MAX_TOKENS)
+            cparams = _ctx_params(
+                n_ctx=n, n_seq_max=1, n_batch=n, n_ubatch=n, n_threads=self.n_threads,
+                flash_attn=self._flash_attn, type_k=self._type_k, type_v=self._type_v,
+                embeddings=True,
+            )
+            ctx = llama_cpp.llama_init_from_model(self._model, cparams)
+            if not ctx:
+                raise NotSupported("llama.cpp could not create an embeddings context")
+            self._stack.callback(llama_cpp.llama_free, ctx)
+            self._embed_ctx, self._embed_batch = ctx, _Batch(n)
+            self._apply_adapters(ctx, self._active)
+        assert self._embed_batch is not None
+        return self._embed_ctx, self._embed_batch
+
+    # ----------------------------------------------------------------- LoRA
+
+    def load_adapter(self, path: str) -> LoraAdapter:
+        path = str(path)
+        _check_gguf(path, "adapter file", AdapterLoadFailed)
+        with _native_errors() as errors:
+            ptr = llama_cpp.llama_adapter_lora_init(self._model, path.encode())
+        if not ptr:
+            raise AdapterLoadFailed(f"llama.cpp refused adapter {path}{_detail(errors)}")
+        adapter = LoraAdapter(ptr, path, file_sha256(path))
+        self._adapters.append(adapter)
+        return adapter
+
+    def set_adapters(self, adapters: Sequence[tuple[Any, float]]) -> None:
+        """Apply exactly this set of (adapter, scale) to every context of the model."""
+        active = [(a, float(s)) for a, s in adapters]
+        for adapter, _ in active:
+            if not isinstance(adapter, LoraAdapter) or adapter not in self._adapters:
+                raise InvalidRequest(f"unknown or unloaded adapter: {adapter!r}")
+        self._apply_adapters(self._ctx, active)
+        if self._embed_ctx is not None:
+            self._apply_adapters(self._embed_ctx, active)
+        self._active = active
+
+    def _apply_adapters(self, ctx: Any, active: Sequence[tuple[LoraAdapter, float]]) -> None:
+        n = len(active)
+        ptrs = (llama_cpp.llama_adapter_lora_p_ctypes * max(n, 1))(*[a.ptr for a, _ in active])
+        scales = (ctypes.c_float * max(n, 1))(*[s for _, s in active])
+        rc = llama_cpp.llama_set_adapters_lora(ctx, ptrs if n else None, n, scales if n else None)
+        if rc != 0:
+            raise AdapterLoadFailed(f"llama.cpp could not apply the adapters (rc={rc})")
+
+    def free_adapter(self, adapter: Any) -> None:
+        """Detach (if active) and free an adapter. Idempotent."""
+        if not isinstance(adapter, LoraAdapter) or adapter not in self._adapters:
+            return
+        if any(a is adapter for a, _ in self._active):
+            self.set_adapters([(a, s) for a, s in self._active if a is not adapter])
+        self._adapters.remove(adapter)
+        adapter.close()
+
+    # ----------------------------------------------------------------- speculative verify
+
+    def verify(self, seq_id: int, prefix: Sequence[int], candidates: Sequence[int]) -> tuple[int, int | None]:
+        """Greedy check of draft ``candidates`` after ``prefix``; leaves the seq empty.
+
+        Returns (number of leading candidates equal to the model's argmax, the argmax token
+        after them or None when it is end-of-generation).
+        """
+        if not prefix:
+            raise InvalidRequest("verify needs a non-empty prefix")
+        tokens = list(prefix) + list(candidates)
+        if len(tokens) > self.n_ctx_per_seq:
+            raise ContextOverflow(f"verify needs {len(tokens)} tokens, n_ctx is {self.n_ctx_per_seq}")
+        first = len(prefix) - 1  # the row whose logits predict candidates[0]
+        argmax: list[int] = []
+        self.seq_rm(seq_id)
+        try:
+            for start in range(0, len(tokens), self.n_batch):
+                chunk = tokens[start : start + self.n_batch]
+                end = self._batch.put(0, chunk, start, seq_id)
+                lo = max(first - start, 0)
+                self._batch.logits[lo:end] = 1 if lo < end else 0
+                self._decode(self._ctx, self._batch, end)
+                for row in range(lo, end):
+                    argmax.append(llama_cpp.llama_sampler_sample(self._greedy, self._ctx, row))
+        finally:
+            self._rows = {}
+            self.seq_rm(seq_id)
+        accepted = 0
+        while accepted < len(candidates) and candidates[accepted] == argmax[accepted]:
+            accepted += 1
+        following = argmax[accepted]
+        return accepted, None if self.is_eog(following) else following
+
+
+# --------------------------------------------------------------------------- chat templates
+
+
+def _raise_exception(message: str) -> None:
+    raise jinja2.TemplateError(message)
+
+
+def _strftime_now(fmt: str) -> str:
+    return time.strftime(fmt)
+
+
+def _tojson(value: Any, indent: int | None = None, **_: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, indent=indent)
+
+
+def _sandbox() -> ImmutableSandboxedEnvironment:
+    env = ImmutableSandboxedEnvironment(
+        trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"]
+    )
+    env.filters["tojson"] = _tojson
+    env.globals["raise_exception"] = _raise_exception
+    env.globals["strftime_now"] = _strftime_now
+    return env
+
+
+_ENV = _sandbox()
+
+
+def render_chat_template(
+    source: str,
+    messages: list[dict[str, Any]],
+    *,
+    bos_token: str = "",
+    eos_token: str = "",
+    add_generation_prompt: bool = True,
+    tools: list[Any] | None = None,
+    cache: dict[str, jinja2.Template] | None = None,
+) -> str:
+    """Render a GGUF chat template (Hugging Face conventions) in a sandbox.
+
+    Any template failure — syntax, ``raise_exception``, or a sandbox violation by a hostile
+    template — becomes ``InvalidRequest``.
+    """
+    try:
+        template = cache.get(source) if cache is not None else None
+        if template is None:
+            template = _ENV.from_string(source)
+            if cache is not None:
+                cache[source] = template
+        return template.render(
+            messages=messages, bos_token=bos_token, eos_token=eos_token,
+            add_generation_prompt=add_generation_prompt, tools=tools,
+        )
+    except jinja2.TemplateError as exc:
+        raise InvalidRequest(f"chat template failed: {exc}") from exc
+    except (TypeError, ValueError, KeyError, AttributeError, IndexError, OverflowError, RecursionError) as exc:
+        raise InvalidRequest(f"chat template failed: {type(exc).__name__}: {exc}") from exc
