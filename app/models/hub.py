@@ -1,0 +1,622 @@
+"""Hugging Face Hub: search GGUF repos, list their files, download one with resume and checks.
+
+Search, repo info, URL building, auth headers, file metadata and the HTTP session all come
+from ``huggingface_hub``. The byte transfer is ours (a ranged GET on the client's session)
+because ``hf_hub_download`` cannot be paused and resumed from a partial after a restart,
+cancelled between chunks, or made to verify before anything reaches the library.
+
+A download's life::
+
+    model_info(blobs) ─ expected size + LFS sha256
+        │   free-space check (refused here, before any request for the file)
+    HEAD resolve ─ etag, commit
+        │
+    downloads_dir/<repo>--<file>.part   +  .part.json sidecar {repo, filename, sha256, size, etag}
+        │   GET Range: bytes=<have>-   (retried with back-off; cancel keeps the partial = pause)
+    sha256(partial) == LFS sha256 ?  ── no ──▶ partial deleted, HubError(checksum_mismatch)
+        │ yes
+    models_dir/<owner>--<name>/<file>   (atomic rename; the library only ever sees whole files)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import shutil
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path, PurePosixPath
+from typing import Any, TypeVar
+
+import huggingface_hub
+from huggingface_hub import HfApi, get_session, hf_hub_url
+from huggingface_hub.errors import HfHubHTTPError
+from huggingface_hub.utils import build_hf_headers, hf_raise_for_status
+
+from app.models.library import quant_from_filename
+
+try:  # huggingface_hub >= 1.0 talks HTTP through httpx (2.x: the httpx2 fork)
+    import httpx2 as _httpx
+except ImportError:  # pragma: no cover - depends on the installed client
+    import httpx as _httpx  # type: ignore[no-redef]
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_ENDPOINT = "https://huggingface.co"
+SPACE_MARGIN_BYTES = 1 << 20  # never fill a disk to the last byte
+_PROGRESS_INTERVAL_S = 0.1
+_RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
+
+ProgressCallback = Callable[[int, int, float], None]  # (done, total, bytes_per_s)
+FreeSpaceProbe = Callable[[Path], int]
+T = TypeVar("T")
+
+
+class HubError(Exception):
+    """A Hub operation failed for a reason the user can act on.
+
+    ``kind``: ``not_found``, ``unauthorized``, ``network``, ``checksum_mismatch``,
+    ``insufficient_space``, ``cancelled``, ``busy``, ``invalid``, ``hub``.
+    """
+
+    def __init__(self, message: str, kind: str) -> None:
+        super().__init__(message)
+        self.message = message
+        self.kind = kind
+
+
+@dataclass(frozen=True, slots=True)
+class RepoInfo:
+    id: str
+    downloads: int
+    likes: int
+    updated: datetime | None
+    tags: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteFile:
+    repo_id: str
+    filename: str
+    size: int | None
+    sha256: str | None  # the LFS sha256; None for a file kept in plain git
+    quant: str | None
+    blob_id: str | None = None  # git sha1 of the blob (the check for non-LFS files)
+
+
+@dataclass(frozen=True, slots=True)
+class PartialDownload:
+    """A download that stopped before the end (paused, cancelled, interrupted, app closed)."""
+
+    repo_id: str
+    filename: str
+    sha256: str | None
+    size: int
+    etag: str | None
+    num_bytes_done: int
+    path: Path
+
+
+def _repo_dirname(repo_id: str) -> str:
+    return repo_id.replace("/", "--")
+
+
+def _check_filename(filename: str) -> PurePosixPath:
+    p = PurePosixPath(filename)
+    if not filename or p.is_absolute() or ".." in p.parts or "\\" in filename:
+        raise HubError(f"invalid file name {filename!r}", "invalid")
+    return p
+
+
+def _is_cancelled(cancel: Any) -> bool:
+    if cancel is None:
+        return False
+    if hasattr(cancel, "is_set"):
+        return bool(cancel.is_set())
+    return bool(cancel())
+
+
+class HubClient:
+    """Search and download GGUF models from a Hugging Face Hub (or a compatible server).
+
+    ``endpoint`` defaults to ``HF_ENDPOINT``, then huggingface.co; ``token`` to ``HF_TOKEN``,
+    then the token saved by ``hf auth login``. ``free_space`` and ``sleep`` are injectable so
+    tests can fake a full disk and skip back-off waits.
+    """
+
+    def __init__(
+        self,
+        endpoint: str | None = None,
+        token: str | None = None,
+        *,
+        models_dir: Path | str,
+        downloads_dir: Path | str | None = None,
+        free_space: FreeSpaceProbe | None = None,
+        max_retries: int = 5,
+        backoff_base_s: float = 0.5,
+        backoff_max_s: float = 8.0,
+        timeout_s: float = 30.0,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.endpoint = (endpoint or os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT).rstrip("/")
+        self.token = token or os.environ.get("HF_TOKEN") or _stored_token()
+        self.models_dir = Path(models_dir)
+        self.downloads_dir = Path(downloads_dir) if downloads_dir else self.models_dir / ".downloads"
+        self._free_space = free_space or (lambda p: shutil.disk_usage(p).free)
+        self.max_retries = max_retries
+        self.backoff_base_s = backoff_base_s
+        self.backoff_max_s = backoff_max_s
+        self.timeout_s = timeout_s
+        self._sleep = sleep
+        self._api = HfApi(endpoint=self.endpoint, library_name="hearth")
+        self._active: set[Path] = set()
+        self._active_lock = threading.Lock()
+
+    # -- queries ----------------------------------------------------------------------------
+
+    def search(self, query: str, limit: int = 50) -> list[RepoInfo]:
+        """GGUF repos matching ``query``, most downloaded first."""
+        if limit <= 0:
+            return []
+
+        def call() -> list[RepoInfo]:
+            models = self._api.list_models(
+                search=query or None, filter="gguf", sort="downloads", limit=limit,
+                expand=["downloads", "likes", "lastModified", "tags"], token=self._auth(),
+            )
+            return [
+                RepoInfo(m.id, m.downloads or 0, m.likes or 0, m.last_modified, tuple(m.tags or ()))
+                for m in models
+            ]
+
+        return self._with_retries(call, what=f"search for {query!r}")
+
+    def list_files(self, repo_id: str) -> list[RemoteFile]:
+        """The repo's GGUF files with size, LFS sha256 and the quantisation in the name."""
+        info = self._model_info(repo_id)
+        return [
+            RemoteFile(
+                repo_id=repo_id,
+                filename=s.rfilename,
+                size=s.lfs.size if s.lfs else s.size,
+                sha256=s.lfs.sha256 if s.lfs else None,
+                quant=quant_from_filename(s.rfilename),
+                blob_id=s.blob_id,
+            )
+            for s in info.siblings or ()
+            if s.rfilename.lower().endswith(".gguf")
+        ]
+
+    def installed_path(self, repo_id: str, filename: str) -> Path:
+        """Where ``download`` puts the file (whether or not it is there yet)."""
+        return self.models_dir / _repo_dirname(repo_id) / _check_filename(filename)
+
+    def partial_path(self, repo_id: str, filename: str) -> Path:
+        flat = str(_check_filename(filename)).replace("/", "--")
+        return self.downloads_dir / f"{_repo_dirname(repo_id)}--{flat}.part"
+
+    def list_partials(self) -> list[PartialDownload]:
+        """Downloads that can be resumed (e.g. after an app restart), oldest first."""
+        out = []
+        if not self.downloads_dir.is_dir():
+            return out
+        for side in sorted(self.downloads_dir.glob("*.part.json"), key=_mtime):
+            meta = _read_sidecar(side)
+            part = side.with_suffix("")
+            if meta is not None and part.is_file():
+                out.append(self._partial(meta, part))
+        return out
+
+    def discard_partial(self, repo_id: str, filename: str) -> None:
+        """Forget a paused download: delete its partial file and sidecar (idempotent)."""
+        part = self.partial_path(repo_id, filename)
+        with self._active_lock:
+            if part in self._active:
+                raise HubError(f"{filename} is still downloading; cancel it first", "busy")
+        _remove(part, _sidecar(part))
+
+    # -- download ---------------------------------------------------------------------------
+
+    def download(
+        self,
+        repo_id: str,
+        filename: str,
+        progress: ProgressCallback | None = None,
+        cancel: Callable[[], bool] | threading.Event | None = None,
+        *,
+        keep_partial: bool = True,
+    ) -> Path:
+        """Download one file into the library and return its path.
+
+        Resumes from a partial left by an earlier call (also from another process), checks
+        free space before fetching, verifies the sha256 before installing. ``cancel`` is polled
+        between chunks; when it fires, ``HubError(kind="cancelled")`` is raised and the partial
+        is kept (a pause) unless ``keep_partial`` is false.
+        """
+        dest = self.installed_path(repo_id, filename)
+        part = self.partial_path(repo_id, filename)
+        with self._active_lock:
+            if part in self._active:
+                raise HubError(f"{filename} from {repo_id} is already downloading", "busy")
+            self._active.add(part)
+        try:
+            remote = self._remote_file(repo_id, filename)
+            if dest.is_file() and remote.size is not None and dest.stat().st_size == remote.size:
+                logger.info("%s already installed at %s", filename, dest)
+                return dest
+            return self._download(remote, part, dest, progress, cancel, keep_partial)
+        finally:
+            with self._active_lock:
+                self._active.discard(part)
+
+    def _download(
+        self,
+        remote: RemoteFile,
+        part: Path,
+        dest: Path,
+        progress: ProgressCallback | None,
+        cancel: Any,
+        keep_partial: bool,
+    ) -> Path:
+        if remote.size is None:
+            raise HubError(f"the Hub did not report the size of {remote.filename}", "hub")
+        self.downloads_dir.mkdir(parents=True, exist_ok=True)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        have = self._reuse_partial(remote, part)
+        self._check_space(remote.size, have, dest.parent)
+
+        url = hf_hub_url(remote.repo_id, remote.filename, endpoint=self.endpoint)
+        meta = self._with_retries(
+            lambda: self._api.get_hf_file_metadata(url=url, token=self._auth(), timeout=self.timeout_s),
+            what=f"{remote.filename} in {remote.repo_id}",
+        )
+        if meta.size is not None and meta.size != remote.size:
+            raise HubError(f"{remote.filename}: the Hub reports two different sizes "
+                           f"({meta.size} and {remote.size}); try again later", "hub")
+        if meta.commit_hash:
+            url = hf_hub_url(remote.repo_id, remote.filename, revision=meta.commit_hash,
+                             endpoint=self.endpoint)
+        _write_sidecar(part, {**_sidecar_fields(remote), "etag": meta.etag,
+                              "commit": meta.commit_hash})
+        hasher = hashlib.sha256() if remote.sha256 else _git_blob_hasher(remote.size)
+        _hash_prefix(part, have, hasher)
+        try:
+            hasher = self._transfer(url, part, remote, hasher, progress, cancel)
+        except HubError as e:
+            # A network failure or a pause keeps the partial for a later resume.
+            if e.kind == "checksum_mismatch" or (e.kind == "cancelled" and not keep_partial):
+                _remove(part, _sidecar(part))
+            raise
+        self._verify(remote, hasher, part)
+        self._install(part, dest)
+        logger.info("downloaded %s/%s to %s", remote.repo_id, remote.filename, dest)
+        return dest
+
+    def _transfer(
+        self,
+        url: str,
+        part: Path,
+        remote: RemoteFile,
+        hasher: Any,
+        progress: ProgressCallback | None,
+        cancel: Any,
+    ) -> Any:
+        """GET the rest of the file into ``part``; return the hasher that saw every byte."""
+        total = remote.size or 0
+        meter = _Meter(progress, total)
+        failures = 0
+        with part.open("ab") as f:
+            done = f.tell()
+            meter.report(done, force=True)
+            while done < total:
+                if _is_cancelled(cancel):
+                    raise HubError(f"download of {remote.filename} cancelled", "cancelled")
+                headers = build_hf_headers(token=self._auth(), library_name="hearth")
+                headers["Accept-Encoding"] = "identity"
+                if done:
+                    headers["Range"] = f"bytes={done}-"
+                try:
+                    with get_session().stream("GET", url, headers=headers,
+                                              timeout=_httpx.Timeout(self.timeout_s)) as r:
+                        if r.status_code in _RETRY_STATUS:
+                            raise _Retryable(f"HTTP {r.status_code}")
+                        if r.status_code == 416:  # the partial is longer than the file
+                            raise HubError(f"{remote.filename}: the partial download does not "
+                                           "match the file on the Hub", "checksum_mismatch")
+                        _raise_for_status(r, remote.repo_id, remote.filename)
+                        if done and r.status_code != 206:  # Range ignored: start over
+                            f.seek(0)
+                            f.truncate()
+                            done = 0
+                            hasher = _reset(hasher, remote)
+                        for chunk in r.iter_bytes():  # as received: a cut loses nothing
+                            f.write(chunk)
+                            hasher.update(chunk)
+                            done += len(chunk)
+                            failures = 0
+                            meter.report(done)
+                            if _is_cancelled(cancel):
+                                f.flush()
+                                raise HubError(f"download of {remote.filename} cancelled",
+                                               "cancelled")
+                    if done > total:
+                        raise HubError(f"{remote.filename}: the Hub sent more bytes than "
+                                       "announced", "checksum_mismatch")
+                except (_httpx.TransportError, _Retryable) as e:
+                    f.flush()
+                    failures += 1
+                    if failures > self.max_retries:
+                        raise HubError(
+                            f"the download of {remote.filename} keeps failing ({e}); it is "
+                            "paused and will continue from where it stopped", "network") from e
+                    self._backoff(failures, cancel)
+                    f.seek(0, os.SEEK_END)
+                    done = f.tell()
+            meter.report(done, force=True)
+        return hasher
+
+    def _verify(self, remote: RemoteFile, hasher: Any, part: Path) -> None:
+        got = hasher.hexdigest()
+        want = remote.sha256 or remote.blob_id
+        if want and got != want.lower():
+            _remove(part, _sidecar(part))
+            algo = "SHA-256" if remote.sha256 else "git SHA-1"
+            raise HubError(
+                f"{remote.filename} from {remote.repo_id} failed verification: its {algo} is "
+                f"{got[:16]}… but the Hub says {want[:16]}…; the download was deleted and "
+                "nothing was installed", "checksum_mismatch")
+
+    def _install(self, part: Path, dest: Path) -> None:
+        tmp = dest.with_name(dest.name + ".installing")
+        try:
+            os.replace(part, dest)
+        except OSError:  # another filesystem: copy next to the target, then rename
+            shutil.copyfile(part, tmp)
+            os.replace(tmp, dest)
+            part.unlink(missing_ok=True)
+        _sidecar(part).unlink(missing_ok=True)
+
+    # -- helpers ----------------------------------------------------------------------------
+
+    def _auth(self) -> str | bool:
+        return self.token or False  # False: never fall back to an implicit token
+
+    def _model_info(self, repo_id: str) -> Any:
+        return self._with_retries(
+            lambda: self._api.model_info(repo_id, files_metadata=True, token=self._auth(),
+                                         timeout=self.timeout_s),
+            what=f"repository {repo_id}",
+        )
+
+    def _remote_file(self, repo_id: str, filename: str) -> RemoteFile:
+        _check_filename(filename)
+        for rf in self.list_files(repo_id):
+            if rf.filename == filename:
+                return rf
+        raise HubError(f"{filename} was not found in {repo_id}", "not_found")
+
+    def _reuse_partial(self, remote: RemoteFile, part: Path) -> int:
+        """Bytes already fetched, if the partial belongs to this exact file; else start over."""
+        meta = _read_sidecar(_sidecar(part))
+        if not part.is_file():
+            return 0
+        fields = _sidecar_fields(remote)
+        if meta is None or any(meta.get(k) != v for k, v in fields.items()):
+            logger.info("discarding a stale partial download %s", part)
+            _remove(part, _sidecar(part))
+            return 0
+        have = part.stat().st_size
+        if have > (remote.size or 0):
+            _remove(part, _sidecar(part))
+            return 0
+        logger.info("resuming %s at byte %d", remote.filename, have)
+        return have
+
+    def _check_space(self, size: int, have: int, install_dir: Path) -> None:
+        need = size - have + SPACE_MARGIN_BYTES
+        free = self._free_space(self.downloads_dir)
+        if free < need:
+            raise HubError(
+                f"not enough disk space in {self.downloads_dir}: the download needs "
+                f"{_human(need)} and only {_human(free)} is free", "insufficient_space")
+        if _device(install_dir) != _device(self.downloads_dir):  # install will copy
+            free = self._free_space(install_dir)
+            if free < size + SPACE_MARGIN_BYTES:
+                raise HubError(
+                    f"not enough disk space in {install_dir}: the model needs "
+                    f"{_human(size)} and only {_human(free)} is free", "insufficient_space")
+
+    def _backoff(self, failures: int, cancel: Any) -> None:
+        delay = min(self.backoff_max_s, self.backoff_base_s * 2 ** (failures - 1))
+        logger.info("network error; retry %d/%d in %.2fs", failures, self.max_retries, delay)
+        end = time.monotonic() + delay
+        while (left := end - time.monotonic()) > 0:
+            if _is_cancelled(cancel):
+                return
+            self._sleep(min(left, 0.1))
+
+    def _with_retries(self, fn: Callable[[], T], *, what: str) -> T:
+        failures = 0
+        while True:
+            try:
+                return fn()
+            except HfHubHTTPError as e:
+                status = e.response.status_code if e.response is not None else None
+                if status not in _RETRY_STATUS:
+                    raise _http_error(status, what, self.token is not None, e) from e
+                err: Exception = e
+            except _httpx.TransportError as e:
+                err = e
+            failures += 1
+            if failures > self.max_retries:
+                raise HubError(f"could not reach the Hub at {self.endpoint} ({what}): {err}",
+                               "network") from err
+            self._backoff(failures, None)
+
+    def _partial(self, meta: dict[str, Any], part: Path) -> PartialDownload:
+        return PartialDownload(meta["repo_id"], meta["filename"], meta.get("sha256"),
+                               int(meta.get("size") or 0), meta.get("etag"),
+                               part.stat().st_size, part)
+
+
+class _Retryable(Exception):
+    """A response status worth retrying (5xx, 429, 408)."""
+
+
+class _Meter:
+    """Calls ``progress(done, total, bytes_per_s)`` at most every 0.1 s (and at the ends)."""
+
+    def __init__(self, progress: ProgressCallback | None, total: int) -> None:
+        self.progress = progress
+        self.total = total
+        self.last_t = time.monotonic()
+        self.last_done: int | None = None
+        self.rate = 0.0
+
+    def report(self, done: int, force: bool = False) -> None:
+        if self.progress is None:
+            return
+        now = time.monotonic()
+        if self.last_done is None:
+            self.last_done, self.last_t = done, now
+            self.progress(done, self.total, 0.0)
+            return
+        dt = now - self.last_t
+        if not force and dt < _PROGRESS_INTERVAL_S:
+            return
+        if dt > 0:
+            inst = (done - self.last_done) / dt
+            self.rate = inst if self.rate == 0.0 else 0.7 * self.rate + 0.3 * inst
+        self.last_done, self.last_t = done, now
+        self.progress(done, self.total, self.rate)
+
+
+class _GitBlobHasher:
+    """git's blob sha1 (``sha1("blob <size>\\0" + content)``): the id of a non-LFS file."""
+
+    def __init__(self, size: int) -> None:
+        self._h = hashlib.sha1(b"blob %d\0" % size)
+
+    def update(self, data: bytes) -> None:
+        self._h.update(data)
+
+    def hexdigest(self) -> str:
+        return self._h.hexdigest()
+
+
+def _git_blob_hasher(size: int) -> _GitBlobHasher:
+    return _GitBlobHasher(size)
+
+
+def _reset(hasher: Any, remote: RemoteFile) -> Any:
+    return hashlib.sha256() if remote.sha256 else _git_blob_hasher(remote.size or 0)
+
+
+def _hash_prefix(part: Path, have: int, hasher: Any) -> None:
+    """Feed the bytes of a resumed partial to the hasher (the state cannot be saved)."""
+    if not have:
+        part.unlink(missing_ok=True)
+        return
+    with part.open("rb") as f:
+        left = have
+        while left and (chunk := f.read(min(left, 1 << 20))):
+            hasher.update(chunk)
+            left -= len(chunk)
+
+
+def _raise_for_status(r: Any, repo_id: str, filename: str) -> None:
+    if r.status_code < 400:
+        return
+    r.read()
+    try:
+        hf_raise_for_status(r)
+    except HfHubHTTPError as e:
+        raise _http_error(r.status_code, f"{filename} in {repo_id}", None, e) from e
+
+
+def _http_error(status: int | None, what: str, has_token: bool | None, e: Exception) -> HubError:
+    server_msg = getattr(e, "server_message", None) or ""
+    if status == 404:
+        return HubError(f"not found: {what} does not exist on the Hub", "not_found")
+    if status == 401:
+        if has_token is False or (has_token is None and "Invalid credentials" not in server_msg):
+            return HubError(
+                f"authentication required: {what} is private or gated (or does not exist); "
+                "set a Hugging Face token (HF_TOKEN) that can access it", "unauthorized")
+        return HubError(f"token rejected: the Hub refused the token for {what}; "
+                        "check HF_TOKEN", "unauthorized")
+    if status == 403:
+        return HubError(f"access denied to {what}: the token lacks permission, or the repo is "
+                        "gated and its terms must be accepted on the Hub", "unauthorized")
+    return HubError(f"the Hub returned an error for {what}: {e}", "hub")
+
+
+def _sidecar(part: Path) -> Path:
+    return part.with_name(part.name + ".json")
+
+
+def _sidecar_fields(remote: RemoteFile) -> dict[str, Any]:
+    return {"repo_id": remote.repo_id, "filename": remote.filename,
+            "sha256": remote.sha256, "size": remote.size}
+
+
+def _write_sidecar(part: Path, fields: dict[str, Any]) -> None:
+    side = _sidecar(part)
+    tmp = side.with_name(side.name + ".tmp")
+    tmp.write_text(json.dumps(fields, indent=1))
+    os.replace(tmp, side)
+
+
+def _read_sidecar(side: Path) -> dict[str, Any] | None:
+    try:
+        meta = json.loads(side.read_text())
+    except (OSError, ValueError):
+        return None
+    return meta if isinstance(meta, dict) and "repo_id" in meta and "filename" in meta else None
+
+
+def _remove(*paths: Path) -> None:
+    for p in paths:
+        with contextlib.suppress(OSError):
+            p.unlink(missing_ok=True)
+
+
+def _mtime(p: Path) -> float:
+    try:
+        return p.stat().st_mtime
+    except OSError:
+        return 0.0
+
+
+def _device(p: Path) -> int | None:
+    try:
+        return p.stat().st_dev
+    except OSError:
+        return None
+
+
+def _human(n: int) -> str:
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(size) < 1024 or unit == "GiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} TiB"
+
+
+def _stored_token() -> str | None:
+    """The token saved by ``hf auth login`` (HF_TOKEN is read before this)."""
+    try:
+        return huggingface_hub.get_token()
+    except Exception:  # noqa: BLE001 - a broken token store must not stop the app
+        logger.debug("no stored Hugging Face token", exc_info=True)
+        return None
+
+
+__all__ = ["HubClient", "HubError", "PartialDownload", "RemoteFile", "RepoInfo"]
