@@ -1,0 +1,153 @@
+"""The engine on real llama.cpp: greedy determinism under batching and chunking, bad input."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from app.engine import Engine, ModelConfig
+from app.engine.errors import ContextOverflow, EngineError, GrammarFailed, ModelLoadFailed
+from app.engine.events import Done, TokenId
+
+
+def _config(path: Path, **kw) -> ModelConfig:
+    kw.setdefault("n_ctx", 512)
+    kw.setdefault("n_seq_max", 8)
+    kw.setdefault("n_batch", 256)
+    kw.setdefault("n_threads", 2)
+    kw.setdefault("cache_enabled", False)
+    return ModelConfig(path=str(path), **kw)
+
+
+@pytest.fixture
+def engine(tmp_path):
+    e = Engine(tmp_path / "data")
+    yield e
+    e.close()
+
+
+PROMPTS = [
+    "The quick brown fox",
+    "Once upon a time, in a land far away,",
+    "def fibonacci(n):",
+    "The capital of France is",
+    "1, 2, 3, 4,",
+    "Dear Sir or Madam, I am writing to",
+    "In the beginning",
+    "SELECT * FROM users WHERE",
+]
+
+
+def _ids(stream) -> list[int]:
+    return [e.id for e in stream if isinstance(e, TokenId)]
+
+
+def _batched_equals_solo(model, n_tokens: int) -> None:
+    prompts = [model.tokenize(p) for p in PROMPTS]
+    solo = [_ids(model.infer(p, response_tokens=n_tokens)) for p in prompts]
+    streams = [model.infer(p, response_tokens=n_tokens) for p in prompts]
+    together = [_ids(s) for s in streams]
+    assert together == solo
+    assert all(len(t) >= 1 for t in solo)
+    assert len({tuple(t) for t in solo}) > 1  # different prompts, different continuations
+
+
+def test_eight_streams_equal_solo_tiny(engine, tiny_model_path):
+    model = engine.load_model("tiny", _config(tiny_model_path))
+    _batched_equals_solo(model, 24)
+
+
+@pytest.mark.smollm2
+def test_eight_streams_equal_solo_smollm2(engine, smollm2_path):
+    model = engine.load_model("smol", _config(smollm2_path))
+    _batched_equals_solo(model, 16)
+
+
+def _chunked_equals_unchunked(tmp_path, path: Path) -> None:
+    prompt_text = " ".join(PROMPTS) * 3
+    results = []
+    for i, chunk in enumerate((None, 16)):
+        with Engine(tmp_path / f"d{i}") as e:
+            model = e.load_model("m", _config(path, n_seq_max=2, prefill_chunk_size=chunk))
+            tokens = model.tokenize(prompt_text)
+            assert len(tokens) > 48  # several chunks of 16
+            results.append(_ids(model.infer(tokens, response_tokens=16)))
+    assert results[0] == results[1]
+
+
+def test_chunked_prefill_equals_unchunked_tiny(tmp_path, tiny_model_path):
+    _chunked_equals_unchunked(tmp_path, tiny_model_path)
+
+
+@pytest.mark.smollm2
+def test_chunked_prefill_equals_unchunked_smollm2(tmp_path, smollm2_path):
+    _chunked_equals_unchunked(tmp_path, smollm2_path)
+
+
+def test_bad_model_files(engine, tmp_path, tiny_model_path):
+    missing = tmp_path / "missing.gguf"
+    not_gguf = tmp_path / "notes.gguf"
+    not_gguf.write_text("this is not a model\n" * 100)
+    truncated = tmp_path / "truncated.gguf"
+    truncated.write_bytes(tiny_model_path.read_bytes()[:4096])
+    for bad in (missing, not_gguf, truncated):
+        with pytest.raises(ModelLoadFailed) as err:
+            engine.load_model(bad.stem, _config(bad))
+        assert err.value.code == "model_load_failed"
+        assert str(bad.name) in str(err.value) or "GGUF" in str(err.value)
+    # The engine keeps serving: a good model loads and generates after the failures.
+    model = engine.load_model("tiny", _config(tiny_model_path, n_seq_max=1))
+    assert len(model.complete("hello", response_tokens=3).generated) >= 1
+
+
+def test_prompt_longer_than_context_and_bad_grammar(engine, tiny_model_path):
+    model = engine.load_model("tiny", _config(tiny_model_path, n_ctx=64, n_seq_max=2))
+    busy = model.infer(model.tokenize("keep generating"), response_tokens=40)
+    with pytest.raises(ContextOverflow) as err:
+        model.infer(model.tokenize("word " * 100))
+    assert err.value.code == "context_overflow"
+    with pytest.raises(GrammarFailed) as gerr:
+        model.infer(model.tokenize("x"), grammar='root ::= "unterminated')
+    assert gerr.value.code == "grammar_failed"
+    # Other requests were never disturbed.
+    assert busy.result(timeout=60).completion_tokens >= 1
+    assert model.complete("ok", response_tokens=2).finish_reason in ("length", "stop")
+
+
+@pytest.mark.smollm2
+def test_grammar_constrains_output(engine, smollm2_path):
+    model = engine.load_model("smol", _config(smollm2_path, n_seq_max=1))
+    tokens = model.apply_chat_template({"messages": [{"role": "user", "content": "Is the sky blue?"}]})
+    events = list(model.infer(tokens, response_tokens=8, grammar='root ::= "yes" | "no"'))
+    text = "".join(getattr(e, "text", "") for e in events)
+    assert text in ("yes", "no")
+    assert isinstance(events[-1], Done)
+
+
+@pytest.mark.smollm2
+def test_cli_chat_answers_paris(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "app", "--data-dir", str(tmp_path), "chat", "--temperature", "0",
+         "What is the capital of France? Answer in one sentence."],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "Paris" in proc.stdout
+
+
+def test_engine_error_codes_are_the_seed_atoms():
+    from app.engine import errors
+
+    codes = {
+        cls.code
+        for cls in vars(errors).values()
+        if isinstance(cls, type) and issubclass(cls, EngineError) and cls is not EngineError
+    }
+    assert {
+        "no_session", "sticky_busy", "busy", "not_supported", "not_found", "invalid_request",
+        "context_overflow", "n_batch_too_small", "model_load_failed", "adapter_load_failed",
+        "grammar_failed",
+    } <= codes

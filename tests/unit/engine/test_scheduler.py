@@ -1,0 +1,421 @@
+"""The seed's behaviours, one test each, on the deterministic stub backend."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from app.engine import Engine, ModelConfig
+from app.engine.backend import DecodeOp, PrefillOp
+from app.engine.errors import (
+    Busy,
+    ContextOverflow,
+    EngineError,
+    GrammarFailed,
+    InvalidRequest,
+    NBatchTooSmall,
+    NoSession,
+    StickyBusy,
+)
+from app.engine.events import (
+    Done,
+    Error,
+    ThinkingDelta,
+    ThinkingEnd,
+    Token,
+    TokenId,
+    ToolCallDelta,
+    ToolCallEnd,
+)
+from tests.helpers.stub_backend import StubBackend
+
+
+@pytest.fixture
+def make_model(tmp_path):
+    engines: list[Engine] = []
+
+    def make(stub: StubBackend | None = None, **cfg: Any):
+        stub = stub or StubBackend()
+        cfg.setdefault("cache_enabled", False)
+        cfg.setdefault("n_seq_max", stub.n_seq_max)
+        engine = Engine(tmp_path / f"e{len(engines)}", backend_factory=lambda c: stub)
+        engines.append(engine)
+        model = engine.load_model("stub", ModelConfig(path="stub", **cfg))
+        return model, stub
+
+    yield make
+    for e in engines:
+        e.close()
+
+
+def tok(text: str) -> list[int]:
+    return [ord(c) for c in text]
+
+
+def collect(stream) -> list:
+    return list(stream)
+
+
+def test_fifo_done_order_with_one_seq(make_model):
+    model, stub = make_model(StubBackend(n_seq_max=1))
+    order: list[int] = []
+    lock = threading.Lock()
+
+    def on(ref):
+        def cb(ev):
+            if isinstance(ev, Done):
+                with lock:
+                    order.append(ref)
+
+        return cb
+
+    streams = []
+    for i in range(4):
+        s = model.infer(tok(f"prompt {i}"), response_tokens=5, on_event=None)
+        streams.append(s)
+    # One seq: each request must wait for the previous one; done order == submit order.
+    done_at = []
+    for s in streams:
+        s.result(timeout=10)
+        done_at.append(time.perf_counter())
+    refs = [s.ref for s in streams]
+    assert refs == sorted(refs)
+    # The stub ran them one after another: no step ever mixed two seqs... there is one seq.
+    assert all(len(step) == 1 for step in stub.steps)
+    assert done_at == sorted(done_at)
+
+
+def test_queued_admits_dispatch_when_a_seq_frees(make_model):
+    model, stub = make_model(StubBackend(n_seq_max=1, step_delay=0.01))
+    first = model.infer(tok("first"), response_tokens=20)
+    second = model.infer(tok("second"), response_tokens=3)
+    deadline = time.time() + 5
+    while model.snapshot().pending_len != 1 and time.time() < deadline:
+        time.sleep(0.005)
+    assert model.snapshot().pending_len == 1
+    assert first.result(timeout=10).completion_tokens == 20
+    stats = second.result(timeout=10)
+    assert stats.completion_tokens == 3
+    assert model.snapshot().pending_len == 0
+
+
+def test_batches_decode_rows_whole_and_slices_prefill(make_model):
+    model, stub = make_model(StubBackend(n_seq_max=2, step_delay=0.002), n_batch=8, prefill_chunk_size=4)
+    a = model.infer(tok("x"), response_tokens=30)
+    while not model.snapshot().num_tokens_generated:
+        time.sleep(0.001)
+    b = model.infer(tok("a longer prompt here"), response_tokens=2)
+    a.result(timeout=10)
+    b.result(timeout=10)
+    mixed = [s for s in stub.steps if any(isinstance(o, DecodeOp) for o in s) and any(isinstance(o, PrefillOp) for o in s)]
+    assert mixed, "a prefill should have shared ticks with a decoder"
+    for step in stub.steps:
+        total = sum(len(o.tokens) if isinstance(o, PrefillOp) else 1 for o in step)
+        assert total <= 8
+        assert all(len(o.tokens) <= 4 for o in step if isinstance(o, PrefillOp))
+
+
+def test_stop_sequence_across_token_boundaries(make_model):
+    stub = StubBackend(script={"Q:": "Hello world. END more text"})
+    model, _ = make_model(stub)
+    res = model.complete("Q:", response_tokens=50, stop_sequences=["nope", "d. E"])
+    assert res.reply == "Hello worl"
+    assert res.stop_sequence == "d. E"
+    assert res.finish_reason == "stop"
+    assert res.stats.stop_sequence == "d. E"
+    # The streamed text never shows the held-back part of the match.
+    events = collect(model.infer(tok("Q:"), response_tokens=50, stop_sequences=["d. E"]))
+    text = "".join(e.text for e in events if isinstance(e, Token))
+    assert text == "Hello worl"
+    assert isinstance(events[-1], Done) and events[-1].stats.finish_reason == "stop"
+
+
+def test_first_stop_by_list_order_wins(make_model):
+    stub = StubBackend(script={"Q:": "abcdef"})
+    model, _ = make_model(stub)
+    res = model.complete("Q:", response_tokens=50, stop_sequences=["cdef", "bc"])
+    assert res.stop_sequence == "bc"
+    assert res.reply == "a"
+
+
+def test_eog_and_length_finish_reasons(make_model):
+    stub = StubBackend(script={"Q:": "hi"})
+    model, _ = make_model(stub)
+    res = model.complete("Q:", response_tokens=50)
+    assert (res.reply, res.finish_reason) == ("hi", "stop")
+    res = model.complete("Q:", response_tokens=1)
+    assert (res.reply, res.finish_reason) == ("h", "length")
+    # context_tokens holds everything in the KV: prompt ++ generated (eog included).
+    assert list(res.context_tokens) == tok("Q:") + list(res.generated)
+
+
+def test_every_token_gets_a_token_id_event(make_model):
+    model, _ = make_model(StubBackend(script={"Q:": "ok"}))
+    events = collect(model.infer(tok("Q:"), response_tokens=10))
+    ids = [e.id for e in events if isinstance(e, TokenId)]
+    assert ids == [ord("o"), ord("k"), 0]  # the end-of-generation token too, whose text is empty
+
+
+def test_cancel(make_model):
+    model, stub = make_model(StubBackend(n_seq_max=1, step_delay=0.005))
+    s = model.infer(tok("go"), response_tokens=10_000)
+    while model.snapshot().num_tokens_generated < 3:
+        time.sleep(0.002)
+    s.cancel()
+    stats = s.result(timeout=10)
+    assert stats.cancelled and stats.finish_reason == "cancelled"
+    assert stats.completion_tokens < 10_000
+    s.cancel()  # idempotent
+    model.cancel(987654)  # unknown ref: ignored
+    nxt = model.complete("next", response_tokens=3)
+    assert nxt.finish_reason == "length" and len(nxt.generated) == 3
+
+
+def test_cancel_while_pending(make_model):
+    model, _ = make_model(StubBackend(n_seq_max=1, step_delay=0.005))
+    busy = model.infer(tok("busy"), response_tokens=200)
+    waiting = model.infer(tok("waiting"), response_tokens=5)
+    waiting.cancel()
+    assert waiting.result(timeout=10).cancelled
+    busy.cancel()
+    busy.result(timeout=10)
+
+
+def test_sticky_second_turn_prefills_only_the_suffix(make_model):
+    stub = StubBackend(script={"U1>": "r1", "U2>": "r2"})
+    model, _ = make_model(stub)
+    first = model.complete("sys U1>", response_tokens=10, session_id="c1")
+    assert first.cache_hit_kind == "cold"
+    stored = list(first.context_tokens)
+    before = dict(stub.prefilled)
+    suffix = tok(" U2>")
+    res = model.infer(stored + suffix, response_tokens=10, session_id="c1")
+    stats = res.result(timeout=10)
+    assert stats.cache_hit_kind == "sticky"
+    assert stats.cache_delta.read == len(stored)
+    seq = next(iter(s for s in stub.prefilled if stub.prefilled[s] != before.get(s, 0)))
+    assert stub.prefilled[seq] - before.get(seq, 0) == len(suffix)
+
+
+def test_sticky_equal_prompt_reprefills_last_token(make_model):
+    stub = StubBackend(script={"U1>": "r1"})
+    model, _ = make_model(stub)
+    first = model.complete("U1>", response_tokens=1, session_id="s")
+    again = model.infer(list(first.context_tokens), response_tokens=1, session_id="s").result(timeout=10)
+    assert again.cache_hit_kind == "sticky"
+    assert again.prompt_tokens == len(first.context_tokens)
+
+
+def test_diverging_prompt_frees_the_seq(make_model):
+    stub = StubBackend(n_seq_max=1, script={"U1>": "r1"})
+    model, _ = make_model(stub)
+    model.complete("hello U1>", response_tokens=10, session_id="c1")
+    assert model.snapshot().slots[0].state == "pinned"
+    res = model.infer(tok("something else entirely"), response_tokens=2, session_id="c1").result(timeout=10)
+    assert res.cache_hit_kind == "cold"
+    assert stub.prefilled[0] >= len("hello U1>") + len("something else entirely")
+
+
+def test_sticky_busy(make_model):
+    model, _ = make_model(StubBackend(step_delay=0.005))
+    s = model.infer(tok("long"), response_tokens=500, session_id="c1")
+    with pytest.raises(StickyBusy) as err:
+        model.infer(tok("long more"), response_tokens=5, session_id="c1")
+    assert err.value.code == "sticky_busy"
+    s.cancel()
+    s.result(timeout=10)
+
+
+def test_continue_session(make_model):
+    stub = StubBackend(script={"U1>": "r1", "U2>": "r2"})
+    model, _ = make_model(stub)
+    with pytest.raises(NoSession) as err:
+        model.continue_session(tok("x"), session_id="nobody")
+    assert err.value.code == "no_session"
+    first = model.complete("U1>", response_tokens=10, session_id="c")
+    stream = model.continue_session(tok(" U2>"), session_id="c", response_tokens=10)
+    events = collect(stream)
+    done = events[-1]
+    assert isinstance(done, Done)
+    assert done.stats.cache_hit_kind == "continuation"
+    assert done.stats.cache_delta.read == len(first.context_tokens)
+    assert "".join(e.text for e in events if isinstance(e, Token)) == "r2"
+
+
+def test_end_session_is_idempotent_and_frees_the_seq(make_model):
+    model, _ = make_model(StubBackend(n_seq_max=1))
+    model.complete("hi", response_tokens=2, session_id="c")
+    assert model.snapshot().slots[0].state == "pinned"
+    model.end_session("c")
+    model.end_session("c")
+    model.end_session("never-existed")
+    assert model.snapshot().slots[0].state == "free"
+    with pytest.raises(NoSession):
+        model.continue_session(tok("x"), session_id="c")
+
+
+def test_lru_idle_session_released_when_all_seqs_pinned(make_model):
+    model, _ = make_model(StubBackend(n_seq_max=2))
+    model.complete("one", response_tokens=2, session_id="a")
+    model.complete("two", response_tokens=2, session_id="b")
+    assert {s.state for s in model.snapshot().slots} == {"pinned"}
+    res = model.complete("three", response_tokens=2)  # would starve without the release
+    assert res.finish_reason == "length"
+    owners = {s.session_id for s in model.snapshot().slots if s.state == "pinned"}
+    assert owners == {"b"}  # "a" was the least recently used
+
+
+THINK_TEMPLATE = "{% if thinking %}<think>{% endif %}"
+
+
+def test_thinking_with_opt_in(make_model):
+    stub = StubBackend(script={"Q:": "<think>abc</think>Answer"}, chat_template=THINK_TEMPLATE)
+    model, _ = make_model(stub)
+    events = collect(model.infer(tok("Q:"), response_tokens=100, thinking="enabled"))
+    thinking = "".join(e.text for e in events if isinstance(e, ThinkingDelta))
+    ends = [e for e in events if isinstance(e, ThinkingEnd)]
+    text = "".join(e.text for e in events if isinstance(e, Token))
+    assert thinking == "abc"
+    assert len(ends) == 1 and ends[0].signature == b""
+    assert text == "Answer"
+    # ThinkingEnd comes before any visible text.
+    assert events.index(ends[0]) < next(i for i, e in enumerate(events) if isinstance(e, Token))
+
+
+def test_thinking_signature_with_key(make_model):
+    import hashlib
+    import hmac
+
+    stub = StubBackend(script={"Q:": "<think>abc</think>A"}, chat_template=THINK_TEMPLATE)
+    model, _ = make_model(stub, thinking_signing_key=b"k")
+    events = collect(model.infer(tok("Q:"), response_tokens=100, thinking="enabled"))
+    end = next(e for e in events if isinstance(e, ThinkingEnd))
+    assert end.signature == hmac.new(b"k", b"abc", hashlib.sha256).digest()
+
+
+def test_thinking_without_opt_in_is_an_error(make_model):
+    stub = StubBackend(script={"Q:": "<think>abc</think>Answer"}, chat_template=THINK_TEMPLATE)
+    model, _ = make_model(stub)
+    events = collect(model.infer(tok("Q:"), response_tokens=100))
+    assert isinstance(events[-1], Error) and events[-1].code == "invalid_request"
+    assert not any(isinstance(e, ThinkingDelta) for e in events)
+    assert model.complete("hello", response_tokens=2).finish_reason == "length"  # still serving
+
+
+def test_thinking_budget_closes_the_span_early(make_model):
+    stub = StubBackend(script={"Q:": "<think>abcdef</think>X"}, chat_template=THINK_TEMPLATE)
+    model, _ = make_model(stub)
+    events = collect(model.infer(tok("Q:"), response_tokens=100, thinking="enabled", thinking_budget_tokens=2))
+    thinking = "".join(e.text for e in events if isinstance(e, ThinkingDelta))
+    assert thinking == "ab"
+    assert sum(isinstance(e, ThinkingEnd) for e in events) == 1
+    text = "".join(e.text for e in events if isinstance(e, Token))
+    assert text.startswith("cdef")  # the rest is routed to the normal pipeline
+
+
+def test_tool_call_span(make_model):
+    payload = '{"name": "get_weather", "arguments": {"city": "Paris"}}'
+    stub = StubBackend(
+        script={"Q:": f"Sure.<tool_call>{payload}</tool_call>"},
+        chat_template="{{ '<tool_call>' }}",
+    )
+    model, _ = make_model(stub)
+    events = collect(model.infer(tok("Q:"), response_tokens=200))
+    deltas = "".join(e.text for e in events if isinstance(e, ToolCallDelta))
+    ends = [e for e in events if isinstance(e, ToolCallEnd)]
+    assert len(ends) == 1 and ends[0].full == deltas == payload
+    assert "".join(e.text for e in events if isinstance(e, Token)) == "Sure."
+    # Syntax tokens were sampled greedily, payload strings with the request's sampler.
+    greedy_flags = [o.greedy for s in stub.steps for o in s if isinstance(o, DecodeOp)]
+    assert any(greedy_flags) and not all(greedy_flags)
+
+
+def test_verify_refused_while_busy(make_model):
+    model, stub = make_model(StubBackend(step_delay=0.005))
+    accepted, nxt = model.verify(tok("ab"), [stub.next_token(tok("ab"))], 1)
+    assert accepted == 1
+    s = model.infer(tok("busy"), response_tokens=500)
+    with pytest.raises(Busy) as err:
+        model.verify(tok("ab"), [1, 2], 2)
+    assert err.value.code == "busy"
+    s.cancel()
+    s.result(timeout=10)
+
+
+def test_n_batch_too_small(make_model, tmp_path):
+    stub = StubBackend(n_seq_max=4)
+    engine = Engine(tmp_path / "nb", backend_factory=lambda c: stub)
+    with pytest.raises(NBatchTooSmall) as err:
+        engine.load_model("m", ModelConfig(path="stub", n_seq_max=4, n_batch=2, cache_enabled=False))
+    assert err.value.code == "n_batch_too_small"
+    engine.close()
+
+
+def test_n_batch_too_small_at_tick_fails_instead_of_stalling(make_model):
+    model, stub = make_model(StubBackend(n_seq_max=3, step_delay=0.002), n_batch=3)
+    streams = [model.infer(tok(f"p{i}"), response_tokens=300) for i in range(3)]
+    deadline = time.time() + 5
+    while sum(s.state == "generating" for s in model.snapshot().slots) < 3 and time.time() < deadline:
+        time.sleep(0.001)
+    model.config.n_batch = 2  # three decoders now outnumber the budget
+    results = []
+    for s in streams:
+        try:
+            s.result(timeout=10)
+            results.append("ok")
+        except EngineError as exc:
+            results.append(exc.code)
+    assert "n_batch_too_small" in results
+
+
+def test_context_overflow_and_engine_keeps_serving(make_model):
+    model, _ = make_model(n_ctx=32)
+    with pytest.raises(ContextOverflow) as err:
+        model.infer(tok("x" * 40))
+    assert err.value.code == "context_overflow"
+    res = model.complete("short", response_tokens=100)
+    assert res.finish_reason == "length" and len(res.context_tokens) == 32
+
+
+def test_bad_grammar_and_bad_options(make_model):
+    model, stub = make_model()
+    with pytest.raises(GrammarFailed) as err:
+        model.infer(tok("x"), grammar="not a grammar")
+    assert err.value.code == "grammar_failed"
+    with pytest.raises(InvalidRequest):
+        model.infer(tok("x"), temperature=-1)
+    with pytest.raises(InvalidRequest):
+        model.infer(tok("x"), no_such_option=1)
+    with pytest.raises(InvalidRequest):
+        model.infer([])
+    assert model.complete("ok", response_tokens=2).finish_reason == "length"
+    assert stub.samplers_alive == 0  # every sampler freed
+
+
+def test_status_and_model_info(make_model):
+    model, _ = make_model(StubBackend(n_seq_max=2, step_delay=0.005))
+    assert model.status() == "idle"
+    s = model.infer(tok("go"), response_tokens=500)
+    deadline = time.time() + 5
+    while model.status() != "generating" and time.time() < deadline:
+        time.sleep(0.002)
+    assert model.status() == "generating"
+    info = model.model_info()
+    assert info.n_seq_max == 2 and info.available_seqs == 1 and info.backend == "stub"
+    s.cancel()
+    s.result(timeout=10)
+    time.sleep(0.05)
+    assert model.status() == "idle"
+    assert model.model_info().last_cache_hit.kind == "cold"
+
+
+def test_eight_concurrent_streams_match_solo_runs(make_model):
+    model, _ = make_model(StubBackend(n_seq_max=8), n_batch=64)
+    prompts = [tok(f"prompt number {i}") for i in range(8)]
+    solo = [list(model.complete(model.detokenize(p), response_tokens=12).generated) for p in prompts]
+    streams = [model.infer(p, response_tokens=12) for p in prompts]
+    together = [[e.id for e in s if isinstance(e, TokenId)] for s in streams]
+    assert together == solo
