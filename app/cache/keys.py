@@ -155,7 +155,7 @@ def effective_fingerprint(base: bytes, adapters: Sequence[tuple[bytes, float]]) 
     for sha, scale in sorted(adapters, key=lambda a: (a[0], a[1])):
         if len(sha) != FINGERPRINT_LEN:
             raise ValueError(f"adapter sha256 must be 32 bytes, got {len(sha)}")
-        if not math.isfinite(scale):
+        if not math.isfinite(scale * 2**32):
             raise ValueError(f"adapter scale must be finite, got {scale!r}")
         fixed = _round_half_away(scale * 2**32)  # exact: scaling by a power of two
         if not _I64_MIN <= fixed <= _I64_MAX:
