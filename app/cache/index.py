@@ -3,7 +3,8 @@ namespace (fingerprint, quant byte, ctx hash) the sorted set of row lengths.
 
 The lengths set is what makes the any-length longest-prefix lookup linear in the prompt:
 one incremental sha256 pass over the prompt's token bytes, taking a digest only at lengths
-some row has (``prefix_keys``), then O(1) dict probes. No scan over rows.
+some row has and whose last token matches the prompt's (``candidate_lengths``,
+``prefix_keys``), then O(1) dict probes. No scan over rows.
 
 Not thread-safe; the store guards it with its lock.
 """
@@ -60,24 +61,36 @@ class Row:
 
 
 class _Lengths:
-    __slots__ = ("counts", "sorted")
+    """Row lengths of one namespace, plus (length, last token) pairs as a cheap filter."""
+
+    __slots__ = ("counts", "sorted", "tails")
 
     def __init__(self) -> None:
         self.counts: Counter[int] = Counter()
         self.sorted: list[int] = []
+        self.tails: Counter[int] = Counter()  # (n << 32) | token n-1
 
-    def add(self, n: int) -> None:
+    def add(self, n: int, tail: int) -> None:
+        self.tails[tail] += 1
         self.counts[n] += 1
         if self.counts[n] == 1:
             bisect.insort(self.sorted, n)
 
-    def remove(self, n: int) -> None:
+    def remove(self, n: int, tail: int) -> None:
+        self.tails[tail] -= 1
+        if self.tails[tail] <= 0:
+            del self.tails[tail]
         self.counts[n] -= 1
         if self.counts[n] <= 0:
             del self.counts[n]
             i = bisect.bisect_left(self.sorted, n)
             if i < len(self.sorted) and self.sorted[i] == n:
                 del self.sorted[i]
+
+
+def _tail(row: Row) -> int:
+    last = int.from_bytes(row.tokens_le[-4:], "little") if row.n_tokens else 0
+    return (row.n_tokens << 32) | last
 
 
 class RowIndex:
@@ -100,7 +113,7 @@ class RowIndex:
     def put(self, row: Row) -> None:
         """Insert or replace (same key ⇒ same tokens, so the lengths set is unchanged)."""
         if row.key not in self._rows:
-            self._lengths.setdefault(row.namespace, _Lengths()).add(row.n_tokens)
+            self._lengths.setdefault(row.namespace, _Lengths()).add(row.n_tokens, _tail(row))
         self._rows[row.key] = row
 
     def remove(self, key: bytes) -> Row | None:
@@ -108,7 +121,7 @@ class RowIndex:
         if row is not None:
             lengths = self._lengths.get(row.namespace)
             if lengths is not None:
-                lengths.remove(row.n_tokens)
+                lengths.remove(row.n_tokens, _tail(row))
                 if not lengths.counts:
                     del self._lengths[row.namespace]
         return row
@@ -121,6 +134,21 @@ class RowIndex:
         lo = bisect.bisect_left(lengths.sorted, 1)
         hi = bisect.bisect_right(lengths.sorted, limit)
         return lengths.sorted[lo:hi]
+
+    def candidate_lengths(self, ns: Namespace, tokens: Sequence[int], limit: int) -> list[int]:
+        """Lengths ``n`` in ``1..limit`` at which some row of the namespace has ``n`` tokens
+        ending in ``tokens[n-1]`` — a superset of the prefix hits, ascending.
+
+        NOTE: the (length, last token) filter spares a sha256 digest at nearly every length
+        that cannot match; with 10k rows of other conversations it cuts the digests from
+        thousands to a handful. Keys and tokens are still checked for every candidate.
+        """
+        lengths = self._lengths.get(ns)
+        if lengths is None:
+            return []
+        tails = lengths.tails
+        hi = bisect.bisect_right(lengths.sorted, limit)
+        return [n for n in lengths.sorted[:hi] if n > 0 and (n << 32 | tokens[n - 1]) in tails]
 
 
 def prefix_keys(hasher: Any, token_bytes: bytes, lengths: Sequence[int]) -> list[bytes]:

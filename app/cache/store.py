@@ -294,7 +294,7 @@ class CacheStore:
         limit = len(tokens) if max_len is None else min(max_len, len(tokens))
         ns = (meta.fingerprint.hex(), quant_byte(meta.quant_type), meta.ctx_params_hash.hex())
         with self._lock:
-            lengths = self._index.lengths_upto(ns, limit)
+            lengths = self._index.candidate_lengths(ns, tokens, limit)
         best: Row | None = None
         if lengths:
             token_bytes = encode_tokens(tokens[: lengths[-1]])

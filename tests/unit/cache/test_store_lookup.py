@@ -1,0 +1,204 @@
+"""CacheStore lookups: exact, wait-for-publish, any-length longest prefix, loads."""
+
+from __future__ import annotations
+
+import random
+import statistics
+import threading
+import time
+from dataclasses import replace
+
+import pytest
+
+from app.cache.index import Row
+from app.cache.keys import KeyMeta, encode_tokens
+from app.cache.store import COUNTER_NAMES, CacheStore
+from tests.unit.cache.conftest import META, OTHER_META, Gate, payload_for, save
+
+PROMPT = list(range(100, 140))
+
+
+def test_counter_names_are_the_spec_names(store: CacheStore) -> None:
+    counters = store.counters()
+    assert list(counters)[: len(COUNTER_NAMES)] == list(COUNTER_NAMES)
+    assert all(v == 0 for v in counters.values())
+    assert {"save_errors", "saves_rejected"} <= set(counters)
+
+
+def test_exact_hit_and_load(store: CacheStore) -> None:
+    key = save(store, PROMPT[:20], reason="cold")
+    assert key == META.key(PROMPT[:20])
+    row = store.lookup_exact(META, PROMPT[:20])
+    assert row is not None and row.key == key and row.tokens == tuple(PROMPT[:20])
+    assert (row.n_tokens, row.tier, row.save_reason, row.model_id) == (20, "disk", "cold", "m")
+    assert row.status == "available" and row.prompt_preview == "prompt of 20 tokens"
+    assert store.lookup_exact(META, PROMPT[:19]) is None
+    assert store.lookup_exact(OTHER_META, PROMPT[:20]) is None
+
+    assert store.load(row) == payload_for(PROMPT[:20])
+    again = store.lookup_exact(META, PROMPT[:20])
+    assert again is not None and again.hits == 1 and again.last_used >= row.last_used
+    assert store.counters()["saves_cold"] == 1
+    assert store.counters()["load_total_ns"] > 0
+
+
+@pytest.mark.parametrize("tier", ["ram", "ram_file", "disk"])
+def test_every_tier_round_trips(store: CacheStore, tier: str) -> None:
+    save(store, PROMPT, tier=tier)
+    row = store.lookup_exact(META, PROMPT)
+    assert row is not None and row.tier == tier
+    assert store.load(row) == payload_for(PROMPT)
+    assert store.counters()[f"bytes_{tier}"] == row.size
+
+
+def test_count_bumps_engine_counters(store: CacheStore) -> None:
+    store.count("hits_exact")
+    store.count("pack_total_ns", 1234)
+    assert store.counters()["hits_exact"] == 1 and store.counters()["pack_total_ns"] == 1234
+
+
+def test_wait_for_across_threads(store: CacheStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    gate = Gate()
+    gate.install(monkeypatch, store, "disk")
+    key = save(store, PROMPT, flush=False)
+    assert key is not None
+    assert gate.entered.wait(5)
+    assert store.lookup_exact(META, PROMPT) is None  # being written: not yet published
+    assert store.wait_for(key, 50) is None  # times out while the write is held
+
+    results: list[Row | None] = []
+    waiter = threading.Thread(target=lambda: results.append(store.wait_for(key, 10_000)))
+    waiter.start()
+    time.sleep(0.05)
+    assert not results  # still waiting
+    gate.release.set()
+    waiter.join(10)
+    assert results and results[0] is not None and results[0].key == key
+    assert store.wait_for(key, 0) is not None  # published: immediate
+    assert store.wait_for(b"\x00" * 32, 10_000) is None  # unknown key: immediate
+
+
+def test_longest_prefix_at_any_length(store: CacheStore) -> None:
+    for n in (3, 7, 13):
+        save(store, PROMPT[:n])
+    save(store, PROMPT[:5], meta=OTHER_META)
+
+    def hit(tokens: list[int], max_len: int | None = None) -> int | None:
+        row = store.longest_prefix(META, tokens, max_len=max_len)
+        return None if row is None else row.n_tokens
+
+    assert hit(PROMPT) == 13
+    assert hit(PROMPT[:13]) == 13  # the whole prompt may be the hit
+    assert hit(PROMPT[:12]) == 7
+    assert hit(PROMPT, max_len=12) == 7
+    assert hit(PROMPT, max_len=3) == 3
+    assert hit(PROMPT, max_len=2) is None
+    assert hit(PROMPT[:2]) is None
+    assert hit(PROMPT[:5] + [9999] + PROMPT[6:]) == 3  # diverges at 5
+    assert hit([1] + PROMPT[1:]) is None
+    assert hit([]) is None
+    other = store.longest_prefix(OTHER_META, PROMPT)
+    assert other is not None and other.n_tokens == 5
+    assert store.counters()["longest_prefix_probes"] == 11
+
+
+def test_longest_prefix_verifies_tokens(store: CacheStore) -> None:
+    save(store, PROMPT[:4])
+    save(store, PROMPT[:9])
+    row = store.lookup_exact(META, PROMPT[:9])
+    assert row is not None
+    # simulate a hash collision: the row under this key claims other tokens
+    store._index.put(replace(row, tokens_le=encode_tokens([0] * 9)))
+    found = store.longest_prefix(META, PROMPT)
+    assert found is not None and found.n_tokens == 4
+
+
+def test_longest_prefix_ignores_removed_rows(store: CacheStore) -> None:
+    save(store, PROMPT[:4])
+    key = save(store, PROMPT[:9])
+    assert key is not None and store.delete(key)
+    found = store.longest_prefix(META, PROMPT)
+    assert found is not None and found.n_tokens == 4
+
+
+def test_longest_prefix_timing_10k_rows_8k_prompt(store: CacheStore) -> None:
+    rng = random.Random(7)
+    prompt = [rng.randrange(50_000) for _ in range(8000)]
+    fp, ctx = META.fingerprint.hex(), META.ctx_params_hash.hex()
+
+    def row(key: bytes, tokens_le: bytes, n: int) -> Row:
+        return Row(
+            key=key, model_id="m", fingerprint=fp, quant_type=META.quant_type, ctx_hash=ctx,
+            n_tokens=n, tokens_le=tokens_le, tier="ram", size=0, save_reason="finish",
+            created=0.0, last_used=0.0,
+        )  # fmt: skip
+
+    # 10k rows of other conversations at random lengths (most distinct), in the index
+    for _ in range(10_000):
+        store._index.put(row(rng.randbytes(32), b"", rng.randrange(1, 8001)))
+    real = [1, 777, 5003]  # real prefixes of the prompt, not on any alignment
+    for n in real:
+        store._index.put(row(META.key(prompt[:n]), encode_tokens(prompt[:n]), n))
+
+    times = []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        found = store.longest_prefix(META, prompt)
+        times.append(time.perf_counter() - t0)
+        assert found is not None and found.n_tokens == 5003
+    median_ms = statistics.median(times) * 1000
+    print(f"\nlongest_prefix, 10k rows, 8000-token prompt: median {median_ms:.2f} ms")
+    assert median_ms < 100
+    found = store.longest_prefix(META, prompt, max_len=5002)
+    assert found is not None and found.n_tokens == 777
+
+
+def test_load_of_a_vanished_row_is_a_miss(store: CacheStore) -> None:
+    key = save(store, PROMPT)
+    row = store.lookup_exact(META, PROMPT)
+    assert key is not None and row is not None and store.delete(key)
+    assert store.load(row) is None
+    assert store.counters()["corrupt_files"] == 0
+
+
+def test_keymeta_with_other_quant_is_another_namespace(store: CacheStore) -> None:
+    save(store, PROMPT[:8])
+    q8 = KeyMeta(META.fingerprint, "q8_0", META.ctx_params_hash)
+    assert store.longest_prefix(q8, PROMPT) is None
+    assert store.lookup_exact(q8, PROMPT[:8]) is None
+
+
+def test_longest_prefix_timing_when_every_length_matches(store: CacheStore) -> None:
+    """Worst case for the tail filter: rows at 4000 lengths are all prefixes of the prompt."""
+    prompt = list(range(1, 8001))
+    fp, ctx = META.fingerprint.hex(), META.ctx_params_hash.hex()
+    hasher = META.hasher()
+    token_bytes = encode_tokens(prompt)
+    for n in range(1, 8001):
+        hasher.update(token_bytes[(n - 1) * 4 : n * 4])
+        if n % 2 and n < 7000:
+            store._index.put(
+                Row(
+                    key=hasher.copy().digest(),
+                    model_id="m",
+                    fingerprint=fp,
+                    quant_type=META.quant_type,
+                    ctx_hash=ctx,
+                    n_tokens=n,
+                    tokens_le=token_bytes[: n * 4],
+                    tier="ram",
+                    size=0,
+                    save_reason="finish",
+                    created=0.0,
+                    last_used=0.0,
+                )  # fmt: skip
+            )
+    times = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        found = store.longest_prefix(META, prompt)
+        times.append(time.perf_counter() - t0)
+        assert found is not None and found.n_tokens == 6999
+    median_ms = statistics.median(times) * 1000
+    print(f"\nlongest_prefix, 3500 matching lengths, 8000-token prompt: {median_ms:.2f} ms")
+    assert median_ms < 100
