@@ -1,0 +1,140 @@
+"""Application entry: ``create_window`` wires engine, default model, database and widgets
+without running an event loop; ``main`` runs it under qasync."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtWidgets import QApplication
+
+from app.storage import SamplingSettings, Storage, StorageError, database_path
+from app.storage import data_dir as resolve_data_dir
+from app.ui.chat.controller import ChatController
+from app.ui.engine_bridge import EngineBridge, qthread_starter
+from app.ui.main_window import MainWindow
+from app.ui.theme import apply_theme
+
+log = logging.getLogger(__name__)
+
+EngineFactory = Callable[[Path], Any]
+
+DEFAULT_SYSTEM_PROMPT = "You are Hearth, a helpful assistant running locally. Answer clearly."
+
+
+def default_engine_factory(path: Path) -> Any:
+    from app.engine import Engine
+
+    return Engine(path, thread_starter=qthread_starter)
+
+
+def default_model_config(model_path: str, **overrides: Any) -> Any:
+    from app.cache.policy import DESKTOP_POLICY
+    from app.engine import ModelConfig
+
+    settings: dict[str, Any] = {
+        "n_ctx": 4096,
+        "n_seq_max": 4,
+        "n_batch": 512,
+        "policy": DESKTOP_POLICY,
+        "tier": "disk",
+    }
+    settings.update(overrides)
+    return ModelConfig(path=model_path, **settings)
+
+
+def create_window(
+    data_dir: str | os.PathLike[str] | None = None,
+    *,
+    engine_factory: EngineFactory | None = None,
+    model_path: str | os.PathLike[str] | None = None,
+    model_id: str | None = None,
+    model_options: dict[str, Any] | None = None,
+    default_sampling: SamplingSettings | None = None,
+) -> MainWindow:
+    """Build the whole window (engine, default model, database); no event loop is entered.
+
+    ``data_dir`` defaults to ``HEARTH_DATA_DIR`` or the user data dir. The keyword seams
+    (``engine_factory``, ``model_path`` …) let tests and tools swap parts.
+    """
+    app = QApplication.instance() or QApplication(sys.argv[:1])
+    assert isinstance(app, QApplication)
+    base = resolve_data_dir(data_dir)
+    errors: list[str] = []
+    storage = Storage(database_path(base))
+    try:
+        storage.purge_deleted()
+    except StorageError as exc:
+        errors.append(str(exc))
+    apply_theme(app, str(storage.get_setting("theme", "system")))
+
+    engine: Any = None
+    bridge: EngineBridge | None = None
+    loaded_id = ""
+    try:
+        engine = (engine_factory or default_engine_factory)(base)
+        path = str(model_path) if model_path is not None else str(_default_model_path())
+        loaded_id = model_id or Path(path).stem
+        model = engine.load_model(loaded_id, default_model_config(path, **(model_options or {})))
+        bridge = EngineBridge(engine, model, loaded_id)
+    except Exception as exc:  # noqa: BLE001 — the window still opens and says why
+        log.exception("could not load the model")
+        errors.append(f"Could not load the model: {exc}")
+        loaded_id = ""
+
+    controller = ChatController(
+        storage,
+        bridge,
+        model_id=loaded_id,
+        default_sampling=default_sampling,
+        default_system_prompt=DEFAULT_SYSTEM_PROMPT,
+    )
+
+    def close_all() -> None:
+        if engine is not None:
+            try:
+                engine.close()
+            except Exception:  # noqa: BLE001
+                log.exception("engine.close failed")
+        storage.close()
+
+    window = MainWindow(storage, controller, engine=engine, bridge=bridge, on_close=close_all)
+    window.restore_session()
+    for text in errors:
+        window.show_error(text)
+    return window
+
+
+def _default_model_path() -> Path:
+    from app.models.default_model import default_model_path
+
+    return default_model_path()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the GUI: QApplication + qasync loop on the GUI thread."""
+    import qasync
+
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    app = QApplication.instance() or QApplication(argv if argv is not None else sys.argv)
+    assert isinstance(app, QApplication)
+    app.setApplicationName("Hearth")
+    app.setOrganizationName("Hearth")
+    app.setQuitOnLastWindowClosed(True)
+    loop = qasync.QEventLoop(app)
+    asyncio.set_event_loop(loop)
+    window = create_window()
+    window.show()
+    closed = asyncio.Event()
+    app.aboutToQuit.connect(closed.set)
+    with loop:
+        loop.run_until_complete(closed.wait())
+    window.shutdown()
+    return 0

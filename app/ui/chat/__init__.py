@@ -1,0 +1,1 @@
+"""The Chat work area: conversation sidebar, chat view, composer, settings panel."""

@@ -1,0 +1,195 @@
+"""The Chat work area: sidebar | header + chat view + composer | settings panel."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QByteArray, Qt, QTimer, Signal
+from PySide6.QtWidgets import (
+    QFileDialog,
+    QFrame,
+    QHBoxLayout,
+    QLabel,
+    QSplitter,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.storage import SamplingSettings
+from app.ui.chat.chat_view import ChatView
+from app.ui.chat.composer import Composer
+from app.ui.chat.controller import ChatController
+from app.ui.chat.settings_panel import SettingsPanel
+from app.ui.chat.sidebar import Sidebar
+from app.ui.qt_models.conversation_list import ConversationListModel
+from app.ui.theme import current_icon
+
+
+class ChatPage(QWidget):
+    current_changed = Signal(str)
+
+    def __init__(self, controller: ChatController, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.controller = controller
+        self.current_id: str | None = None
+        self.list_model = ConversationListModel(controller.catalog, rename=controller.rename)
+        self.sidebar = Sidebar(self.list_model)
+        self.chat_view = ChatView(controller)
+        self.composer = Composer()
+        self.settings_panel = SettingsPanel()
+        self.settings_panel.hide()
+
+        header = QFrame()
+        header.setObjectName("chatHeader")
+        self.title_label = QLabel()
+        self.title_label.setObjectName("chatTitle")
+        self.model_chip = QLabel(controller.model_id or "no model")
+        self.model_chip.setObjectName("modelChip")
+        self.settings_button = QToolButton()
+        self.settings_button.setObjectName("headerButton")
+        self.settings_button.setCheckable(True)
+        self.settings_button.setText("Settings")
+        self.settings_button.setToolTip("System prompt and sampling for this chat")
+        self.settings_button.setIcon(current_icon("sliders", "muted"))
+        self.settings_button.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
+        self.settings_button.toggled.connect(self.settings_panel.setVisible)
+        hl = QHBoxLayout(header)
+        hl.setContentsMargins(20, 10, 12, 10)
+        hl.setSpacing(10)
+        hl.addWidget(self.title_label, 1)
+        hl.addWidget(self.model_chip)
+        hl.addWidget(self.settings_button)
+
+        composer_row = QHBoxLayout()
+        composer_row.setContentsMargins(24, 6, 24, 4)
+        composer_row.addStretch(1)
+        composer_row.addWidget(self.composer, 100)
+        composer_row.addStretch(1)
+        self.composer.setMaximumWidth(820)
+        hint = QLabel("Replies come from a local model and can be wrong.")
+        hint.setObjectName("composerHint")
+        hint.setAlignment(Qt.AlignmentFlag.AlignCenter)
+
+        panel = QWidget()
+        panel.setObjectName("chatPanel")
+        pl = QVBoxLayout(panel)
+        pl.setContentsMargins(0, 0, 0, 10)
+        pl.setSpacing(0)
+        pl.addWidget(header)
+        pl.addWidget(self.chat_view, 1)
+        pl.addLayout(composer_row)
+        pl.addWidget(hint)
+
+        self.splitter = QSplitter(Qt.Orientation.Horizontal)
+        self.splitter.setObjectName("chatSplitter")
+        self.splitter.setHandleWidth(1)
+        self.splitter.setChildrenCollapsible(False)
+        self.splitter.addWidget(self.sidebar)
+        self.splitter.addWidget(panel)
+        self.splitter.addWidget(self.settings_panel)
+        self.splitter.setStretchFactor(0, 0)
+        self.splitter.setStretchFactor(1, 1)
+        self.splitter.setStretchFactor(2, 0)
+        self.splitter.setSizes([260, 900, 300])
+        layout = QHBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.splitter)
+
+        self.sidebar.new_requested.connect(self.new_conversation)
+        self.sidebar.search_changed.connect(self._on_search_changed)
+        self.sidebar.conversation_activated.connect(self.open_conversation)
+        self.sidebar.delete_requested.connect(controller.delete)
+        self.sidebar.export_requested.connect(self._on_export_requested)
+        self.composer.send_requested.connect(self._on_send_requested)
+        self.composer.stop_requested.connect(self._on_stop_requested)
+        self.settings_panel.settings_edited.connect(self._on_settings_edited)
+        controller.busy_changed.connect(self._on_busy_changed)
+        controller.conversation_updated.connect(self._on_conversation_updated)
+        controller.conversation_deleted.connect(self._on_conversation_deleted)
+        self.list_model.modelReset.connect(lambda: self.sidebar.select(self.current_id))
+        self.list_model.rowsInserted.connect(lambda *_: self.sidebar.select(self.current_id))
+        self.list_model.rowsRemoved.connect(lambda *_: self.sidebar.select(self.current_id))
+
+    # -- conversations -------------------------------------------------------------------
+
+    def new_conversation(self) -> str | None:
+        conv = self.controller.new_conversation()
+        if conv is None:
+            return None
+        self.open_conversation(conv.id)
+        self.composer.input.setFocus()
+        return conv.id
+
+    def open_conversation(self, cid: str | None) -> None:
+        if cid == self.current_id and cid is not None:
+            return
+        self.settings_panel.flush()
+        conv = self.controller.conversation(cid) if cid else None
+        self.current_id = conv.id if conv else None
+        self.sidebar.select(self.current_id)
+        self.settings_panel.load(conv)
+        self.chat_view.set_conversation(self.current_id)
+        self._update_header()
+        self.composer.set_busy(self.controller.is_busy(self.current_id or ""))
+        self.current_changed.emit(self.current_id or "")
+
+    def _update_header(self) -> None:
+        conv = self.controller.conversation(self.current_id) if self.current_id else None
+        self.title_label.setText(conv.title if conv else "Hearth")
+
+    # -- slots ---------------------------------------------------------------------------
+
+    def _on_send_requested(self, text: str) -> None:
+        self.settings_panel.flush()
+        cid = self.current_id or self.new_conversation()
+        if cid is None:
+            return
+        if self.controller.send(cid, text):
+            self.composer.input.clear()
+
+    def _on_stop_requested(self) -> None:
+        if self.current_id:
+            self.controller.stop(self.current_id)
+
+    def _on_search_changed(self, text: str) -> None:
+        self.controller.refresh(text)
+
+    def _on_busy_changed(self, cid: str, busy: bool) -> None:
+        if cid == self.current_id:
+            self.composer.set_busy(busy)
+
+    def _on_conversation_updated(self, cid: str) -> None:
+        if cid == self.current_id:
+            self._update_header()
+
+    def _on_conversation_deleted(self, cid: str, _title: str) -> None:
+        if cid == self.current_id:
+            entries = self.controller.catalog.entries()
+            QTimer.singleShot(0, lambda: self.open_conversation(entries[0].id if entries else None))
+            self.current_id = None
+
+    def _on_settings_edited(self, cid: str, system_prompt: str, sampling: SamplingSettings) -> None:
+        self.controller.update_settings(cid, system_prompt=system_prompt, sampling=sampling)
+
+    def _on_export_requested(self, cid: str, fmt: str) -> None:
+        conv = self.controller.conversation(cid)
+        if conv is None:
+            return
+        suffix, filt = (".json", "JSON (*.json)") if fmt == "json" else (".md", "Markdown (*.md)")
+        name = (
+            "".join(ch if ch.isalnum() or ch in " -_" else "_" for ch in conv.title).strip()
+            or "chat"
+        )
+        path, _ = QFileDialog.getSaveFileName(self, "Export conversation", name + suffix, filt)
+        if path:
+            self.controller.export(cid, path, fmt)
+
+    # -- persistence of layout -----------------------------------------------------------
+
+    def save_state(self) -> str:
+        return bytes(self.splitter.saveState().toBase64().data()).decode("ascii")
+
+    def restore_state(self, state: str | None) -> None:
+        if state:
+            self.splitter.restoreState(QByteArray.fromBase64(state.encode("ascii")))
+        # The settings panel always starts closed; its width is kept in the splitter state.
+        self.settings_panel.setVisible(self.settings_button.isChecked())

@@ -1,0 +1,249 @@
+"""The main window: navigation rail, work areas, notification banner, status bar.
+
+Window geometry, the chat splitter and the last open conversation are kept in the app
+database's settings table and restored on the next start.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from PySide6.QtCore import QByteArray, QSize, Qt
+from PySide6.QtGui import QCloseEvent
+from PySide6.QtWidgets import (
+    QApplication,
+    QButtonGroup,
+    QFrame,
+    QHBoxLayout,
+    QLabel,
+    QMainWindow,
+    QStackedWidget,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.storage import Storage
+from app.ui.chat.chat_page import ChatPage
+from app.ui.chat.controller import ChatController
+from app.ui.engine_bridge import EngineBridge, StatusSnapshot
+from app.ui.placeholders import PlaceholderArea
+from app.ui.theme import apply_theme, current_icon
+from app.ui.widgets.banner import NotificationBanner
+
+log = logging.getLogger(__name__)
+
+UNDO_MS = 10_000
+
+
+class MainWindow(QMainWindow):
+    def __init__(
+        self,
+        storage: Storage,
+        controller: ChatController,
+        *,
+        engine: Any = None,
+        bridge: EngineBridge | None = None,
+        on_close: Callable[[], None] | None = None,
+    ) -> None:
+        super().__init__()
+        self.setObjectName("mainWindow")
+        self.setWindowTitle("Hearth")
+        self.storage = storage
+        self.controller = controller
+        self.engine = engine
+        self.bridge = bridge
+        self._on_close = on_close
+        self._closed = False
+        self.last_status: StatusSnapshot | None = None
+
+        self.banner = NotificationBanner()
+        self.chat_page = ChatPage(controller)
+        self.model_manager = PlaceholderArea(
+            "modelManager", "Models", "Local GGUF library, Hub downloads and LoRA adapters."
+        )
+        self.cache_dashboard = PlaceholderArea(
+            "cacheDashboard", "Cache", "KV cache rows, tiers, counters and the live scheduler."
+        )
+        self.stack = QStackedWidget()
+        for page in (self.chat_page, self.model_manager, self.cache_dashboard):
+            self.stack.addWidget(page)
+
+        rail = self._build_rail()
+        right = QWidget()
+        rl = QVBoxLayout(right)
+        rl.setContentsMargins(0, 0, 0, 0)
+        rl.setSpacing(0)
+        rl.addWidget(self.banner)
+        rl.addWidget(self.stack, 1)
+        central = QWidget()
+        cl = QHBoxLayout(central)
+        cl.setContentsMargins(0, 0, 0, 0)
+        cl.setSpacing(0)
+        cl.addWidget(rail)
+        cl.addWidget(right, 1)
+        self.setCentralWidget(central)
+        self._build_status_bar()
+
+        controller.error_raised.connect(self.show_error)
+        controller.conversation_deleted.connect(self._on_conversation_deleted)
+        if bridge is not None:
+            bridge.status_received.connect(self._on_status_received)
+        hints = QApplication.styleHints()
+        hints.colorSchemeChanged.connect(self._on_color_scheme_changed)
+        self.resize(1280, 820)
+
+    # -- construction --------------------------------------------------------------------
+
+    def _build_rail(self) -> QFrame:
+        rail = QFrame()
+        rail.setObjectName("navRail")
+        rail.setFixedWidth(72)
+        layout = QVBoxLayout(rail)
+        layout.setContentsMargins(8, 14, 8, 14)
+        layout.setSpacing(6)
+        brand = QLabel("H")
+        brand.setObjectName("brandMark")
+        brand.setFixedSize(34, 34)
+        brand.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        layout.addWidget(brand, 0, Qt.AlignmentFlag.AlignHCenter)
+        layout.addSpacing(12)
+        self.nav_group = QButtonGroup(self)
+        self.nav_buttons: dict[str, QToolButton] = {}
+        for i, (key, label) in enumerate(
+            (("chat", "Chat"), ("models", "Models"), ("cache", "Cache"))
+        ):
+            btn = QToolButton()
+            btn.setObjectName("navButton")
+            btn.setText(label)
+            btn.setCheckable(True)
+            btn.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextUnderIcon)
+            btn.setIconSize(QSize(22, 22))
+            btn.setCursor(Qt.CursorShape.PointingHandCursor)
+            self.nav_group.addButton(btn, i)
+            self.nav_buttons[key] = btn
+            layout.addWidget(btn, 0, Qt.AlignmentFlag.AlignHCenter)
+        self.nav_buttons["chat"].setChecked(True)
+        self.nav_group.idClicked.connect(self.stack.setCurrentIndex)
+        self.nav_group.idClicked.connect(lambda _i: self._refresh_icons())
+        layout.addStretch(1)
+        self._refresh_icons()
+        return rail
+
+    def _build_status_bar(self) -> None:
+        bar = self.statusBar()
+        bar.setSizeGripEnabled(False)
+        self.status_model = QLabel("No model loaded")
+        self.status_slots = QLabel("Slots –")
+        self.status_queue = QLabel("Queue –")
+        self.status_hits = QLabel("Cache hits –")
+        for w in (self.status_model, self.status_slots, self.status_queue, self.status_hits):
+            w.setObjectName("statusItem")
+        bar.addWidget(self.status_model, 1)
+        bar.addPermanentWidget(self.status_slots)
+        bar.addPermanentWidget(self.status_queue)
+        bar.addPermanentWidget(self.status_hits)
+        if self.bridge is not None:
+            self.status_model.setText(f"● {self.bridge.model_id}")
+
+    def _refresh_icons(self) -> None:
+        for key, btn in self.nav_buttons.items():
+            btn.setIcon(current_icon(key, "text" if btn.isChecked() else "muted"))
+
+    # -- notifications -------------------------------------------------------------------
+
+    def show_error(self, text: str) -> None:
+        log.info("notification: %s", text)
+        self.banner.show_message(text, kind="error")
+
+    def show_info(
+        self, text: str, *, action: str | None = None, callback: Callable[[], None] | None = None
+    ) -> None:
+        self.banner.show_message(
+            text, kind="info", action=action, callback=callback, timeout_ms=UNDO_MS
+        )
+
+    def _on_conversation_deleted(self, cid: str, title: str) -> None:
+        def undo() -> None:
+            self.controller.undo_delete(cid)
+            self.chat_page.open_conversation(cid)
+
+        self.show_info(f"Deleted “{title}”.", action="Undo", callback=undo)
+
+    # -- status --------------------------------------------------------------------------
+
+    def _on_status_received(self, snap: StatusSnapshot) -> None:
+        self.last_status = snap
+        self.status_model.setText(f"● {snap.model_id}")
+        self.status_slots.setText(f"Slots {snap.num_busy}/{snap.num_slots} busy")
+        self.status_queue.setText(f"Queue {snap.pending_len}")
+        rate = "–" if snap.hit_rate is None else f"{snap.hit_rate * 100:.0f}%"
+        self.status_hits.setText(f"Cache hits {rate}")
+
+    # -- theme ---------------------------------------------------------------------------
+
+    def apply_scheme(self, scheme: str) -> None:
+        """``light``, ``dark`` or ``system``; redraws icons and the open conversation."""
+        app = QApplication.instance()
+        assert isinstance(app, QApplication)
+        apply_theme(app, scheme)
+        self._refresh_icons()
+        self.chat_page.composer.refresh_icons()
+        self.chat_page.chat_view.rerender()
+
+    def _on_color_scheme_changed(self, _scheme: Qt.ColorScheme) -> None:
+        if (self.storage_setting("theme", "system")) == "system":
+            self.apply_scheme("system")
+
+    def storage_setting(self, key: str, default: Any = None) -> Any:
+        try:
+            return self.storage.get_setting(key, default)
+        except Exception:  # noqa: BLE001 — a broken settings row must not break the window
+            return default
+
+    # -- persistence ---------------------------------------------------------------------
+
+    def restore_session(self) -> None:
+        geometry = self.storage_setting("window_geometry")
+        if geometry:
+            self.restoreGeometry(QByteArray.fromBase64(str(geometry).encode("ascii")))
+        self.chat_page.restore_state(self.storage_setting("chat_splitter"))
+        self.controller.refresh()
+        last = self.storage_setting("last_conversation")
+        entries = self.controller.catalog.entries()
+        ids = [e.id for e in entries]
+        if last in ids:
+            self.chat_page.open_conversation(last)
+        elif ids:
+            self.chat_page.open_conversation(ids[0])
+        else:
+            self.chat_page.open_conversation(None)
+
+    def save_session(self) -> None:
+        try:
+            self.storage.set_setting(
+                "window_geometry", bytes(self.saveGeometry().toBase64().data()).decode("ascii")
+            )
+            self.storage.set_setting("chat_splitter", self.chat_page.save_state())
+            self.storage.set_setting("last_conversation", self.chat_page.current_id)
+        except Exception as exc:  # noqa: BLE001
+            log.warning("could not save window state: %s", exc)
+
+    def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802 — Qt override
+        self.shutdown()
+        super().closeEvent(event)
+
+    def shutdown(self) -> None:
+        """Save layout, stop generations and the bridge, close the engine and database."""
+        if self._closed:
+            return
+        self._closed = True
+        self.chat_page.settings_panel.flush()
+        self.save_session()
+        self.controller.shutdown()
+        if self.bridge is not None:
+            self.bridge.shutdown()
+        if self._on_close is not None:
+            self._on_close()
