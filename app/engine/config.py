@@ -34,7 +34,9 @@ class ModelConfig:
     tool_call_markers: Markers | tuple[str, str] | None = None
     prefill_chunk_size: int | None | Literal["default"] = "default"
     cache_enabled: bool = True
-    flash_attn: bool = False
+    flash_attn: bool = True
+    """On by default: the CPU flash-attention kernel skips masked cells, so greedy output does
+    not depend on where a sequence sits in the unified KV buffer (warm == cold, solo == batched)."""
     type_k: str = "f16"
     type_v: str = "f16"
     thinking_signing_key: bytes | None = None

@@ -1,0 +1,162 @@
+"""Warm equals cold on real llama.cpp: every way a cached prefix comes back gives the same
+greedy tokens as a cold prefill, with the right ``cache_hit_kind`` and ``cache_delta``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from app.cache.policy import CachePolicy
+from app.engine import Engine, ModelConfig
+from app.engine.events import TokenId
+
+POLICY = CachePolicy(
+    min_tokens=8,
+    cold_min_tokens=16,
+    cold_max_tokens=30000,
+    continued_interval=4096,
+    boundary_trim_tokens=4,
+    boundary_align_tokens=16,
+    session_resume_wait_ms=2000,
+)
+
+TEXT = (
+    "Hearth keeps every conversation warm. The cache stores the key and value tensors of "
+    "each prefix so that a second turn never pays for the first one again. "
+)
+
+
+def _config(path: Path, **kw) -> ModelConfig:
+    kw.setdefault("n_ctx", 1024)
+    kw.setdefault("n_seq_max", 4)
+    kw.setdefault("n_batch", 256)
+    kw.setdefault("n_threads", 2)
+    kw.setdefault("policy", POLICY)
+    kw.setdefault("tier", "disk")
+    return ModelConfig(path=str(path), **kw)
+
+
+def _run(model, tokens, **kw):
+    events = list(model.infer(tokens, response_tokens=kw.pop("n", 12), **kw))
+    ids = [e.id for e in events if isinstance(e, TokenId)]
+    return ids, events[-1].stats
+
+
+def _cold_reference(tmp_path, path, tokens, n=12):
+    with Engine(tmp_path / "cold-ref") as e:
+        m = e.load_model("m", _config(path, cache_enabled=False))
+        return _run(m, tokens, n=n)[0]
+
+
+def _warm_equals_cold(tmp_path, path: Path) -> None:
+    data = tmp_path / "data"
+    engine = Engine(data)
+    model = engine.load_model("m", _config(path))
+    prompt = model.tokenize(TEXT * 3)
+    cold_ids = _cold_reference(tmp_path, path, prompt)
+
+    ids, stats = _run(model, prompt)
+    assert (ids, stats.cache_hit_kind, stats.cache_delta.read) == (cold_ids, "cold", 0)
+    assert stats.cache_delta.created > 0  # the cold split and the finish save
+
+    # Exact: a row keyed on exactly this prompt (prefill_only's finish save).
+    pre = model.prefill_only(prompt)
+    assert pre.finish_key is not None
+    engine.cache.flush()
+    ids, stats = _run(model, prompt)
+    assert (ids, stats.cache_hit_kind, stats.cache_delta.read) == (cold_ids, "exact", len(prompt))
+
+    # Longest prefix: a longer prompt whose head is cached.
+    longer = prompt + model.tokenize(" And then the user asked one more question.")
+    longer_cold = _cold_reference(tmp_path / "l", path, longer)
+    ids, stats = _run(model, longer)
+    assert stats.cache_hit_kind == "partial"
+    assert stats.cache_delta.read >= len(prompt)
+    assert ids == longer_cold
+
+    # parent_key resume: the next turn names the row the previous one finished with.
+    first = model.complete(model.detokenize(prompt), response_tokens=6)
+    assert first.finish_key is not None
+    resumed = list(first.context_tokens) + model.tokenize(" Tell me more.")
+    before = engine.counters()["hits_resume"] + engine.counters()["hits_exact"]
+    ids, stats = _run(model, resumed, parent_key=first.finish_key)
+    assert stats.cache_hit_kind == "partial" and stats.cache_delta.read == len(first.context_tokens)
+    assert engine.counters()["hits_resume"] + engine.counters()["hits_exact"] == before + 1
+    assert ids == _cold_reference(tmp_path / "r", path, resumed)
+    engine.close()
+
+    # Restart: a new engine on the same data dir restores from disk, also with another n_seq_max.
+    for n_seq in (4, 2):
+        with Engine(data) as e2:
+            m2 = e2.load_model("m", _config(path, n_seq_max=n_seq))
+            ids, stats = _run(m2, longer)
+            assert stats.cache_hit_kind in ("partial", "exact")
+            assert stats.cache_delta.read >= len(prompt)
+            assert ids == longer_cold
+
+
+def test_warm_equals_cold_tiny(tmp_path, tiny_model_path):
+    _warm_equals_cold(tmp_path, tiny_model_path)
+
+
+@pytest.mark.smollm2
+def test_warm_equals_cold_smollm2(tmp_path, smollm2_path):
+    _warm_equals_cold(tmp_path, smollm2_path)
+
+
+def test_any_length_prefix_hit(tmp_path, tiny_model_path):
+    """A finish save of a 700-token context; 50 more tokens → partial, read == 700."""
+    with Engine(tmp_path / "d") as engine:
+        model = engine.load_model("m", _config(tiny_model_path, policy=CachePolicy(
+            min_tokens=8, cold_min_tokens=100000, cold_max_tokens=200000, boundary_trim_tokens=4,
+            boundary_align_tokens=2048, continued_interval=100000,
+        )))
+        base = model.tokenize(TEXT * 30)
+        prompt = base[:690]
+        res = model.complete(model.detokenize(prompt), response_tokens=10)
+        ctx = list(res.context_tokens)
+        assert res.finish_key is not None
+        engine.cache.flush()
+        n = len(ctx)
+        extended = ctx + base[690 : 690 + 50]
+        _, stats = _run(model, extended, n=4)
+        assert stats.cache_hit_kind == "partial"
+        assert stats.cache_delta.read == n
+
+
+def test_corrupt_blob_goes_cold(tmp_path, tiny_model_path):
+    with Engine(tmp_path / "d") as engine:
+        model = engine.load_model("m", _config(tiny_model_path))
+        prompt = model.tokenize(TEXT * 2)
+        model.prefill_only(prompt)
+        engine.cache.flush()
+        rows = [r for r in engine.cache.rows() if r.n_tokens == len(prompt)]
+        assert rows
+        blob = next((tmp_path / "d").rglob(rows[0].key.hex() + ".kvc"))
+        data = bytearray(blob.read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        blob.write_bytes(bytes(data))
+        # Also remove the other rows so nothing else can serve the prompt.
+        for r in engine.cache.rows():
+            if r.key != rows[0].key:
+                engine.cache.delete(r.key)
+        before = engine.counters()["corrupt_files"]
+        _, stats = _run(model, prompt, n=3)
+        assert stats.cache_hit_kind == "cold"
+        assert engine.counters()["corrupt_files"] == before + 1
+        assert not blob.exists()
+
+
+def test_sticky_session_and_evict_save_restores(tmp_path, tiny_model_path):
+    """Sessions evicted to make room save with reason ``evict`` and come back warm."""
+    with Engine(tmp_path / "d") as engine:
+        model = engine.load_model("m", _config(tiny_model_path, n_seq_max=1))
+        a = model.complete(TEXT, response_tokens=4, session_id="a")
+        model.complete("Something unrelated entirely, for another chat.", response_tokens=4, session_id="b")
+        engine.cache.flush()
+        assert engine.counters()["saves_evict"] >= 1
+        nxt = list(a.context_tokens) + model.tokenize(" More please.")
+        _, stats = _run(model, nxt, n=3, session_id="a")
+        assert stats.cache_hit_kind in ("partial", "exact")
+        assert stats.cache_delta.read == len(a.context_tokens)
