@@ -169,5 +169,8 @@ def _marker_tokens(
         configured = Markers(open_, close)
     elif isinstance(configured, tuple):
         configured = Markers(*configured)
-    enc = lambda s: tuple(backend.tokenize(s, add_special=False, parse_special=True))  # noqa: E731
-    return MarkerTokens(enc(configured.open), enc(configured.close))
+
+    def encode(text: str) -> tuple[int, ...]:
+        return tuple(backend.tokenize(text, add_special=False, parse_special=True))
+
+    return MarkerTokens(encode(configured.open), encode(configured.close))

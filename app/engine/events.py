@@ -128,12 +128,15 @@ class ModelInfo:
     vram_estimate_b: int
 
 
+SlotState = Literal["free", "prefilling", "generating", "pinned"]
+
+
 @dataclass(frozen=True, slots=True)
 class SlotInfo:
     """One seq slot as the scheduler monitor shows it."""
 
     seq_id: int
-    state: Literal["free", "prefilling", "generating", "pinned"]
+    state: SlotState
     session_id: str | None
     num_tokens: int
 

@@ -211,6 +211,11 @@ class Request:
     tool_in_string: bool = False
     tool_escape: bool = False
 
+    def mark(self, reason: FinishReason) -> None:
+        """Finish at the end of this tick (the seed's ``finishing`` flag)."""
+        self.finishing = True
+        self.finish_reason = reason
+
     @property
     def num_prompt_tokens(self) -> int:
         return len(self.prompt_tokens)

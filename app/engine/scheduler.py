@@ -48,16 +48,13 @@ from app.engine.events import (
     PrefillResult,
     SchedulerSnapshot,
     SlotInfo,
+    SlotState,
     Stats,
-    ThinkingDelta,
-    ThinkingEnd,
     TickInfo,
-    Token,
     TokenId,
-    ToolCallDelta,
-    ToolCallEnd,
 )
-from app.engine.request import MarkerTokens, Mode, Request, RequestOptions, Span, SpanTracker, StopScanner
+from app.engine.request import MarkerTokens, Mode, Request, RequestOptions, SpanTracker, StopScanner
+from app.engine.streaming import TokenRouter
 
 log = logging.getLogger(__name__)
 
@@ -107,6 +104,7 @@ class Scheduler:
         self.pending: deque[Admission] = deque()
         self.sessions: OrderedDict[str, Session] = OrderedDict()
         self.inbox: queue.SimpleQueue[tuple[Callable[[], Any], Future[Any]] | None] = queue.SimpleQueue()
+        self.router = TokenRouter(backend.token_piece, config.thinking_signing_key)
         self.snapshot = SchedulerSnapshot(slots=self._slots())
         self._ticks: deque[TickInfo] = deque(maxlen=120)
         self._last_hit: LastCacheHit | None = None
@@ -359,100 +357,21 @@ class Scheduler:
             req.first_token_at = time.perf_counter()
         req.emit(TokenId(token))
         if not is_eog:
-            self._route_token(req, token)
+            self.router.route(req, token)
         if req.finishing:  # routing failed the request (e.g. thinking without opt-in)
             return
         if is_eog or req.stop.matched is not None:
             self._mark(req, "stop")
-        elif req.num_generated >= req.options.response_tokens:
-            self._mark(req, "length")
-        elif len(req.context_tokens) >= self.config.n_ctx:
+        elif req.num_generated >= req.options.response_tokens or len(req.context_tokens) >= self.config.n_ctx:
             self._mark(req, "length")
         elif self.cache.wants_continued(len(req.context_tokens), req.last_save_at):
             self._fire_save(req, "continued", req.context_tokens)
             req.last_save_at = len(req.context_tokens)
 
-    # ------------------------------------------------------------------ text routing
-
-    def _route_token(self, req: Request, token: int) -> None:
-        if req.spans is None:
-            self._emit_text(req, self.backend.token_piece(token))
-            return
-        before = req.spans.span
-        for span, chunk in req.spans.push(token):
-            if chunk is None:
-                self._on_transition(req, before, span)
-                before = span
-                if req.finishing:
-                    return
-            else:
-                self._emit_span(req, span, chunk)
-
-    def _on_transition(self, req: Request, old: Span, new: Span) -> None:
-        if new is Span.THINKING and not req.options.thinking:
-            req.error = InvalidRequest("the model produced thinking output but thinking is not enabled")
-            self._mark(req, "stop")
-        elif old is Span.THINKING and not req.thinking_capped:
-            self._thinking_delta(req, req.thinking_decoder.flush())
-            req.emit(ThinkingEnd(req.thinking_signature(self.config.thinking_signing_key)))
-        elif old is Span.TOOL:
-            tail = req.tool_decoder.flush()
-            if tail:
-                req.tool_parts.append(tail)
-                req.emit(ToolCallDelta(tail))
-            req.emit(ToolCallEnd("".join(req.tool_parts)))
-            req.tool_parts = []
-            req.tool_in_string = req.tool_escape = False
-
-    def _emit_span(self, req: Request, span: Span, tokens: list[int]) -> None:
-        for tok in tokens:
-            piece = self.backend.token_piece(tok)
-            if span is Span.THINKING and not req.thinking_capped:
-                req.thinking_count += 1
-                req.thinking_bytes.extend(piece)
-                self._thinking_delta(req, req.thinking_decoder.feed(piece))
-                budget = req.options.thinking_budget_tokens
-                if budget and req.thinking_count >= budget:
-                    self._thinking_delta(req, req.thinking_decoder.flush())
-                    req.emit(ThinkingEnd(req.thinking_signature(self.config.thinking_signing_key)))
-                    req.thinking_capped = True
-            elif span is Span.TOOL:
-                text = req.tool_decoder.feed(piece)
-                if text:
-                    req.track_tool_text(text)
-                    req.tool_parts.append(text)
-                    req.emit(ToolCallDelta(text))
-            else:
-                self._emit_text(req, piece)
-
-    def _thinking_delta(self, req: Request, text: str) -> None:
-        if text:
-            req.emit(ThinkingDelta(text))
-
-    def _emit_text(self, req: Request, piece: bytes) -> None:
-        if req.stop.matched is not None:
-            return
-        text = req.stop.feed(req.text_decoder.feed(piece))
-        if text:
-            req.reply_parts.append(text)
-            req.emit(Token(text))
-
-    def _flush_text(self, req: Request) -> None:
-        if req.spans is not None:
-            for tok in req.spans.flush():
-                self._emit_span(req, req.spans.span, [tok])
-        if req.stop.matched is None:
-            text = req.stop.feed(req.text_decoder.flush())
-            text += "" if req.stop.matched is not None else req.stop.flush()
-            if text:
-                req.reply_parts.append(text)
-                req.emit(Token(text))
-
     # ------------------------------------------------------------------ finishing
 
     def _mark(self, req: Request, reason: FinishReason) -> None:
-        req.finishing = True
-        req.finish_reason = reason
+        req.mark(reason)
 
     def _finish_marked(self) -> None:
         for req in [r for r in self.reqs.values() if r.finishing]:
@@ -463,7 +382,7 @@ class Scheduler:
         if req.error is not None:
             self._fail(req, req.error)
             return
-        self._flush_text(req)
+        self.router.flush(req)
         if self.cache.wants_finish(len(req.context_tokens)):
             req.finish_key = self._fire_save(req, "finish", req.context_tokens)
         stats = self._stats(req)
@@ -636,8 +555,8 @@ class Scheduler:
         for seq in range(self.config.n_seq_max):
             req = self.reqs.get(seq)
             if req is not None:
-                state = "prefilling" if req.is_prefilling else "generating"
-                slots.append(SlotInfo(seq, state, req.options.session_id, len(req.context_tokens)))
+                busy: SlotState = "prefilling" if req.is_prefilling else "generating"
+                slots.append(SlotInfo(seq, busy, req.options.session_id, len(req.context_tokens)))
             elif seq in owners:
                 slots.append(SlotInfo(seq, "pinned", owners[seq][0], owners[seq][1]))
             else:
