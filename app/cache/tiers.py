@@ -194,18 +194,38 @@ class FileTier:
         return iter(out)
 
     def remove_temp_files(self) -> int:
-        """Delete leftovers of interrupted writes; returns how many were removed."""
+        """Delete leftovers of interrupted writes; returns how many were removed.
+
+        Temp names carry the writer's pid (``<hex key>.<pid>-<rand>.kvc-tmp``); files of a
+        process that is still alive (say the GUI, while ``hearth cache ls`` runs) are kept.
+        """
         removed = 0
         try:
             names = os.listdir(self.dir)
         except OSError:
             return 0
         for name in names:
-            if name.endswith(TEMP_SUFFIX):
+            if name.endswith(TEMP_SUFFIX) and not _writer_alive(name):
                 with contextlib.suppress(OSError):
                     (self.dir / name).unlink()
                     removed += 1
         return removed
+
+
+def _writer_alive(temp_name: str) -> bool:
+    try:
+        pid = int(temp_name.split(".")[1].split("-")[0])
+    except (IndexError, ValueError):
+        return False
+    if pid == os.getpid() or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def default_ram_file_dir(data_dir: Path) -> Path:

@@ -210,7 +210,9 @@ def test_startup_reconciliation(open_store: Callable[..., CacheStore], tmp_path:
     store.close()
 
     blob_path(store, PROMPT[:4]).unlink()  # row without a file
-    (kv / f"{'ab' * 32}.1234-deadbeef.kvc-tmp").write_bytes(b"half a blob")  # crashed write
+    (kv / f"{'ab' * 32}.999999999-deadbeef.kvc-tmp").write_bytes(b"half")  # crashed write
+    live = kv / f"{'ef' * 32}.{os.getppid()}-0badcafe.kvc-tmp"  # a live process's write
+    live.write_bytes(b"in progress")
     (kv / f"{'cd' * 32}.kvc").write_bytes(b"KVC\x01 garbage")  # unreadable blob
     other = CacheStore(tmp_path / "other", ram_file_dir=tmp_path / "shm2")  # file without row
     save(other, PROMPT[:20], model_id="elsewhere")
@@ -225,7 +227,7 @@ def test_startup_reconciliation(open_store: Callable[..., CacheStore], tmp_path:
     assert counters["rows_reregistered"] == 1
     assert counters["corrupt_files"] == 1
     assert sorted(p.name for p in kv.iterdir()) == sorted(
-        r.key.hex() + ".kvc" for r in reopened.rows()
+        [r.key.hex() + ".kvc" for r in reopened.rows()] + [live.name]
     )
     row = reopened.lookup_exact(META, PROMPT[:20])
     assert row is not None and row.model_id == "elsewhere"

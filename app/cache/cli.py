@@ -1,0 +1,159 @@
+"""``hearth cache ls|stats|gc|verify``: inspect and repair the KV cache of a data directory.
+
+Each command opens the store (which reconciles it with the files on disk), writes plain
+text to ``out`` and returns a process exit code. ``add_arguments``/``run`` let the app's
+CLI mount them as a sub-command; ``main`` runs them standalone
+(``python -m app.cache.cli --data-dir DIR ls``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TextIO
+
+from app.cache.store import COUNTER_NAMES, CacheStore
+
+VERBS = ("ls", "stats", "gc", "verify")
+
+
+def human_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    raise AssertionError("unreachable")
+
+
+def human_age(seconds: float) -> str:
+    seconds = max(0.0, seconds)
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.0f}{unit}"
+    return f"{seconds:.0f}s"
+
+
+def _open(data_dir: Path, ram_file_dir: Path | None) -> CacheStore:
+    return CacheStore(data_dir, ram_file_dir=ram_file_dir)
+
+
+def cmd_ls(
+    data_dir: Path,
+    out: TextIO,
+    *,
+    model_id: str | None = None,
+    ram_file_dir: Path | None = None,
+) -> int:
+    """One line per entry: key prefix, model, tokens, size, tier, reason, age, hits."""
+    with _open(data_dir, ram_file_dir) as store:
+        rows = sorted(store.rows(model_id), key=lambda r: r.last_used, reverse=True)
+    now = time.time()
+    header = ("KEY", "MODEL", "TOKENS", "SIZE", "TIER", "REASON", "AGE", "HITS", "PIN")
+    lines = [header] + [
+        (
+            r.key.hex()[:12],
+            r.model_id or "-",
+            str(r.n_tokens),
+            human_bytes(r.size),
+            r.tier,
+            r.save_reason,
+            human_age(now - r.created),
+            str(r.hits),
+            "*" if r.pinned else "",
+        )  # fmt: skip
+        for r in rows
+    ]
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
+    for line in lines:
+        out.write("  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip())
+        out.write("\n")
+    out.write(f"{len(rows)} entries\n")
+    return 0
+
+
+def _write_usage(store: CacheStore, out: TextIO) -> None:
+    for tier, (used, quota) in store.tier_usage().items():
+        pct = 100 * used / quota if quota else 0.0
+        out.write(f"  {tier:<9} {human_bytes(used):>11} / {human_bytes(quota):>11}  {pct:5.1f}%\n")
+
+
+def cmd_stats(data_dir: Path, out: TextIO, *, ram_file_dir: Path | None = None) -> int:
+    """Counters (summed over past sessions) and usage per tier."""
+    with _open(data_dir, ram_file_dir) as store:
+        counters = store.lifetime_counters()
+        n_rows = len(store.rows())
+        out.write(f"entries: {n_rows}\ntier usage:\n")
+        _write_usage(store, out)
+    out.write("counters:\n")
+    names = list(COUNTER_NAMES) + sorted(set(counters) - set(COUNTER_NAMES))
+    width = max(len(n) for n in names)
+    for name in names:
+        out.write(f"  {name:<{width}}  {counters.get(name, 0)}\n")
+    return 0
+
+
+def cmd_gc(data_dir: Path, out: TextIO, *, ram_file_dir: Path | None = None) -> int:
+    """Apply the tier quotas now (demote, then evict least recently used rows)."""
+    with _open(data_dir, ram_file_dir) as store:
+        n = store.gc()
+        out.write(f"gc: {n} rows demoted or evicted\n")
+        _write_usage(store, out)
+    return 0
+
+
+def cmd_verify(
+    data_dir: Path,
+    out: TextIO,
+    *,
+    ram_file_dir: Path | None = None,
+    progress: bool = True,
+) -> int:
+    """Re-check every blob's CRC and key; bad blobs are removed. Exit 1 if any were bad."""
+
+    def report(done: int, total: int) -> None:
+        if progress and total:
+            out.write(f"\rverifying {done}/{total}")
+            if done == total:
+                out.write("\n")
+            out.flush()
+
+    with _open(data_dir, ram_file_dir) as store:
+        result = store.verify(report)
+    out.write(f"verified {result.checked} blobs: {result.ok} ok, {len(result.removed)} removed\n")
+    for key in result.removed:
+        out.write(f"  removed {key}\n")
+    return 1 if result.removed else 0
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The ``cache`` sub-command's arguments (the data dir is the caller's business)."""
+    parser.add_argument("verb", choices=VERBS)
+    parser.add_argument("--model", help="ls: only this model's entries")
+    parser.add_argument("--ram-file-dir", type=Path, help="override the tmpfs tier directory")
+    parser.add_argument("--no-progress", action="store_true", help="verify: no progress line")
+
+
+def run(args: argparse.Namespace, data_dir: Path, out: TextIO) -> int:
+    rf = args.ram_file_dir
+    if args.verb == "ls":
+        return cmd_ls(data_dir, out, model_id=args.model, ram_file_dir=rf)
+    if args.verb == "stats":
+        return cmd_stats(data_dir, out, ram_file_dir=rf)
+    if args.verb == "gc":
+        return cmd_gc(data_dir, out, ram_file_dir=rf)
+    return cmd_verify(data_dir, out, ram_file_dir=rf, progress=not args.no_progress)
+
+
+def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="hearth cache", description=__doc__)
+    parser.add_argument("--data-dir", type=Path, required=True)
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    return run(args, args.data_dir, out or sys.stdout)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
