@@ -209,6 +209,12 @@ def payload_offset_of(fixed: bytes) -> int:
     return offset
 
 
+def payload_crc_of(prefix: bytes) -> int:
+    """The payload CRC32C recorded in a prefix built by ``build``."""
+    crc: int = _TRAILER.unpack_from(prefix, HEADER_SIZE)[2]
+    return crc
+
+
 def _take_section(data: memoryview, pos: int, what: str) -> tuple[memoryview, int]:
     if pos + 4 > len(data):
         raise CorruptBlob(f"truncated before the {what} section")

@@ -31,6 +31,7 @@ from sqlalchemy import (
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
+from sqlalchemy.pool import StaticPool
 
 from app.cache.index import Row
 
@@ -89,21 +90,41 @@ def _on_connect(dbapi_conn: Any, _record: Any) -> None:
 
 
 class MetaDB:
-    """The cache's SQLite database. ``rebuilt`` is True when it started empty."""
+    """The cache's SQLite database. ``rebuilt`` is True when it started empty.
+
+    When the file cannot be used even after moving it aside (a read-only or missing data
+    dir), an in-memory database stands in (``in_memory``) so the cache keeps working for
+    this session; the blob files remain the truth for the next one.
+    """
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self.rebuilt = not path.exists()
+        self.in_memory = False
         try:
             self._engine, self._sessions = self._open()
-        except SQLAlchemyError as exc:
+        except (SQLAlchemyError, OSError) as exc:
             log.warning("cache database %s is unusable (%s); moving it aside", path, exc)
             self._move_aside()
             self.rebuilt = True
-            self._engine, self._sessions = self._open()
+            try:
+                self._engine, self._sessions = self._open()
+            except (SQLAlchemyError, OSError) as exc2:
+                log.error("cache database %s cannot be created (%s); using memory", path, exc2)
+                self.in_memory = True
+                self._engine, self._sessions = self._open()
 
     def _open(self) -> tuple[Engine, sessionmaker[Session]]:
-        engine = create_engine(f"sqlite:///{self.path}", connect_args={"check_same_thread": False})
+        if self.in_memory:
+            engine = create_engine(
+                "sqlite://",
+                connect_args={"check_same_thread": False},
+                poolclass=StaticPool,
+            )
+        else:
+            engine = create_engine(
+                f"sqlite:///{self.path}", connect_args={"check_same_thread": False}
+            )
         event.listen(engine, "connect", _on_connect)
         try:
             with engine.connect() as conn:
@@ -122,7 +143,7 @@ class MetaDB:
         stamp = time.strftime("%Y%m%d-%H%M%S")
         for suffix in ("", "-wal", "-shm"):
             src = Path(f"{self.path}{suffix}")
-            if src.exists():
+            if src.is_file():
                 dst = Path(f"{self.path}.corrupt-{stamp}{suffix}")
                 try:
                     os.replace(src, dst)

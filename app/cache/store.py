@@ -111,7 +111,10 @@ class CacheStore:
         writer_queue: int = 32,
     ) -> None:
         self.data_dir = Path(data_dir)
-        self.data_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            self.data_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:  # a broken data dir costs the cache, never the app
+            log.error("cache data dir %s is unusable: %s", self.data_dir, exc)
         self._quotas = dict(DEFAULT_QUOTAS)
         for tier, quota in (quotas or {}).items():
             self._check_quota(tier, quota)
@@ -219,7 +222,7 @@ class CacheStore:
                     n_tokens=job.n_tokens, tokens_le=job.tokens_le, tier=tier, size=size,
                     save_reason=job.reason, created=now, last_used=now,
                     status=STATUS_WRITING, location=self._tiers[tier].location(job.key),
-                    checksum=kvc.crc32c(job.payload), context_size=job.context_size,
+                    checksum=kvc.payload_crc_of(prefix), context_size=job.context_size,
                     prompt_preview=job.prompt_text[:PREVIEW_CHARS],
                 )  # fmt: skip
                 if tier != TIER_RAM:

@@ -247,3 +247,16 @@ def test_writing_row_with_complete_file_is_published_at_startup(
     row = reopened.get(key)
     assert row is not None and row.status == "available"
     assert reopened.load(row) == payload_for(PROMPT)
+
+
+def test_unusable_data_dir_keeps_the_app_running(tmp_path: Path) -> None:
+    # root ignores permissions: a data dir *under a regular file* fails for everyone
+    blocker = tmp_path / "blocker"
+    blocker.write_bytes(b"")
+    with CacheStore(blocker / "data", ram_file_dir=tmp_path / "shm") as store:
+        assert store._db.in_memory
+        save(store, PROMPT)  # disk tier: fails and counts
+        assert store.counters()["save_errors"] == 1
+        save(store, PROMPT[:10], tier="ram")  # RAM tier still serves this session
+        row = store.lookup_exact(META, PROMPT[:10])
+        assert row is not None and store.load(row) == payload_for(PROMPT[:10])
