@@ -175,7 +175,8 @@ class HubClient:
                 for m in models
             ]
 
-        return self._with_retries(call, what=f"search for {query!r}")
+        # NOTE: list_models already retries network errors with back-off (http_backoff).
+        return self._with_retries(call, what=f"search for {query!r}", max_retries=0)
 
     def list_files(self, repo_id: str) -> list[RemoteFile]:
         """The repo's GGUF files with size, LFS sha256 and the quantisation in the name."""
@@ -435,13 +436,17 @@ class HubClient:
     def _backoff(self, failures: int, cancel: Any) -> None:
         delay = min(self.backoff_max_s, self.backoff_base_s * 2 ** (failures - 1))
         logger.info("network error; retry %d/%d in %.2fs", failures, self.max_retries, delay)
-        end = time.monotonic() + delay
-        while (left := end - time.monotonic()) > 0:
+        left = delay
+        while left > 0:  # in slices, so a cancel during the wait is seen promptly
             if _is_cancelled(cancel):
                 return
-            self._sleep(min(left, 0.1))
+            step = min(left, 0.1)
+            self._sleep(step)
+            left -= step
 
-    def _with_retries(self, fn: Callable[[], T], *, what: str) -> T:
+    def _with_retries(self, fn: Callable[[], T], *, what: str, max_retries: int | None = None) -> T:
+        """Call ``fn``; retry network errors and 5xx with back-off; map HTTP errors."""
+        retries = self.max_retries if max_retries is None else max_retries
         failures = 0
         while True:
             try:
@@ -454,7 +459,7 @@ class HubClient:
             except _httpx.TransportError as e:
                 err = e
             failures += 1
-            if failures > self.max_retries:
+            if failures > retries:
                 raise HubError(f"could not reach the Hub at {self.endpoint} ({what}): {err}",
                                "network") from err
             self._backoff(failures, None)

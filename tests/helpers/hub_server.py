@@ -119,13 +119,14 @@ class HubRepo:
             self.commit = hashlib.sha1(self.repo_id.encode()).hexdigest()
 
 
-@dataclass(frozen=True)
+@dataclass
 class LoggedRequest:
     method: str
     path: str
     query: str
     range: str | None
     authorization: str | None
+    num_body_bytes: int = 0  # file bytes written for this request
 
 
 class HubServer:
@@ -231,6 +232,7 @@ _RANGE_RE = re.compile(r"^bytes=(\d*)-(\d*)$")
 
 class _Handler(BaseHTTPRequestHandler):
     hub: HubServer
+    logged: LoggedRequest
     protocol_version = "HTTP/1.1"
     timeout = 10  # idle keep-alive connections give up
 
@@ -248,8 +250,9 @@ class _Handler(BaseHTTPRequestHandler):
     def _dispatch(self, method: str) -> None:
         url = urlsplit(self.path)
         path = unquote(url.path)
-        self.hub._log(LoggedRequest(method, path, url.query, self.headers.get("Range"),
-                                    self.headers.get("Authorization")))
+        self.logged = LoggedRequest(method, path, url.query, self.headers.get("Range"),
+                                    self.headers.get("Authorization"))
+        self.hub._log(self.logged)
         query = parse_qs(url.query)
         try:
             if path == "/api/models":
@@ -427,6 +430,7 @@ class _Handler(BaseHTTPRequestHandler):
             chunk = data[sent : sent + n]
             self.wfile.write(chunk)
             self.hub._count((repo_id, filename), len(chunk))
+            self.logged.num_body_bytes += len(chunk)
             sent += len(chunk)
             if f.chunk_delay:
                 self.wfile.flush()
