@@ -26,6 +26,7 @@ and a corrupt database moved aside and rebuilt from the blob files (user pins ar
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -584,8 +585,8 @@ class CacheStore:
             log.error("moving cache row %s to %s failed: %s", row.key.hex(), dest, exc)
             self._count("save_errors")
             return None
-        new = replace(row, tier=dest, location=location)
-        with self._lock:
+        with self._lock:  # re-read: a load or pin may have updated the row meanwhile
+            new = replace(self._index.get(row.key) or row, tier=dest, location=location)
             self._index.put(new)
             self._usage[row.tier] -= row.size
             self._usage[dest] += row.size
@@ -658,6 +659,9 @@ class CacheStore:
         self._db_call(self._db.add_counters, totals)
         with self._db_lock:
             self._db.close()
+        ram_file_dir = self._file_tiers[TIER_RAM_FILE].dir
+        with contextlib.suppress(OSError):  # leave no empty per-data-dir folders in /dev/shm
+            ram_file_dir.rmdir()
 
     def __enter__(self) -> CacheStore:
         return self

@@ -74,8 +74,13 @@ class Writer(Generic[J]):
             if self._closed:
                 return
             self._closed = True
-        self.flush(timeout)
-        self._queue.put(_STOP)
+        if not self.flush(timeout):
+            log.warning("cache writer closed with %d saves still pending", self.num_pending)
+        try:
+            self._queue.put(_STOP, timeout=timeout)
+        except queue.Full:
+            log.error("cache writer is stuck; leaving its thread behind")
+            return
         self._thread.join(timeout)
 
     def _run(self) -> None:
