@@ -56,7 +56,7 @@ from app.engine.errors import (
     NBatchTooSmall,
     NotSupported,
 )
-from app.engine.sampling import SamplerChain, build_chain, new_greedy
+from app.engine.sampling import SamplerChain, build_chain
 
 log = logging.getLogger(__name__)
 
@@ -95,11 +95,14 @@ CHATML_TEMPLATE = (
 
 # --------------------------------------------------------------------------- llama.cpp logs
 
-_RECENT_LOG: collections.deque[str] = collections.deque(maxlen=64)
+# ggml_log_level: 1 debug, 2 info, 3 warn, 4 error, 5 = continues the previous record.
+_LOG_ERROR = 4
+_LOG_CONT = 5
+_RECENT_LOG: collections.deque[tuple[int, str]] = collections.deque(maxlen=64)
 _log_line: list[str] = []
+_log_level = [0]
 _log_lock = threading.Lock()
 _log_count = [0]
-_FAILURE_WORDS = ("error", "fail", "invalid", "mismatch", "incorrect", "not ", "unknown")
 _native_log = logging.getLogger("app.engine.llama_cpp")
 
 
@@ -109,14 +112,17 @@ def _on_llama_log(level: int, text: bytes, user_data: Any) -> None:
     # remembered for error messages and sent to Python logging at DEBUG, never to stderr.
     piece = text.decode("utf-8", "replace") if text else ""
     with _log_lock:
+        if not _log_line and level != _LOG_CONT:
+            _log_level[0] = level
         _log_line.append(piece)
         if not piece.endswith("\n"):
             return
         line = "".join(_log_line).rstrip()
         _log_line.clear()
+        if line:
+            _RECENT_LOG.append((_log_level[0], line))
+            _log_count[0] += 1
     if line:
-        _RECENT_LOG.append(line)
-        _log_count[0] += 1
         _native_log.debug("%s", line)
 
 
@@ -133,19 +139,26 @@ def _init_llama() -> None:
 
 @contextmanager
 def _native_errors() -> Iterator[list[str]]:
-    """Collect the llama.cpp log lines emitted inside the block that look like failures."""
+    """Collect the error lines llama.cpp logs inside the block (for readable messages)."""
     start = _log_count[0]
     found: list[str] = []
     try:
         yield found
     finally:
-        n_new = min(_log_count[0] - start, len(_RECENT_LOG))
-        recent = list(_RECENT_LOG)[len(_RECENT_LOG) - n_new :] if n_new else []
-        found.extend(ln for ln in recent if any(w in ln.lower() for w in _FAILURE_WORDS))
+        with _log_lock:
+            n_new = min(_log_count[0] - start, len(_RECENT_LOG))
+            recent = list(_RECENT_LOG)[len(_RECENT_LOG) - n_new :] if n_new else []
+        found.extend(line for level, line in recent if level == _LOG_ERROR)
 
 
 def _detail(lines: list[str]) -> str:
-    return f": {lines[-1].split(': ', 1)[-1]}" if lines else ""
+    """The first (most specific) native error line, without its function-name prefix."""
+    if not lines:
+        return ""
+    text = lines[0]
+    for prefix in ("llama_model_load: ", "error loading model: "):
+        text = text.split(prefix, 1)[-1]
+    return f" ({text.split(': ', 1)[-1] if text.startswith(('llama_', 'gguf_')) else text})"
 
 
 # --------------------------------------------------------------------------- small helpers
@@ -287,6 +300,8 @@ class LlamaBackend:
             raise ValueError("n_ctx_per_seq, n_seq_max and n_batch must be >= 1")
         if type_k not in KV_TYPES or type_v not in KV_TYPES:
             raise ValueError(f"type_k/type_v must be one of {', '.join(KV_TYPES)}")
+        if type_v not in ("f16", "f32") and not flash_attn:
+            raise InvalidRequest(f"a quantized V cache (type_v={type_v}) needs flash_attn=True")
         _init_llama()
         self.path = str(path)
         self.n_ctx_per_seq = n_ctx_per_seq
@@ -329,6 +344,7 @@ class LlamaBackend:
         self._vocab = llama_cpp.llama_model_get_vocab(model)
         self._n_vocab = llama_cpp.llama_vocab_n_tokens(self._vocab)
         self._n_embd = llama_cpp.llama_model_n_embd(model)
+        self._logits_row_type = ctypes.c_float * int(self._n_vocab)
         cparams = _ctx_params(
             n_ctx=self.n_ctx_per_seq * self.n_seq_max, n_seq_max=self.n_seq_max,
             n_batch=self.n_batch, n_ubatch=min(self.n_batch, 512), n_threads=self.n_threads,
@@ -342,8 +358,6 @@ class LlamaBackend:
         self._stack.callback(llama_cpp.llama_free, ctx)
         self._mem = llama_cpp.llama_get_memory(ctx)
         self._batch = _Batch(self.n_batch)
-        self._greedy = new_greedy()
-        self._stack.callback(llama_cpp.llama_sampler_free, self._greedy)
 
     def close(self) -> None:
         """Free every native handle: contexts, then adapters, then the model. Idempotent."""
@@ -447,15 +461,18 @@ class LlamaBackend:
             return []
         self._check_ops(ops)
         batch, ctx, rows = self._batch, self._ctx, self._rows
-        sample, is_eog = llama_cpp.llama_sampler_sample, self.is_eog
+        sample, argmax, is_eog = llama_cpp.llama_sampler_sample, self._argmax, self.is_eog
         results: list[StepResult] = []
         new_rows: dict[int, int] = {}
         row = 0
         for op in ops:
             if type(op) is DecodeOp:
                 # Reads the logits of the previous decode; filling the batch does not touch them.
-                smpl = self._greedy if op.greedy or op.sampler is None else op.sampler.ptr
-                token = sample(smpl, ctx, rows[op.seq_id])
+                smpl = op.sampler
+                if op.greedy or smpl is None or smpl.is_plain_greedy:
+                    token = argmax(rows[op.seq_id])
+                else:
+                    token = sample(smpl.ptr, ctx, rows[op.seq_id])
                 results.append(Sampled(token, is_eog(token)))
                 batch.token[row] = token
                 batch.pos[row] = op.pos
@@ -494,6 +511,30 @@ class LlamaBackend:
                 raise ContextOverflow(f"seq {op.seq_id}: position {end - 1} is past n_ctx {limit}")
         if n_tokens > self._batch.capacity:
             raise NBatchTooSmall(f"a tick of {n_tokens} tokens exceeds n_batch={self._batch.capacity}")
+
+    def _argmax(self, row: int) -> int:
+        """Greedy choice from one output row of the main context.
+
+        NOTE: numpy's argmax over the logits (~10 µs) instead of a greedy llama_sampler (which
+        builds a candidate array over the whole vocabulary, ~100 µs); both pick the first
+        maximum, so the tokens are identical.
+        """
+        ptr = llama_cpp.llama_get_logits_ith(self._ctx, row)
+        address = ctypes.cast(ptr, ctypes.c_void_p).value
+        if not address:
+            raise RuntimeError(f"llama.cpp has no logits for batch row {row}")
+        return int(np.frombuffer(self._logits_row_type.from_address(address), dtype=np.float32).argmax())
+
+    def seq_logits(self, seq_id: int) -> np.ndarray[Any, np.dtype[np.float32]]:
+        """A copy of the logits the seq's next decode row will sample from (tests, debugging)."""
+        row = self._rows.get(seq_id)
+        if row is None:
+            raise InvalidRequest(f"seq {seq_id} has no logits from the previous tick")
+        ptr = llama_cpp.llama_get_logits_ith(self._ctx, row)
+        address = ctypes.cast(ptr, ctypes.c_void_p).value
+        if not address:
+            raise RuntimeError(f"llama.cpp has no logits for batch row {row}")
+        return np.frombuffer(self._logits_row_type.from_address(address), dtype=np.float32).copy()
 
     def _decode(self, ctx: Any, batch: _Batch, n_tokens: int) -> None:
         self._rows = {}
@@ -700,8 +741,7 @@ class LlamaBackend:
                 lo = max(first - start, 0)
                 self._batch.logits[lo:end] = 1 if lo < end else 0
                 self._decode(self._ctx, self._batch, end)
-                for row in range(lo, end):
-                    argmax.append(llama_cpp.llama_sampler_sample(self._greedy, self._ctx, row))
+                argmax.extend(self._argmax(row) for row in range(lo, end))
         finally:
             self._rows = {}
             self.seq_rm(seq_id)

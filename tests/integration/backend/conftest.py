@@ -1,0 +1,40 @@
+"""Fixtures for the llama.cpp backend tests: backends on the tiny model, closed at teardown."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from app.engine.llama_backend import LlamaBackend
+
+BackendFactory = Callable[..., LlamaBackend]
+
+# NOTE: one thread. The test machine's two cores are shared with other suites, and ggml's
+# spinning thread barriers make an oversubscribed 2-thread decode ~50x slower than 1 thread.
+N_THREADS = 1
+
+
+@pytest.fixture
+def make_backend(tiny_model_path: Path) -> Iterator[BackendFactory]:
+    """Build backends (tiny model by default); every one is closed after the test."""
+    made: list[LlamaBackend] = []
+
+    def make(path: Path | str | None = None, **kwargs: Any) -> LlamaBackend:
+        options: dict[str, Any] = {"n_ctx_per_seq": 256, "n_seq_max": 8, "n_batch": 256,
+                                   "n_threads": N_THREADS}
+        options.update(kwargs)
+        backend = LlamaBackend(str(path or tiny_model_path), **options)
+        made.append(backend)
+        return backend
+
+    yield make
+    for backend in made:
+        backend.close()
+
+
+@pytest.fixture
+def tiny(make_backend: BackendFactory) -> LlamaBackend:
+    return make_backend()

@@ -1,0 +1,139 @@
+"""Loading, metadata, bad input (model files, grammar, templates), embeddings, tokenizer."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+
+import pytest
+
+from app.engine.backend import SamplingParams
+from app.engine.errors import GrammarFailed, InvalidRequest, ModelLoadFailed
+from app.engine.llama_backend import LlamaBackend, render_chat_template
+from tests.integration.backend.driver import decode, prefill
+
+
+def test_info_describes_the_tiny_model(tiny, tiny_model_path):
+    info = tiny.info
+    assert info.quant_type == "q8_0" and info.quant_bits == 8
+    assert info.fingerprint == hashlib.sha256(tiny_model_path.read_bytes()).digest()
+    assert info.n_vocab == 49152
+    assert info.extra["n_embd"] == 64 and info.extra["architecture"] == "llama"
+    assert info.chat_template and "<|im_start|>" in info.chat_template
+    assert info.bos_token == "<|im_start|>" and info.eos_token == "<|im_end|>"
+
+
+def test_ctx_params_hash_ignores_scheduling_knobs():
+    base = LlamaBackend.ctx_params_hash("f16", "f16", False)
+    assert len(base) == 32
+    assert base == LlamaBackend.ctx_params_hash("f16", "f16", False)
+    assert base != LlamaBackend.ctx_params_hash("q8_0", "f16", False)
+    assert base != LlamaBackend.ctx_params_hash("f16", "f16", True)
+
+
+def test_tokenize_round_trip_and_special_tokens(tiny):
+    text = "<|im_start|>user\nHéllo, wörld! 🦙<|im_end|>"
+    tokens = tiny.tokenize(text, add_special=False)
+    assert tokens[0] == 1 and tokens[-1] == 2  # parsed as the special tokens
+    assert tiny.detokenize(tokens) == text
+    assert tiny.tokenize("<|im_start|>", add_special=False, parse_special=False) != [1]
+    assert b"".join(tiny.token_piece(t) for t in tokens).decode() == text
+    assert tiny.is_eog(2) and not tiny.is_eog(tokens[1])
+
+
+@pytest.mark.parametrize("kind", ["missing", "directory", "text", "empty", "truncated", "header_only"])
+def test_bad_model_files_raise_model_load_failed(kind, tmp_path, tiny_model_path):
+    path = tmp_path / "model.gguf"
+    data = tiny_model_path.read_bytes()
+    if kind == "directory":
+        path.mkdir()
+    elif kind == "text":
+        path.write_text("this is not a model\n" * 100)
+    elif kind == "empty":
+        path.write_bytes(b"")
+    elif kind == "truncated":
+        path.write_bytes(data[: len(data) // 2])
+    elif kind == "header_only":
+        path.write_bytes(data[:4096])
+    with pytest.raises(ModelLoadFailed) as err:
+        LlamaBackend(str(path), n_ctx_per_seq=64, n_seq_max=1, n_batch=32, n_threads=1)
+    assert err.value.code == "model_load_failed"
+    assert str(path) in str(err.value)
+
+
+def test_quantized_v_cache_without_flash_attn_is_refused(tiny_model_path):
+    with pytest.raises(InvalidRequest, match="flash_attn"):
+        LlamaBackend(str(tiny_model_path), n_ctx_per_seq=64, n_seq_max=1, n_batch=32, type_v="q8_0")
+
+
+@pytest.mark.parametrize("grammar", ['root ::= ("yes"', "root ::= [a-", "start ::= \"x\"", "root ::= undefined_rule"])
+def test_malformed_grammar_raises_grammar_failed(tiny, grammar):
+    with pytest.raises(GrammarFailed) as err:
+        tiny.new_sampler(SamplingParams(grammar=grammar))
+    assert err.value.code == "grammar_failed"
+
+
+def test_grammar_constrains_output(tiny):
+    sampler = tiny.new_sampler(SamplingParams(grammar='root ::= "yes" | "no"'))
+    try:
+        prompt = tiny.tokenize("Answer: ")
+        prefill(tiny, 0, prompt)
+        tokens = decode(tiny, {0: len(prompt)}, 4, {0: sampler})[0]
+    finally:
+        tiny.free_sampler(sampler)
+    end = next(i for i, t in enumerate(tokens) if tiny.is_eog(t))
+    assert tiny.detokenize(tokens[:end]) in ("yes", "no")
+
+
+def test_bad_sampling_params_are_invalid_requests(tiny):
+    for params in (SamplingParams(top_p=0.0), SamplingParams(min_p=2.0), SamplingParams(repetition_penalty=0.0)):
+        with pytest.raises(InvalidRequest):
+            tiny.new_sampler(params)
+
+
+def test_chat_template_renders_smollm2_format(tiny):
+    text = tiny.apply_chat_template(
+        [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]
+    )
+    assert text == "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+    no_gen = tiny.apply_chat_template([{"role": "user", "content": "Hi"}], add_generation_prompt=False)
+    assert no_gen.endswith("<|im_start|>user\nHi<|im_end|>\n")
+
+
+@pytest.mark.parametrize(
+    "template",
+    [
+        "{{ messages.__class__.__mro__[1].__subclasses__() }}",
+        "{{ ''.__class__.__base__.__subclasses__() }}",
+        "{% set x = messages.append(1) %}{{ x }}",
+        "{{ raise_exception('no system role, please') }}",
+        "{% for m in messages %}{{ m['content'] + 1 }}{% endfor %}",
+        "{% if %}",
+    ],
+)
+def test_hostile_or_broken_templates_are_invalid_requests(template):
+    with pytest.raises(InvalidRequest):
+        render_chat_template(template, [{"role": "user", "content": "x"}])
+
+
+def test_template_helpers_are_available():
+    text = render_chat_template(
+        "{{ bos_token }}{{ strftime_now('%Y') | length }}{{ tools | tojson }}{{ eos_token }}",
+        [], bos_token="<s>", eos_token="</s>", tools=[{"name": "f"}],
+    )
+    assert text == '<s>4[{"name": "f"}]</s>'
+
+
+def test_embeddings_have_n_embd_floats(tiny):
+    tokens = tiny.tokenize("an embedding of this sentence")
+    vec = tiny.embed(tokens)
+    assert len(vec) == 64 and all(math.isfinite(x) for x in vec)
+    assert tiny.embed(tokens) == vec
+    assert tiny.embed(tiny.tokenize("something else entirely")) != vec
+
+
+def test_close_is_idempotent(make_backend):
+    backend = make_backend()
+    backend.embed([1, 2, 3])
+    backend.close()
+    backend.close()
