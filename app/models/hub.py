@@ -21,10 +21,12 @@ A download's life::
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import logging
 import os
+import re
 import shutil
 import threading
 import time
@@ -32,12 +34,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path, PurePosixPath
-from typing import Any, TypeVar
+from typing import Any, BinaryIO, TypeVar
 
 import huggingface_hub
 from huggingface_hub import HfApi, get_session, hf_hub_url
 from huggingface_hub.errors import HfHubHTTPError
-from huggingface_hub.utils import build_hf_headers, hf_raise_for_status
+from huggingface_hub.utils import (  # type: ignore[attr-defined]  # public, lazily exported
+    build_hf_headers,
+    hf_raise_for_status,
+)
 
 from app.models.library import quant_from_filename
 
@@ -62,7 +67,7 @@ class HubError(Exception):
     """A Hub operation failed for a reason the user can act on.
 
     ``kind``: ``not_found``, ``unauthorized``, ``network``, ``checksum_mismatch``,
-    ``insufficient_space``, ``cancelled``, ``busy``, ``invalid``, ``hub``.
+    ``insufficient_space``, ``cancelled``, ``busy``, ``invalid``, ``io``, ``hub``.
     """
 
     def __init__(self, message: str, kind: str) -> None:
@@ -180,7 +185,10 @@ class HubClient:
 
     def list_files(self, repo_id: str) -> list[RemoteFile]:
         """The repo's GGUF files with size, LFS sha256 and the quantisation in the name."""
-        info = self._model_info(repo_id)
+        return self._list_files(repo_id, None)
+
+    def _list_files(self, repo_id: str, cancel: Any) -> list[RemoteFile]:
+        info = self._model_info(repo_id, cancel)
         return [
             RemoteFile(
                 repo_id=repo_id,
@@ -204,7 +212,7 @@ class HubClient:
 
     def list_partials(self) -> list[PartialDownload]:
         """Downloads that can be resumed (e.g. after an app restart), oldest first."""
-        out = []
+        out: list[PartialDownload] = []
         if not self.downloads_dir.is_dir():
             return out
         for side in sorted(self.downloads_dir.glob("*.part.json"), key=_mtime):
@@ -247,7 +255,7 @@ class HubClient:
                 raise HubError(f"{filename} from {repo_id} is already downloading", "busy")
             self._active.add(part)
         try:
-            remote = self._remote_file(repo_id, filename)
+            remote = self._remote_file(repo_id, filename, cancel)
             if dest.is_file() and remote.size is not None and dest.stat().st_size == remote.size:
                 logger.info("%s already installed at %s", filename, dest)
                 return dest
@@ -275,7 +283,7 @@ class HubClient:
         url = hf_hub_url(remote.repo_id, remote.filename, endpoint=self.endpoint)
         meta = self._with_retries(
             lambda: self._api.get_hf_file_metadata(url=url, token=self._auth(), timeout=self.timeout_s),
-            what=f"{remote.filename} in {remote.repo_id}",
+            what=f"{remote.filename} in {remote.repo_id}", cancel=cancel,
         )
         if meta.size is not None and meta.size != remote.size:
             raise HubError(f"{remote.filename}: the Hub reports two different sizes "
@@ -285,7 +293,7 @@ class HubClient:
                              endpoint=self.endpoint)
         _write_sidecar(part, {**_sidecar_fields(remote), "etag": meta.etag,
                               "commit": meta.commit_hash})
-        hasher = hashlib.sha256() if remote.sha256 else _git_blob_hasher(remote.size)
+        hasher = _new_hasher(remote)
         _hash_prefix(part, have, hasher)
         try:
             hasher = self._transfer(url, part, remote, hasher, progress, cancel)
@@ -308,7 +316,11 @@ class HubClient:
         progress: ProgressCallback | None,
         cancel: Any,
     ) -> Any:
-        """GET the rest of the file into ``part``; return the hasher that saw every byte."""
+        """GET the rest of the file into ``part``; return the hasher that saw every byte.
+
+        Each attempt asks for ``Range: bytes=<have>-``; a cut connection or a 5xx is retried
+        with back-off, and the count of failures restarts whenever bytes arrived.
+        """
         total = remote.size or 0
         meter = _Meter(progress, total)
         failures = 0
@@ -316,51 +328,75 @@ class HubClient:
             done = f.tell()
             meter.report(done, force=True)
             while done < total:
-                if _is_cancelled(cancel):
-                    raise HubError(f"download of {remote.filename} cancelled", "cancelled")
-                headers = build_hf_headers(token=self._auth(), library_name="hearth")
-                headers["Accept-Encoding"] = "identity"
-                if done:
-                    headers["Range"] = f"bytes={done}-"
+                _raise_if_cancelled(cancel, remote)
+                before = done
                 try:
-                    with get_session().stream("GET", url, headers=headers,
-                                              timeout=_httpx.Timeout(self.timeout_s)) as r:
-                        if r.status_code in _RETRY_STATUS:
-                            raise _Retryable(f"HTTP {r.status_code}")
-                        if r.status_code == 416:  # the partial is longer than the file
-                            raise HubError(f"{remote.filename}: the partial download does not "
-                                           "match the file on the Hub", "checksum_mismatch")
-                        _raise_for_status(r, remote.repo_id, remote.filename)
-                        if done and r.status_code != 206:  # Range ignored: start over
-                            f.seek(0)
-                            f.truncate()
-                            done = 0
-                            hasher = _reset(hasher, remote)
-                        for chunk in r.iter_bytes():  # as received: a cut loses nothing
-                            f.write(chunk)
-                            hasher.update(chunk)
-                            done += len(chunk)
-                            failures = 0
-                            meter.report(done)
-                            if _is_cancelled(cancel):
-                                f.flush()
-                                raise HubError(f"download of {remote.filename} cancelled",
-                                               "cancelled")
-                    if done > total:
-                        raise HubError(f"{remote.filename}: the Hub sent more bytes than "
-                                       "announced", "checksum_mismatch")
+                    done, hasher = self._fetch_once(url, f, done, remote, hasher, meter, cancel)
                 except (_httpx.TransportError, _Retryable) as e:
                     f.flush()
-                    failures += 1
+                    done = f.seek(0, os.SEEK_END)
+                    failures = 1 if done > before else failures + 1
                     if failures > self.max_retries:
                         raise HubError(
                             f"the download of {remote.filename} keeps failing ({e}); it is "
                             "paused and will continue from where it stopped", "network") from e
                     self._backoff(failures, cancel)
-                    f.seek(0, os.SEEK_END)
-                    done = f.tell()
             meter.report(done, force=True)
         return hasher
+
+    def _fetch_once(
+        self,
+        url: str,
+        f: BinaryIO,
+        done: int,
+        remote: RemoteFile,
+        hasher: Any,
+        meter: _Meter,
+        cancel: Any,
+    ) -> tuple[int, Any]:
+        """One ranged GET, appended to ``f``; returns the new byte count and hasher."""
+        headers = build_hf_headers(token=self._auth(), library_name="hearth")
+        headers["Accept-Encoding"] = "identity"  # byte offsets must be file offsets
+        if done:
+            headers["Range"] = f"bytes={done}-"
+        timeout = _httpx.Timeout(self.timeout_s)
+        with get_session().stream("GET", url, headers=headers, timeout=timeout) as r:
+            if r.status_code in _RETRY_STATUS:
+                raise _Retryable(f"HTTP {r.status_code}")
+            if r.status_code == 416:  # the partial is longer than the file
+                raise HubError(f"{remote.filename}: the partial download does not match the "
+                               "file on the Hub", "checksum_mismatch")
+            self._raise_for_status(r, remote)
+            if done and _range_start(r) != done:  # Range ignored: start over
+                logger.info("server ignored the Range request; restarting %s", remote.filename)
+                f.seek(0)
+                f.truncate()
+                done, hasher = 0, _new_hasher(remote)
+            for chunk in r.iter_bytes():  # as received: a cut loses nothing already read
+                try:
+                    f.write(chunk)
+                except OSError as e:
+                    raise _disk_error(e, remote) from e
+                hasher.update(chunk)
+                done += len(chunk)
+                meter.report(done)
+                if _is_cancelled(cancel):
+                    f.flush()
+                    _raise_if_cancelled(cancel, remote)
+        if done > (remote.size or 0):
+            raise HubError(f"{remote.filename}: the Hub sent more bytes than announced",
+                           "checksum_mismatch")
+        return done, hasher
+
+    def _raise_for_status(self, r: Any, remote: RemoteFile) -> None:
+        if r.status_code < 400:
+            return
+        r.read()
+        try:
+            hf_raise_for_status(r)
+        except HfHubHTTPError as e:
+            what = f"{remote.filename} in {remote.repo_id}"
+            raise _http_error(r.status_code, what, self.token is not None, e) from e
 
     def _verify(self, remote: RemoteFile, hasher: Any, part: Path) -> None:
         got = hasher.hexdigest()
@@ -388,16 +424,16 @@ class HubClient:
     def _auth(self) -> str | bool:
         return self.token or False  # False: never fall back to an implicit token
 
-    def _model_info(self, repo_id: str) -> Any:
+    def _model_info(self, repo_id: str, cancel: Any) -> Any:
         return self._with_retries(
             lambda: self._api.model_info(repo_id, files_metadata=True, token=self._auth(),
                                          timeout=self.timeout_s),
-            what=f"repository {repo_id}",
+            what=f"repository {repo_id}", cancel=cancel,
         )
 
-    def _remote_file(self, repo_id: str, filename: str) -> RemoteFile:
+    def _remote_file(self, repo_id: str, filename: str, cancel: Any) -> RemoteFile:
         _check_filename(filename)
-        for rf in self.list_files(repo_id):
+        for rf in self._list_files(repo_id, cancel):
             if rf.filename == filename:
                 return rf
         raise HubError(f"{filename} was not found in {repo_id}", "not_found")
@@ -444,7 +480,9 @@ class HubClient:
             self._sleep(step)
             left -= step
 
-    def _with_retries(self, fn: Callable[[], T], *, what: str, max_retries: int | None = None) -> T:
+    def _with_retries(
+        self, fn: Callable[[], T], *, what: str, max_retries: int | None = None, cancel: Any = None
+    ) -> T:
         """Call ``fn``; retry network errors and 5xx with back-off; map HTTP errors."""
         retries = self.max_retries if max_retries is None else max_retries
         failures = 0
@@ -462,7 +500,9 @@ class HubClient:
             if failures > retries:
                 raise HubError(f"could not reach the Hub at {self.endpoint} ({what}): {err}",
                                "network") from err
-            self._backoff(failures, None)
+            self._backoff(failures, cancel)
+            if _is_cancelled(cancel):
+                raise HubError(f"cancelled while waiting for the Hub ({what})", "cancelled")
 
     def _partial(self, meta: dict[str, Any], part: Path) -> PartialDownload:
         return PartialDownload(meta["repo_id"], meta["filename"], meta.get("sha256"),
@@ -515,12 +555,29 @@ class _GitBlobHasher:
         return self._h.hexdigest()
 
 
-def _git_blob_hasher(size: int) -> _GitBlobHasher:
-    return _GitBlobHasher(size)
+def _new_hasher(remote: RemoteFile) -> Any:
+    """sha256 for LFS files (checked against the LFS oid), else git's blob sha1."""
+    return hashlib.sha256() if remote.sha256 else _GitBlobHasher(remote.size or 0)
 
 
-def _reset(hasher: Any, remote: RemoteFile) -> Any:
-    return hashlib.sha256() if remote.sha256 else _git_blob_hasher(remote.size or 0)
+def _range_start(r: Any) -> int:
+    """Where a response body starts in the file: 0 for a 200, from Content-Range for a 206."""
+    if r.status_code != 206:
+        return 0
+    m = re.match(r"bytes (\d+)-", r.headers.get("Content-Range", ""))
+    return int(m[1]) if m else -1
+
+
+def _raise_if_cancelled(cancel: Any, remote: RemoteFile) -> None:
+    if _is_cancelled(cancel):
+        raise HubError(f"download of {remote.filename} cancelled", "cancelled")
+
+
+def _disk_error(e: OSError, remote: RemoteFile) -> HubError:
+    if e.errno in (errno.ENOSPC, errno.EDQUOT):
+        return HubError(f"the disk filled up while downloading {remote.filename}; free some "
+                        "space and resume", "insufficient_space")
+    return HubError(f"cannot write the download of {remote.filename}: {e.strerror or e}", "io")
 
 
 def _hash_prefix(part: Path, have: int, hasher: Any) -> None:
@@ -533,16 +590,6 @@ def _hash_prefix(part: Path, have: int, hasher: Any) -> None:
         while left and (chunk := f.read(min(left, 1 << 20))):
             hasher.update(chunk)
             left -= len(chunk)
-
-
-def _raise_for_status(r: Any, repo_id: str, filename: str) -> None:
-    if r.status_code < 400:
-        return
-    r.read()
-    try:
-        hf_raise_for_status(r)
-    except HfHubHTTPError as e:
-        raise _http_error(r.status_code, f"{filename} in {repo_id}", None, e) from e
 
 
 def _http_error(status: int | None, what: str, has_token: bool | None, e: Exception) -> HubError:

@@ -17,7 +17,9 @@ Endpoints (what ``HfApi.list_models``, ``HfApi.model_info(files_metadata=True)``
 Faults, per file: ``drop_after`` (the first GET sends that many bytes, then the connection is
 cut; later GETs are served normally), ``corrupt`` (other bytes than the advertised sha256),
 ``missing`` (404 EntryNotFound from resolve although the file is listed), ``chunk_delay``
-(seconds to sleep per ``chunk_size`` bytes: a slow link). Per repo: ``private`` (401 unless the
+(seconds to sleep per ``chunk_size`` bytes: a slow link), ``fail_first`` (503 to the first N
+GETs), ``ignore_range`` (200 with the whole file to a ranged GET). ``lfs=False`` serves a
+plain-git file (no LFS sha256; the client checks the git blob sha1). Per repo: ``private`` (401 unless the
 request carries ``Authorization: Bearer <token>``). Every request is logged in
 ``server.requests`` and body bytes served per file in ``server.bytes_served``.
 """
@@ -87,6 +89,8 @@ class HubFile:
     missing: bool = False
     chunk_delay: float = 0.0
     chunk_size: int = 16 * 1024
+    fail_first: int = 0  # answer this many GETs with 503 first (a flaky CDN)
+    ignore_range: bool = False  # answer ranged GETs with the whole file (200)
     num_drops: int = 0  # how many times the connection was cut
 
     @property
@@ -371,12 +375,16 @@ class _Handler(BaseHTTPRequestHandler):
         if f is None or f.missing:
             self._error(404, "Entry not found", code="EntryNotFound")
             return
+        if method == "GET" and f.fail_first > 0:
+            f.fail_first -= 1
+            self._error(503, "Service Unavailable", code=None)
+            return
         body = f.served_bytes()
         total = len(body)
         etag = f'"{f.sha256 if f.lfs else f.git_sha1}"'
         start, end = 0, total - 1
         status = 200
-        rng = self.headers.get("Range")
+        rng = None if f.ignore_range else self.headers.get("Range")
         if rng and method == "GET":
             m = _RANGE_RE.match(rng.strip())
             if not m or (not m[1] and not m[2]):

@@ -231,3 +231,94 @@ def test_slow_link_reports_progress_and_speed(
     assert len(calls) >= 3 and done == sorted(done) and done[-1] == len(gguf_bytes["q4"])
     assert all(c[1] == len(gguf_bytes["q4"]) for c in calls)
     assert calls[-1][2] > 0
+
+
+def test_transient_server_errors_are_retried(
+    make_client: MakeClient, hub: HubServer, gguf_bytes: dict[str, bytes]
+) -> None:
+    hub.set_fault(REPO, FILE, fail_first=2)
+    assert make_client().download(REPO, FILE).read_bytes() == gguf_bytes["q4"]
+    assert len(hub.file_requests(REPO, FILE, "GET")) == 3
+
+
+def test_server_ignoring_range_restarts_cleanly(
+    make_client: MakeClient, hub: HubServer, gguf_bytes: dict[str, bytes]
+) -> None:
+    hub.set_fault(REPO, FILE, drop_after=50_000, ignore_range=True)
+    assert make_client().download(REPO, FILE).read_bytes() == gguf_bytes["q4"]
+    second = hub.file_requests(REPO, FILE, "GET")[1]
+    assert second.range is not None and second.num_body_bytes == len(gguf_bytes["q4"])
+
+
+def test_a_stale_partial_is_discarded(
+    make_client: MakeClient, hub: HubServer, gguf_bytes: dict[str, bytes]
+) -> None:
+    client = make_client()
+    part = client.partial_path(REPO, FILE)
+    part.parent.mkdir(parents=True)
+    part.write_bytes(b"old bytes of another version")
+    part.with_name(part.name + ".json").write_text(
+        '{"repo_id": "acme/Tiny-GGUF", "filename": "tiny-Q4_K_M.gguf", "sha256": "00", "size": 1}'
+    )
+
+    assert client.download(REPO, FILE).read_bytes() == gguf_bytes["q4"]
+    assert hub.file_requests(REPO, FILE, "GET")[0].range is None
+
+
+def test_plain_git_file_is_checked_by_blob_sha1(
+    make_client: MakeClient, hub: HubServer, tmp_path: Path
+) -> None:
+    hub.add_file(REPO, "small-Q2_K.gguf", b"GGUF tiny plain-git file", lfs=False)
+    (rf,) = [f for f in make_client().list_files(REPO) if f.filename == "small-Q2_K.gguf"]
+    assert rf.sha256 is None and rf.blob_id
+
+    assert make_client().download(REPO, "small-Q2_K.gguf").read_bytes().startswith(b"GGUF")
+
+    hub.add_file(REPO, "bad-Q2_K.gguf", b"GGUF another plain file", lfs=False, corrupt=True)
+    with pytest.raises(HubError) as err:
+        make_client().download(REPO, "bad-Q2_K.gguf")
+    assert err.value.kind == "checksum_mismatch" and "git SHA-1" in str(err.value)
+
+
+def test_file_in_a_subfolder_lands_in_the_library(
+    make_client: MakeClient, hub: HubServer, gguf_bytes: dict[str, bytes], tmp_path: Path
+) -> None:
+    hub.add_file(REPO, "Q8_0/tiny-00001-of-00001.gguf", gguf_bytes["q8"])
+    path = make_client().download(REPO, "Q8_0/tiny-00001-of-00001.gguf")
+    assert path == tmp_path / "models" / "acme--Tiny-GGUF" / "Q8_0" / "tiny-00001-of-00001.gguf"
+    (entry,) = ModelLibrary(tmp_path / "models", include_default=False).scan()
+    assert entry.path == path and entry.broken is None
+
+    with pytest.raises(HubError) as err:
+        make_client().download(REPO, "../escape.gguf")
+    assert err.value.kind == "invalid"
+
+
+def test_a_file_downloads_once_at_a_time_and_a_pause_can_be_discarded(
+    make_client: MakeClient, hub: HubServer
+) -> None:
+    hub.set_fault(REPO, FILE, chunk_delay=0.01)
+    client = make_client()
+    started, stop = threading.Event(), threading.Event()
+    errors: list[HubError] = []
+
+    def run() -> None:
+        try:
+            client.download(REPO, FILE, progress=lambda *a: started.set(), cancel=stop)
+        except HubError as e:
+            errors.append(e)
+
+    t = threading.Thread(target=run)
+    t.start()
+    assert started.wait(5)
+    with pytest.raises(HubError) as err:
+        client.download(REPO, FILE)
+    assert err.value.kind == "busy"
+    with pytest.raises(HubError):
+        client.discard_partial(REPO, FILE)
+    stop.set()
+    t.join(5)
+    assert [e.kind for e in errors] == ["cancelled"]
+    assert len(client.list_partials()) == 1
+    client.discard_partial(REPO, FILE)
+    assert client.list_partials() == []
