@@ -267,6 +267,19 @@ class KeyMeta:
     def __post_init__(self) -> None:
         _check_lengths(self.fingerprint, self.ctx_params_hash)
 
+    @classmethod
+    def from_mapping(cls, value: Mapping[str, Any]) -> KeyMeta:
+        """From ``Model.cache_key_meta()``'s dict; bytes or hex strings are accepted."""
+
+        def raw(v: Any) -> bytes:
+            return bytes.fromhex(v) if isinstance(v, str) else bytes(v)
+
+        return cls(
+            fingerprint=raw(value["fingerprint"]),
+            quant_type=str(value["quant_type"]),
+            ctx_params_hash=raw(value["ctx_params_hash"]),
+        )
+
     @property
     def namespace(self) -> tuple[bytes, int, bytes]:
         """Rows comparable for prefix lookups share this (fp, quant byte, ctx hash)."""

@@ -167,3 +167,10 @@ def test_fingerprint_cache_survives_a_garbage_file(tmp_path: Path) -> None:
     model = tmp_path / "m.gguf"
     model.write_bytes(b"x")
     assert FingerprintCache(tmp_path / "state").get(model) == hashlib.sha256(b"x").digest()
+
+
+def test_keymeta_from_mapping() -> None:
+    meta = KeyMeta(b"\xaa" * 32, "f16", b"\xbb" * 32)
+    as_bytes = {"fingerprint": b"\xaa" * 32, "quant_type": "f16", "ctx_params_hash": b"\xbb" * 32}
+    as_hex = {k: v.hex() if isinstance(v, bytes) else v for k, v in as_bytes.items()}
+    assert KeyMeta.from_mapping(as_bytes) == meta == KeyMeta.from_mapping(as_hex)
