@@ -2,7 +2,7 @@
 
 from app.storage.paths import data_dir, database_path
 from app.storage.records import Conversation, Message, ReplyStats, SamplingSettings, Siblings
-from app.storage.storage import DEFAULT_TITLE, Storage, StorageError
+from app.storage.storage import DEFAULT_TITLE, Storage, StorageError, session_key
 
 __all__ = [
     "DEFAULT_TITLE",
@@ -14,5 +14,6 @@ __all__ = [
     "Storage",
     "StorageError",
     "data_dir",
+    "session_key",
     "database_path",
 ]

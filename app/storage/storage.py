@@ -28,6 +28,11 @@ log = logging.getLogger(__name__)
 DEFAULT_TITLE = "New chat"
 
 
+def session_key(conversation_id: str) -> str:
+    """Settings key of a conversation's engine-session state (the tokens its KV holds)."""
+    return f"session/{conversation_id}"
+
+
 class StorageError(Exception):
     """The database could not do what was asked (locked, full disk, corrupt, unknown id)."""
 
@@ -144,6 +149,9 @@ class Storage:
             if ids:
                 s.execute(delete(MessageRow).where(MessageRow.conversation_id.in_(ids)))
                 s.execute(delete(ConversationRow).where(ConversationRow.id.in_(ids)))
+                s.execute(
+                    delete(SettingRow).where(SettingRow.key.in_([session_key(i) for i in ids]))
+                )
             return len(ids)
 
     def search(self, query: str) -> list[Conversation]:
@@ -350,6 +358,10 @@ class Storage:
                 s.add(SettingRow(key=key, value=value))
             else:
                 row.value = value
+
+    def delete_setting(self, key: str) -> None:
+        with self._session() as s:
+            s.execute(delete(SettingRow).where(SettingRow.key == key))
 
     # -- helpers -------------------------------------------------------------------------
 

@@ -34,6 +34,24 @@ class ChatTurn:
 
 
 @dataclass(frozen=True, slots=True)
+class SessionState:
+    """What a sticky session's seq holds after a turn: that turn's prompt and its reply ids.
+
+    Kept by the app across restarts so the first turn after a restart sends exactly the
+    tokens the engine saved (an exact-prefix hit on disk) plus the new suffix.
+    """
+
+    model_id: str
+    prompt: tuple[int, ...]
+    generated: tuple[int, ...]
+    ended_with_eog: bool
+
+    @property
+    def tokens(self) -> list[int]:
+        return [*self.prompt, *self.generated]
+
+
+@dataclass(frozen=True, slots=True)
 class GenerationRequest:
     """One reply to generate: the branch so far and the conversation's settings."""
 
@@ -42,6 +60,8 @@ class GenerationRequest:
     messages: tuple[ChatTurn, ...]
     system: str
     params: tuple[tuple[str, Any], ...] = ()
+    session: SessionState | None = None
+    """The session's last known state (from the database), used when the worker has none."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +90,7 @@ class StreamUpdate:
     error_code: str | None = None
     path: str = ""
     """``infer`` or ``continue_session``: how the worker submitted the turn."""
+    session: SessionState | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,7 +132,8 @@ class _BridgeWorker(QObject):
         self._lock = threading.Lock()
         self._live: dict[str, _Live] = {}
         # NOTE: what each sticky session holds, so a follow-up turn sends only its suffix.
-        self._held: dict[str, list[int]] = {}
+        self._held: dict[str, SessionState] = {}
+        self._pieces: dict[int, str] = {}
         self._frame = QTimer(self)
         self._frame.setInterval(FRAME_MS)
         self._frame.timeout.connect(self._flush)
@@ -143,24 +165,30 @@ class _BridgeWorker(QObject):
             template["system"] = request.system
         full = list(self._model.apply_chat_template(template))
         sid = request.session_id
-        held = self._held.pop(sid, None)
+        pinned = self._held.pop(sid, None)
+        held = pinned or request.session
+        if held is not None and held.model_id != self._model_id:
+            held = None
+        suffix = self._continuation_suffix(full, held) if held is not None else None
+        prompt = full if held is None or not suffix else held.tokens + suffix
         with self._lock:
-            live = _Live(request, full, "infer")
+            live = _Live(request, prompt, "infer")
             self._live[request.request_id] = live
         callback = self._callback(request.request_id)
         stream = None
-        if held and len(full) > len(held) and full[: len(held)] == held:
+        if pinned is not None and suffix:
             try:
-                live.path = "continue_session"
                 stream = self._model.continue_session(
-                    full[len(held) :], session_id=sid, on_event=callback, **params
+                    suffix, session_id=sid, on_event=callback, **params
                 )
+                live.path = "continue_session"
             except Exception as exc:  # noqa: BLE001 — the session was evicted or ended
                 log.info("continue_session(%s) refused (%s); sending the full prompt", sid, exc)
-                live.path = "infer"
         if stream is None:
+            # NOTE: ``prompt`` is token-for-token what the engine saved for this session when
+            # we know it, so after a restart (or an eviction) it restores from the cache.
             try:
-                stream = self._model.infer(full, session_id=sid, on_event=callback, **params)
+                stream = self._model.infer(prompt, session_id=sid, on_event=callback, **params)
             except Exception:
                 with self._lock:
                     self._live.pop(request.request_id, None)
@@ -168,6 +196,43 @@ class _BridgeWorker(QObject):
         live.stream = stream
         if not self._frame.isActive():
             self._frame.start()
+
+    def _continuation_suffix(self, full: list[int], held: SessionState) -> list[int] | None:
+        """The tokens to append to what the session holds so that it reads as ``full``.
+
+        The plain case: ``full`` extends the held tokens. Otherwise the re-rendered history
+        tokenizes earlier replies differently from the ids that were sampled (same text,
+        other merges). Then we align by *text*: walk ``full`` until its text equals the held
+        tokens' text and continue from there, so the KV stays semantically identical to
+        ``full`` while its tokens stay exactly what the engine saved.
+        """
+        tokens = held.tokens
+        if len(full) > len(tokens) and full[: len(tokens)] == tokens:
+            return full[len(tokens) :]
+        body = tokens[:-1] if held.ended_with_eog else tokens
+        target = "".join(self._piece(t) for t in body)
+        text = ""
+        j = 0
+        while j < len(full) and len(text) < len(target):
+            text += self._piece(full[j])
+            j += 1
+            if not target.startswith(text):
+                return None
+        if text != target:
+            return None
+        if held.ended_with_eog:
+            if j >= len(full) or full[j] != tokens[-1]:
+                return None
+            j += 1
+        return full[j:] or None
+
+    def _piece(self, token: int) -> str:
+        piece = self._pieces.get(token)
+        if piece is None:
+            piece = self._model.detokenize([token])
+            if len(self._pieces) < 200_000:
+                self._pieces[token] = piece
+        return piece
 
     def _callback(self, request_id: str) -> Callable[[Event], None]:
         def on_event(event: Event) -> None:  # scheduler thread: append only
@@ -230,6 +295,7 @@ class _BridgeWorker(QObject):
         done = None
         error = code = None
         num_tokens = 0
+        session = None
         for ev in events:
             if isinstance(ev, Token):
                 text.append(ev.text)
@@ -243,7 +309,7 @@ class _BridgeWorker(QObject):
             elif isinstance(ev, Done):
                 live.finished = True
                 done = _stats(ev.stats)
-                self._remember_session(live, ev.stats.committed_tokens)
+                session = self._remember_session(live, ev.stats)
             elif isinstance(ev, Error):
                 live.finished = True
                 error, code = ev.reason, ev.code
@@ -257,14 +323,22 @@ class _BridgeWorker(QObject):
             error,
             code,
             live.path,
+            session,
         )
 
-    def _remember_session(self, live: _Live, committed: int) -> None:
-        held = live.prompt + live.generated
+    def _remember_session(self, live: _Live, stats: Any) -> SessionState | None:
+        held = SessionState(
+            self._model_id,
+            tuple(live.prompt),
+            tuple(live.generated),
+            ended_with_eog=stats.finish_reason == "stop" and not stats.stop_sequence,
+        )
         # NOTE: we only know exactly what the seq holds when the counts agree; otherwise the
         # next turn sends the full prompt and the engine's own sticky check decides.
-        if committed == len(held):
+        if stats.committed_tokens == len(held.tokens):
             self._held[live.request.session_id] = held
+            return held
+        return None
 
     @Slot()
     def _poll_status(self) -> None:

@@ -190,8 +190,7 @@ class MainWindow(QMainWindow):
         assert isinstance(app, QApplication)
         apply_theme(app, scheme)
         self._refresh_icons()
-        self.chat_page.composer.refresh_icons()
-        self.chat_page.chat_view.rerender()
+        self.chat_page.refresh_icons()
 
     def _on_color_scheme_changed(self, _scheme: Qt.ColorScheme) -> None:
         if (self.storage_setting("theme", "system")) == "system":

@@ -109,6 +109,12 @@ class ChatPage(QWidget):
         self.list_model.rowsInserted.connect(lambda *_: self.sidebar.select(self.current_id))
         self.list_model.rowsRemoved.connect(lambda *_: self.sidebar.select(self.current_id))
 
+    def refresh_icons(self) -> None:
+        self.sidebar.refresh_icons()
+        self.settings_button.setIcon(current_icon("sliders", "muted"))
+        self.composer.refresh_icons()
+        self.chat_view.rerender()
+
     # -- conversations -------------------------------------------------------------------
 
     def new_conversation(self) -> str | None:

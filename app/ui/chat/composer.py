@@ -22,7 +22,7 @@ class MessageInput(QPlainTextEdit):
         self.setPlaceholderText("Message Hearth…  (Enter to send, Shift+Enter for a new line)")
         self.setTabChangesFocus(True)
         self.setFrameShape(QFrame.Shape.NoFrame)
-        self.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAsNeeded)
+        self.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.document().documentLayout().documentSizeChanged.connect(self._fit_height)
         self._fit_height()
 
@@ -37,7 +37,13 @@ class MessageInput(QPlainTextEdit):
 
     def _fit_height(self) -> None:
         line = self.fontMetrics().lineSpacing()
-        lines = max(self.MIN_LINES, min(self.MAX_LINES, int(self.document().size().height())))
+        wanted = int(self.document().size().height())
+        lines = max(self.MIN_LINES, min(self.MAX_LINES, wanted))
+        self.setVerticalScrollBarPolicy(
+            Qt.ScrollBarPolicy.ScrollBarAsNeeded
+            if wanted > self.MAX_LINES
+            else Qt.ScrollBarPolicy.ScrollBarAlwaysOff
+        )
         margins = self.contentsMargins()
         doc_margin = int(self.document().documentMargin() * 2)
         self.setFixedHeight(lines * line + doc_margin + margins.top() + margins.bottom())

@@ -23,10 +23,17 @@ from app.storage import (
     SamplingSettings,
     Storage,
     StorageError,
+    session_key,
 )
 from app.ui.chat.catalog import ConversationCatalog, ConversationEntry
 from app.ui.chat.params import infer_params
-from app.ui.engine_bridge import ChatTurn, EngineBridge, GenerationRequest, StreamUpdate
+from app.ui.engine_bridge import (
+    ChatTurn,
+    EngineBridge,
+    GenerationRequest,
+    SessionState,
+    StreamUpdate,
+)
 
 log = logging.getLogger(__name__)
 
@@ -291,6 +298,7 @@ class ChatController(QObject):
             messages=tuple(ChatTurn(m.role, m.content) for m in history if m.role != "system"),
             system=conv.system_prompt,
             params=infer_params(conv.sampling),
+            session=self._load_session(cid),
         )
         live = LiveReply(request.request_id, cid, user_id, started=time.monotonic())
         self._live[cid] = live
@@ -317,6 +325,8 @@ class ChatController(QObject):
             return
         if update.done is not None:
             self._end(cid, live)
+            if update.session is not None:
+                self._save_session(cid, update.session)
             if live.text or live.thinking:
                 d = update.done
                 stats = ReplyStats(
@@ -344,6 +354,33 @@ class ChatController(QObject):
             self.conversation_changed.emit(cid)
             return
         self.reply_progressed.emit(cid)
+
+    def _load_session(self, cid: str) -> SessionState | None:
+        try:
+            data = self.storage.get_setting(session_key(cid))
+            if not data:
+                return None
+            return SessionState(
+                str(data["model_id"]),
+                tuple(int(t) for t in data["prompt"]),
+                tuple(int(t) for t in data["generated"]),
+                bool(data["ended_with_eog"]),
+            )
+        except (StorageError, KeyError, TypeError, ValueError) as exc:
+            log.info("ignoring the stored session state of %s: %s", cid, exc)
+            return None
+
+    def _save_session(self, cid: str, state: SessionState) -> None:
+        data = {
+            "model_id": state.model_id,
+            "prompt": list(state.prompt),
+            "generated": list(state.generated),
+            "ended_with_eog": state.ended_with_eog,
+        }
+        try:
+            self.storage.set_setting(session_key(cid), data)
+        except StorageError as exc:
+            log.warning("could not save the session state of %s: %s", cid, exc)
 
     def _end(self, cid: str, live: LiveReply) -> None:
         self._live.pop(cid, None)

@@ -4,7 +4,7 @@ reply's stats line, and its actions (copy, regenerate, edit, ‹ n/m › branch 
 from __future__ import annotations
 
 from PySide6.QtCore import Qt, QTimer, Signal
-from PySide6.QtGui import QFontDatabase, QGuiApplication
+from PySide6.QtGui import QFontDatabase, QGuiApplication, QResizeEvent
 from PySide6.QtWidgets import (
     QFrame,
     QHBoxLayout,
@@ -342,6 +342,24 @@ class MessageWidget(QFrame):
 
     def text(self) -> str:
         return self.body.source()
+
+    def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802 — Qt override
+        super().resizeEvent(event)
+        if self.role == "user":
+            self._fit_bubble()
+
+    def _fit_bubble(self) -> None:
+        """Size the user bubble to its text, up to 78% of the row, so short lines don't wrap."""
+        labels = self.body.findChildren(QLabel)
+        if not labels:
+            return
+        label = labels[0]
+        limit = max(120, int(self.width() * 0.78) - 28)
+        metrics = label.fontMetrics()
+        natural = max(
+            (metrics.horizontalAdvance(line) for line in label.text().splitlines()), default=0
+        )
+        label.setFixedWidth(min(natural + 4, limit))
 
     def _on_thinking_toggled(self, checked: bool) -> None:
         assert self.thinking_text is not None and self.thinking_toggle is not None

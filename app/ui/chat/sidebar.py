@@ -106,7 +106,7 @@ class Sidebar(QFrame):
         self.search.setObjectName("searchField")
         self.search.setPlaceholderText("Search chats")
         self.search.setClearButtonEnabled(True)
-        self.search.addAction(
+        self._search_action = self.search.addAction(
             current_icon("search", "muted"), QLineEdit.ActionPosition.LeadingPosition
         )
         self.search.textChanged.connect(self.search_changed)
@@ -140,6 +140,11 @@ class Sidebar(QFrame):
         layout.addWidget(self.new_button)
         layout.addWidget(self.search)
         layout.addWidget(self.list, 1)
+
+    def refresh_icons(self) -> None:
+        self.new_button.setIcon(current_icon("plus"))
+        self._search_action.setIcon(current_icon("search", "muted"))
+        self.list.viewport().update()
 
     def select(self, cid: str | None) -> None:
         row = self.model.row_of(cid) if cid else -1
