@@ -91,6 +91,7 @@ class HubFile:
     chunk_size: int = 16 * 1024
     fail_first: int = 0  # answer this many GETs with 503 first (a flaky CDN)
     ignore_range: bool = False  # answer ranged GETs with the whole file (200)
+    redirect: bool = False  # resolve answers 302 to /cdn/… (as the Hub does for LFS files)
     num_drops: int = 0  # how many times the connection was cut
 
     @property
@@ -170,8 +171,11 @@ class HubServer:
         return f
 
     def file_requests(self, repo_id: str, filename: str, method: str | None = None) -> list[LoggedRequest]:
-        """Requests that hit ``/{repo}/resolve/*/{filename}``."""
-        pat = re.compile(rf"^/{re.escape(repo_id)}/resolve/[^/]+/{re.escape(filename)}$")
+        """Requests that hit ``/{repo}/resolve/*/{filename}`` (or its CDN redirect target)."""
+        repo, cdn_repo = re.escape(repo_id), re.escape(repo_id.replace("/", "--"))
+        pat = re.compile(
+            rf"^/({repo}/resolve|cdn/{cdn_repo})/[^/]+/{re.escape(filename)}$"
+        )
         with self._lock:
             return [r for r in self.requests
                     if pat.match(r.path) and (method is None or r.method == method)]
@@ -231,6 +235,7 @@ class HubServer:
 
 
 _RESOLVE_RE = re.compile(r"^/(?P<repo>.+?)/resolve/(?P<rev>[^/]+)/(?P<file>.+)$")
+_CDN_RE = re.compile(r"^/cdn/(?P<repo>[^/]+)/(?P<rev>[^/]+)/(?P<file>.+)$")  # repo: owner--name
 _RANGE_RE = re.compile(r"^bytes=(\d*)-(\d*)$")
 
 
@@ -263,6 +268,8 @@ class _Handler(BaseHTTPRequestHandler):
                 self._search(query)
             elif path.startswith("/api/models/"):
                 self._model_info(path.removeprefix("/api/models/"), query)
+            elif m := _CDN_RE.match(path):
+                self._resolve(method, m["repo"].replace("--", "/"), m["rev"], m["file"], cdn=True)
             elif m := _RESOLVE_RE.match(path):
                 self._resolve(method, m["repo"], m["rev"], m["file"])
             else:
@@ -360,13 +367,15 @@ class _Handler(BaseHTTPRequestHandler):
 
     # -- /{repo}/resolve/{rev}/{file} ----------------------------------------------------
 
-    def _resolve(self, method: str, repo_id: str, rev: str, filename: str) -> None:
+    def _resolve(
+        self, method: str, repo_id: str, rev: str, filename: str, cdn: bool = False
+    ) -> None:
         with self.hub._lock:
             repo = self.hub.repos.get(repo_id)
         if repo is None:
             self._error(404, "Repository not found", code="RepoNotFound")
             return
-        if not self._authorized(repo):
+        if not cdn and not self._authorized(repo):
             return
         if rev not in ("main", repo.commit):
             self._error(404, "Revision not found", code="RevisionNotFound")
@@ -374,6 +383,9 @@ class _Handler(BaseHTTPRequestHandler):
         f = repo.files.get(filename)
         if f is None or f.missing:
             self._error(404, "Entry not found", code="EntryNotFound")
+            return
+        if f.redirect and f.lfs and not cdn:
+            self._redirect_to_cdn(repo, filename, f)
             return
         if method == "GET" and f.fail_first > 0:
             f.fail_first -= 1
@@ -418,6 +430,18 @@ class _Handler(BaseHTTPRequestHandler):
         if method == "HEAD":
             return
         self._stream(repo_id, filename, f, body[start : end + 1])
+
+    def _redirect_to_cdn(self, repo: HubRepo, filename: str, f: HubFile) -> None:
+        etag = f'"{f.sha256}"'
+        self.send_response(302)
+        cdn_repo = repo.repo_id.replace("/", "--")
+        self.send_header("Location", f"{self.hub.endpoint}/cdn/{cdn_repo}/{repo.commit}/{filename}")
+        self.send_header("X-Repo-Commit", repo.commit)
+        self.send_header("X-Linked-Etag", etag)
+        self.send_header("X-Linked-Size", str(len(f.content)))
+        self.send_header("ETag", f'"{f.git_sha1}"')  # the pointer's etag, as on the Hub
+        self.send_header("Content-Length", "0")
+        self.end_headers()
 
     def _stream(self, repo_id: str, filename: str, f: HubFile, data: bytes) -> None:
         drop_at = None

@@ -322,3 +322,14 @@ def test_a_file_downloads_once_at_a_time_and_a_pause_can_be_discarded(
     assert len(client.list_partials()) == 1
     client.discard_partial(REPO, FILE)
     assert client.list_partials() == []
+
+
+def test_cdn_redirect_is_followed_and_resumed(
+    make_client: MakeClient, hub: HubServer, gguf_bytes: dict[str, bytes]
+) -> None:
+    hub.set_fault(REPO, FILE, redirect=True, drop_after=70_000)
+
+    assert make_client().download(REPO, FILE).read_bytes() == gguf_bytes["q4"]
+
+    cdn_gets = [r for r in hub.file_requests(REPO, FILE, "GET") if r.path.startswith("/cdn/")]
+    assert len(cdn_gets) == 2 and cdn_gets[1].range == f"bytes={cdn_gets[0].num_body_bytes}-"
