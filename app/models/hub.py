@@ -108,7 +108,12 @@ class PartialDownload:
     path: Path
 
 
+_REPO_ID_RE = re.compile(r"^[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?$")
+
+
 def _repo_dirname(repo_id: str) -> str:
+    if not _REPO_ID_RE.match(repo_id) or ".." in repo_id:
+        raise HubError(f"invalid repository id {repo_id!r} (expected owner/name)", "invalid")
     return repo_id.replace("/", "--")
 
 

@@ -289,9 +289,10 @@ def test_file_in_a_subfolder_lands_in_the_library(
     (entry,) = ModelLibrary(tmp_path / "models", include_default=False).scan()
     assert entry.path == path and entry.broken is None
 
-    with pytest.raises(HubError) as err:
-        make_client().download(REPO, "../escape.gguf")
-    assert err.value.kind == "invalid"
+    for repo, name in ((REPO, "../escape.gguf"), ("..", "x.gguf"), ("a/../b", "x.gguf")):
+        with pytest.raises(HubError) as err:
+            make_client().download(repo, name)
+        assert err.value.kind == "invalid"
 
 
 def test_a_file_downloads_once_at_a_time_and_a_pause_can_be_discarded(
