@@ -241,7 +241,7 @@ def quant_from_filename(name: str) -> str | None:
     matches = _QUANT_RE.findall(name)
     if not matches:
         return None
-    q = matches[-1].lower()
+    q: str = matches[-1].lower()
     return {"fp16": "f16", "fp32": "f32"}.get(q, q)
 
 
