@@ -263,6 +263,8 @@ class HubClient:
             remote = self._remote_file(repo_id, filename, cancel)
             if dest.is_file() and remote.size is not None and dest.stat().st_size == remote.size:
                 logger.info("%s already installed at %s", filename, dest)
+                if progress is not None:
+                    progress(remote.size, remote.size, 0.0)
                 return dest
             return self._download(remote, part, dest, progress, cancel, keep_partial)
         finally:
