@@ -1,0 +1,1 @@
+"""The benchmark suite behind ``hearth bench`` (see ../shared/docs/BENCHMARKS.md)."""

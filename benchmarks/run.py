@@ -1,0 +1,66 @@
+"""``hearth bench``: run the scenarios with their peers side by side, print tables, write JSON."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+from benchmarks.common import Result, default_model
+
+
+def _scenarios(path: str, args: argparse.Namespace) -> dict[str, Callable[[], Result]]:
+    from benchmarks.scenarios_cache import b3_restart, b4_saves, b5_prefix
+    from benchmarks.scenarios_decode import b1_decode
+
+    return {
+        "B1": lambda: b1_decode(path),
+        "B3": lambda: b3_restart(path),
+        "B4": lambda: b4_saves(path),
+        "B5": lambda: b5_prefix(),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="hearth bench")
+    parser.add_argument("--json", help="write the results to this file")
+    parser.add_argument("--only", help="comma-separated scenario ids (default: all)")
+    parser.add_argument("--llama-server", help="path of a llama-server binary (peer for B2)")
+    parser.add_argument("--model", help="GGUF to benchmark (default: SmolLM2-135M-Instruct Q4_1)")
+    args = parser.parse_args(argv)
+    path = args.model or default_model()
+    scenarios = _scenarios(path, args)
+    wanted = [s.strip().upper() for s in args.only.split(",")] if args.only else list(scenarios)
+    unknown = [s for s in wanted if s not in scenarios]
+    if unknown:
+        parser.error(f"unknown scenario(s): {', '.join(unknown)}; known: {', '.join(scenarios)}")
+    results: list[Result] = []
+    started = time.time()
+    for i, sid in enumerate(wanted, 1):
+        print(f"[{i}/{len(wanted)}] {sid} …", file=sys.stderr, flush=True)
+        t0 = time.perf_counter()
+        result = scenarios[sid]()
+        result.figures["seconds"] = round(time.perf_counter() - t0, 1)
+        results.append(result)
+        print(result.table() + "\n", flush=True)
+    if args.json:
+        doc: dict[str, Any] = {
+            "command": "hearth bench " + " ".join(argv or sys.argv[1:]),
+            "started": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(started)),
+            "machine": {"platform": platform.platform(), "python": platform.python_version(),
+                        "cpus": __import__("os").cpu_count()},
+            "model": path,
+            "scenarios": [r.to_json() for r in results],
+        }
+        with open(args.json, "w", encoding="utf-8") as fh:
+            json.dump(doc, fh, indent=2)
+        print(f"wrote {args.json}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
