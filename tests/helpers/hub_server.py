@@ -274,8 +274,8 @@ class _Handler(BaseHTTPRequestHandler):
                 self._resolve(method, m["repo"], m["rev"], m["file"])
             else:
                 self._error(404, "Not Found", code=None)
-        except (BrokenPipeError, ConnectionResetError):
-            pass  # the client went away (pause/cancel)
+        except (BrokenPipeError, ConnectionResetError, TimeoutError):
+            self.close_connection = True  # the client went away (pause/cancel) or stalled
 
     # -- responses ------------------------------------------------------------------------
 
@@ -429,7 +429,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         if method == "HEAD":
             return
-        self._stream(repo_id, filename, f, body[start : end + 1])
+        self._stream(repo_id, filename, f, memoryview(body)[start : end + 1])
 
     def _redirect_to_cdn(self, repo: HubRepo, filename: str, f: HubFile) -> None:
         etag = f'"{f.sha256}"'
@@ -443,7 +443,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", "0")
         self.end_headers()
 
-    def _stream(self, repo_id: str, filename: str, f: HubFile, data: bytes) -> None:
+    def _stream(self, repo_id: str, filename: str, f: HubFile, data: memoryview) -> None:
         drop_at = None
         if f.drop_after is not None and f.num_drops == 0:
             drop_at = f.drop_after
