@@ -168,15 +168,16 @@ def check_adapter_matches(adapter_path: Path | str, base_model_path: Path | str)
                 f"{base_model_path.name!r} does not have"
             )
         a, b = t.lora_a_shape, t.lora_b_shape
-        fits = (
-            len(w.shape) >= 2 and len(a) >= 2 and len(b) >= 2
-            and a[0] == w.shape[0] and b[1] == w.shape[1] and a[1] == b[0]
-        )
-        if not fits:
+        if len(w.shape) < 2 or len(a) < 2 or len(b) < 2:
+            raise AdapterMismatch(
+                f"adapter {adapter_path.name!r}: {t.base_tensor} is {_fmt(w.shape)} in the model "
+                f"{base_model_path.name!r}, which a LoRA cannot adapt")
+        n_in, n_out = w.shape[0], w.shape[1]
+        if a[0] != n_in or b[1] != n_out or a[1] != b[0]:
             raise AdapterMismatch(
                 f"adapter {adapter_path.name!r} does not fit the model "
                 f"{base_model_path.name!r}: {t.base_tensor} is {_fmt(w.shape)} in the model, "
                 f"but the adapter's lora_a is {_fmt(a)} and lora_b is {_fmt(b)} "
-                f"(expected [{w.shape[0]}, rank] and [rank, {w.shape[1] if len(w.shape) > 1 else '?'}])"
+                f"(expected [{n_in}, rank] and [rank, {n_out}])"
             )
     return info

@@ -13,7 +13,7 @@ A download's life::
         │
     downloads_dir/<repo>--<file>.part   +  .part.json sidecar {repo, filename, sha256, size, etag}
         │   GET Range: bytes=<have>-   (retried with back-off; cancel keeps the partial = pause)
-    sha256(partial) == LFS sha256 ?  ── no ──▶ partial deleted, HubError(checksum_mismatch)
+    sha256(partial) == LFS sha256 ? ── no ─▶ partial deleted, HubError(checksum_mismatch)
         │ yes
     models_dir/<owner>--<name>/<file>   (atomic rename; the library only ever sees whole files)
 """
@@ -157,7 +157,9 @@ class HubClient:
         self.endpoint = (endpoint or os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT).rstrip("/")
         self.token = token or os.environ.get("HF_TOKEN") or _stored_token()
         self.models_dir = Path(models_dir)
-        self.downloads_dir = Path(downloads_dir) if downloads_dir else self.models_dir / ".downloads"
+        self.downloads_dir = (
+            Path(downloads_dir) if downloads_dir else self.models_dir / ".downloads"
+        )
         self._free_space = free_space or (lambda p: shutil.disk_usage(p).free)
         self.max_retries = max_retries
         self.backoff_base_s = backoff_base_s
@@ -289,7 +291,9 @@ class HubClient:
 
         url = hf_hub_url(remote.repo_id, remote.filename, endpoint=self.endpoint)
         meta = self._with_retries(
-            lambda: self._api.get_hf_file_metadata(url=url, token=self._auth(), timeout=self.timeout_s),
+            lambda: self._api.get_hf_file_metadata(
+                url=url, token=self._auth(), timeout=self.timeout_s
+            ),
             what=f"{remote.filename} in {remote.repo_id}", cancel=cancel,
         )
         if meta.size is not None and meta.size != remote.size:

@@ -18,9 +18,10 @@ Faults, per file: ``drop_after`` (the first GET sends that many bytes, then the 
 cut; later GETs are served normally), ``corrupt`` (other bytes than the advertised sha256),
 ``missing`` (404 EntryNotFound from resolve although the file is listed), ``chunk_delay``
 (seconds to sleep per ``chunk_size`` bytes: a slow link), ``fail_first`` (503 to the first N
-GETs), ``ignore_range`` (200 with the whole file to a ranged GET). ``lfs=False`` serves a
-plain-git file (no LFS sha256; the client checks the git blob sha1). Per repo: ``private`` (401 unless the
-request carries ``Authorization: Bearer <token>``). Every request is logged in
+GETs), ``ignore_range`` (200 with the whole file to a ranged GET), ``redirect`` (302 to a
+``/cdn/`` URL, as the Hub does for LFS files). ``lfs=False`` serves a plain-git file (no LFS
+sha256; the client checks the git blob sha1). Per repo: ``private`` (401 unless the request
+carries ``Authorization: Bearer <token>``). Every request is logged in
 ``server.requests`` and body bytes served per file in ``server.bytes_served``.
 """
 
@@ -170,7 +171,9 @@ class HubServer:
             setattr(f, k, v)
         return f
 
-    def file_requests(self, repo_id: str, filename: str, method: str | None = None) -> list[LoggedRequest]:
+    def file_requests(
+        self, repo_id: str, filename: str, method: str | None = None
+    ) -> list[LoggedRequest]:
         """Requests that hit ``/{repo}/resolve/*/{filename}`` (or its CDN redirect target)."""
         repo, cdn_repo = re.escape(repo_id), re.escape(repo_id.replace("/", "--"))
         pat = re.compile(
