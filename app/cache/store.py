@@ -226,8 +226,7 @@ class CacheStore:
                     checksum=kvc.payload_crc_of(prefix), context_size=job.context_size,
                     prompt_preview=job.prompt_text[:PREVIEW_CHARS],
                 )  # fmt: skip
-                if tier != TIER_RAM:
-                    self._db_call(self._db.put, row_fields(row))
+                self._db_call(self._db.put, row_fields(row))
                 try:
                     self._tiers[tier].write(job.key, prefix, job.payload)
                 except (OSError, kvc.CorruptBlob) as exc:
@@ -237,8 +236,7 @@ class CacheStore:
                     row = None
                     return
                 row = replace(row, status=STATUS_AVAILABLE)
-                if tier != TIER_RAM:
-                    self._db_call(self._db.update, job.key.hex(), status=STATUS_AVAILABLE)
+                self._db_call(self._db.update, job.key.hex(), status=STATUS_AVAILABLE)
                 with self._lock:
                     self._index.put(row)
                     self._usage[tier] += size
@@ -350,11 +348,10 @@ class CacheStore:
             # and adds it there through count(); this is the blob read + check alone.
             self._counters["blob_read_ns"] += time.perf_counter_ns() - t0
         if updated is not None:
-            if updated.tier != TIER_RAM:
-                self._db_call(
-                    self._db.update, updated.key.hex(), last_used=updated.last_used,
-                    hits=updated.hits,
-                )  # fmt: skip
+            self._db_call(
+                self._db.update, updated.key.hex(), last_used=updated.last_used,
+                hits=updated.hits,
+            )  # fmt: skip
             self._emit("updated", updated)
         return payload
 
@@ -454,8 +451,7 @@ class CacheStore:
                 return False
             row = replace(row, pinned=pinned)
             self._index.put(row)
-        if row.tier != TIER_RAM:
-            self._db_call(self._db.update, key.hex(), pinned=pinned)
+        self._db_call(self._db.update, key.hex(), pinned=pinned)
         self._emit("updated", row)
         return True
 
@@ -593,10 +589,7 @@ class CacheStore:
             self._usage[row.tier] -= row.size
             self._usage[dest] += row.size
         self._tiers[row.tier].delete(row.key)
-        if dest == TIER_RAM:
-            self._db_call(self._db.delete, [row.key.hex()])
-        else:
-            self._db_call(self._db.put, row_fields(new))
+        self._db_call(self._db.update, row.key.hex(), tier=dest, location=location)
         self._emit("updated", new)
         return new
 

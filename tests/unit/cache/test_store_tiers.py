@@ -195,6 +195,7 @@ def test_pins_and_rows_persist_across_restart(open_store: Callable[..., CacheSto
     save(store, CONV["C"], tier="ram")
     key_a = META.key(CONV["A"])
     store.pin(key_a)
+    assert sorted(r["tier"] for r in store._db.all_rows()) == ["disk", "ram", "ram_file"]
     store.close()
 
     reopened = open_store()
@@ -204,6 +205,8 @@ def test_pins_and_rows_persist_across_restart(open_store: Callable[..., CacheSto
     assert rows[META.key(CONV["B"])].tier == "ram_file"
     assert reopened.load(rows[key_a]) == payload_for(CONV["A"])
     assert reopened.tier_usage()["ram"][0] == 0
+    assert sorted(r["tier"] for r in reopened._db.all_rows()) == ["disk", "ram_file"]
+    assert reopened.counters()["rows_dropped_missing"] == 0
     assert reopened.lifetime_counters()["saves_finish"] == 3
 
 
