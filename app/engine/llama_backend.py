@@ -344,7 +344,7 @@ class LlamaBackend:
         self._vocab = llama_cpp.llama_model_get_vocab(model)
         self._n_vocab = llama_cpp.llama_vocab_n_tokens(self._vocab)
         self._n_embd = llama_cpp.llama_model_n_embd(model)
-        self._logits_row_type = ctypes.c_float * int(self._n_vocab)
+        self._logits_row_type: Any = ctypes.c_float * int(self._n_vocab)
         cparams = _ctx_params(
             n_ctx=self.n_ctx_per_seq * self.n_seq_max, n_seq_max=self.n_seq_max,
             n_batch=self.n_batch, n_ubatch=min(self.n_batch, 512), n_threads=self.n_threads,
@@ -519,22 +519,21 @@ class LlamaBackend:
         builds a candidate array over the whole vocabulary, ~100 µs); both pick the first
         maximum, so the tokens are identical.
         """
-        ptr = llama_cpp.llama_get_logits_ith(self._ctx, row)
-        address = ctypes.cast(ptr, ctypes.c_void_p).value
-        if not address:
-            raise RuntimeError(f"llama.cpp has no logits for batch row {row}")
-        return int(np.frombuffer(self._logits_row_type.from_address(address), dtype=np.float32).argmax())
+        return int(self._logits_view(row).argmax())
 
     def seq_logits(self, seq_id: int) -> np.ndarray[Any, np.dtype[np.float32]]:
         """A copy of the logits the seq's next decode row will sample from (tests, debugging)."""
         row = self._rows.get(seq_id)
         if row is None:
             raise InvalidRequest(f"seq {seq_id} has no logits from the previous tick")
+        return self._logits_view(row).copy()
+
+    def _logits_view(self, row: int) -> np.ndarray[Any, np.dtype[np.float32]]:
         ptr = llama_cpp.llama_get_logits_ith(self._ctx, row)
         address = ctypes.cast(ptr, ctypes.c_void_p).value
         if not address:
             raise RuntimeError(f"llama.cpp has no logits for batch row {row}")
-        return np.frombuffer(self._logits_row_type.from_address(address), dtype=np.float32).copy()
+        return np.frombuffer(self._logits_row_type.from_address(address), dtype=np.float32)
 
     def _decode(self, ctx: Any, batch: _Batch, n_tokens: int) -> None:
         self._rows = {}
