@@ -76,6 +76,8 @@ TRAILER_SIZE = 24
 FIXED_SIZE = HEADER_SIZE + TRAILER_SIZE  # first 72 bytes: enough to find the payload
 
 _HEADER = struct.Struct("<3sBBBHIIIIQQQ")
+HITS_OFFSET, HITS_FIELD = 12, struct.Struct("<I")
+LAST_USED_OFFSET, LAST_USED_FIELD = 32, struct.Struct("<Q")
 _TRAILER = struct.Struct("<QQII")
 _U32 = struct.Struct("<I")
 _TLV_HEAD = struct.Struct("<BI")

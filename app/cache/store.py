@@ -348,6 +348,7 @@ class CacheStore:
             # and adds it there through count(); this is the blob read + check alone.
             self._counters["blob_read_ns"] += time.perf_counter_ns() - t0
         if updated is not None:
+            self._tiers[updated.tier].touch(updated.key, updated.hits, int(updated.last_used))
             self._db_call(
                 self._db.update, updated.key.hex(), last_used=updated.last_used,
                 hits=updated.hits,

@@ -52,6 +52,10 @@ class Tier(Protocol):
 
     def delete(self, key: bytes) -> None: ...
 
+    def touch(self, key: bytes, hits: int, last_used: int) -> None:
+        """Best effort: record a load in the blob header (hit count, last-used time)."""
+        ...
+
     def exists(self, key: bytes) -> bool: ...
 
     def list_keys(self) -> Iterator[bytes]: ...
@@ -89,6 +93,9 @@ class RamTier:
     def delete(self, key: bytes) -> None:
         with self._lock:
             self._blobs.pop(key, None)
+
+    def touch(self, key: bytes, hits: int, last_used: int) -> None:
+        pass  # RAM blobs die with the process; the index has the numbers
 
     def exists(self, key: bytes) -> bool:
         with self._lock:
@@ -174,6 +181,21 @@ class FileTier:
     def delete(self, key: bytes) -> None:
         with contextlib.suppress(FileNotFoundError):
             self.path(key).unlink()
+
+    def touch(self, key: bytes, hits: int, last_used: int) -> None:
+        # NOTE: header fields outside the CRC and the key, patched in place without fsync:
+        # they only order LRU and show hits after a database rebuild.
+        try:
+            fd = os.open(self.path(key), os.O_WRONLY)
+        except OSError:
+            return
+        try:
+            os.pwrite(fd, kvc.HITS_FIELD.pack(min(hits, 0xFFFFFFFF)), kvc.HITS_OFFSET)
+            os.pwrite(fd, kvc.LAST_USED_FIELD.pack(last_used), kvc.LAST_USED_OFFSET)
+        except OSError as exc:
+            log.debug("could not update the header of %s: %s", key.hex(), exc)
+        finally:
+            os.close(fd)
 
     def exists(self, key: bytes) -> bool:
         return self.path(key).is_file()

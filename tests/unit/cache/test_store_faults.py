@@ -260,3 +260,20 @@ def test_unusable_data_dir_keeps_the_app_running(tmp_path: Path) -> None:
         save(store, PROMPT[:10], tier="ram")  # RAM tier still serves this session
         row = store.lookup_exact(META, PROMPT[:10])
         assert row is not None and store.load(row) == payload_for(PROMPT[:10])
+
+
+def test_hits_live_in_the_blob_header_and_survive_a_rebuild(
+    open_store: Callable[..., CacheStore],
+) -> None:
+    store = open_store()
+    save(store, PROMPT)
+    row = store.lookup_exact(META, PROMPT)
+    assert row is not None
+    assert store.load(row) and store.load(row)
+    data = blob_path(store, PROMPT).read_bytes()
+    assert int.from_bytes(data[12:16], "little") == 2
+    assert kvc.parse(data, row.key)[1] == payload_for(PROMPT)  # still a valid blob
+    store.close()
+    Path(store.data_dir / DB_NAME).unlink()
+    rebuilt = open_store().lookup_exact(META, PROMPT)
+    assert rebuilt is not None and rebuilt.hits == 2
