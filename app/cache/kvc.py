@@ -44,6 +44,9 @@ files stay interchangeable with erllama's::
     ------  ----  ---- payload ----------------------------------------------
     80+P+T     N  payload: opaque llama_state_seq bytes; the file ends here
 
+The hit count (offset 12) and last-used time (offset 32) are the only fields ever changed
+after publish: the store patches them in place on a load (outside the CRC and the key).
+
 ``build(meta, payload)`` returns the **prefix** (everything before the payload) so a writer
 can stream a large payload without concatenating it; ``prefix + payload`` is the file.
 ``build_file`` returns the whole file. ``parse(data, expected_key)`` checks everything
