@@ -8,7 +8,6 @@ gates, while the scheduler owns the KV (it packs and unpacks, between ticks).
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, Protocol
@@ -17,6 +16,7 @@ from app.cache.keys import KeyMeta
 from app.cache.policy import CachePolicy, cold_save_split, should_continued_save, should_finish_save
 
 if TYPE_CHECKING:
+    from app.cache.index import Row
     from app.cache.store import CacheStore
 
 log = logging.getLogger(__name__)
@@ -125,9 +125,9 @@ class StoreCache:
             return self._restore(row, "longest_prefix", prompt)
         return None
 
-    def _restore(self, row: object, source: Literal["exact", "resume", "longest_prefix"], prompt: Sequence[int]) -> Hit | None:
-        tokens = tuple(row.tokens)  # type: ignore[attr-defined]
-        payload = self.store.load(row)  # type: ignore[arg-type]
+    def _restore(self, row: Row, source: Literal["exact", "resume", "longest_prefix"], prompt: Sequence[int]) -> Hit | None:
+        tokens = row.tokens
+        payload = self.store.load(row)
         if payload is None:
             return None
         kind: Literal["exact", "partial"] = "exact" if len(tokens) == len(prompt) else "partial"
@@ -169,6 +169,3 @@ class StoreCache:
 def _is_prefix(prefix: Sequence[int], tokens: Sequence[int]) -> bool:
     return len(prefix) <= len(tokens) and tuple(tokens[: len(prefix)]) == tuple(prefix)
 
-
-def monotonic_ns() -> int:
-    return time.perf_counter_ns()
