@@ -85,6 +85,9 @@ KV_TYPES: dict[str, int] = {
 # The embeddings context holds one sequence of at most this many tokens in one ubatch.
 EMBED_MAX_TOKENS = 2048
 
+# A rendered prompt longer than this is a runaway (hostile) template, not a conversation.
+MAX_TEMPLATE_OUTPUT = 16 * 1024 * 1024
+
 # Used when a GGUF carries no chat template.
 CHATML_TEMPLATE = (
     "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + "
@@ -165,21 +168,21 @@ def _detail(lines: list[str]) -> str:
 
 
 def model_fingerprint(path: str | os.PathLike[str]) -> bytes:
-    """sha256 of the model file (32 bytes).
+    """The model's base fingerprint: sha256 of the file (32 bytes).
 
-    NOTE: the single place the fingerprint is computed; the cache layer will put its
-    remembered-by-(path, size, mtime) lookup here so big models are hashed once.
+    NOTE: the single place the backend asks for it; the cache layer will put its
+    remembered-by-(path, size, mtime) lookup here so a big model is hashed once, not per load.
     """
+    return file_sha256(path)
+
+
+def file_sha256(path: str | os.PathLike[str]) -> bytes:
+    """sha256 of a file, read in 1 MiB chunks."""
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         while chunk := f.read(1 << 20):
             digest.update(chunk)
     return digest.digest()
-
-
-def file_sha256(path: str | os.PathLike[str]) -> bytes:
-    """sha256 of any file (adapters are small; no caching needed)."""
-    return model_fingerprint(path)
 
 
 def _check_gguf(path: str, what: str, error: type[Exception]) -> None:
@@ -809,8 +812,8 @@ def render_chat_template(
 ) -> str:
     """Render a GGUF chat template (Hugging Face conventions) in a sandbox.
 
-    Any template failure — syntax, ``raise_exception``, or a sandbox violation by a hostile
-    template — becomes ``InvalidRequest``.
+    Any template failure — syntax, ``raise_exception``, a sandbox violation by a hostile
+    template, or runaway output — becomes ``InvalidRequest``.
     """
     try:
         template = cache.get(source) if cache is not None else None
@@ -818,10 +821,17 @@ def render_chat_template(
             template = _ENV.from_string(source)
             if cache is not None:
                 cache[source] = template
-        return template.render(
+        pieces: list[str] = []
+        size = 0
+        for piece in template.generate(
             messages=messages, bos_token=bos_token, eos_token=eos_token,
             add_generation_prompt=add_generation_prompt, tools=tools,
-        )
+        ):
+            size += len(piece)
+            if size > MAX_TEMPLATE_OUTPUT:
+                raise InvalidRequest(f"chat template output exceeds {MAX_TEMPLATE_OUTPUT} characters")
+            pieces.append(piece)
+        return "".join(pieces)
     except jinja2.TemplateError as exc:
         raise InvalidRequest(f"chat template failed: {exc}") from exc
     except (TypeError, ValueError, KeyError, AttributeError, IndexError, OverflowError, RecursionError) as exc:

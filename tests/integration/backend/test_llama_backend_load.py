@@ -109,6 +109,7 @@ def test_chat_template_renders_smollm2_format(tiny):
         "{{ raise_exception('no system role, please') }}",
         "{% for m in messages %}{{ m['content'] + 1 }}{% endfor %}",
         "{% if %}",
+        "{% for i in range(99999) %}{% for j in range(99999) %}{{ 'x' * 9999 }}{% endfor %}{% endfor %}",
     ],
 )
 def test_hostile_or_broken_templates_are_invalid_requests(template):
