@@ -68,6 +68,9 @@ def raw_decode_throughput(
         params.n_seq_max = n_streams
         params.n_threads = params.n_threads_batch = n_threads
         params.kv_unified = True
+        params.flash_attn_type = (
+            llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED if flash_attn else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
+        )
         # The same attention kernel as Hearth's default ModelConfig, so B1 compares loops, not kernels.
         params.flash_attn_type = (
             llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED if flash_attn else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
