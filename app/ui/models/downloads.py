@@ -1,0 +1,334 @@
+"""The download manager: owns the list of Hub downloads and runs them on worker threads.
+
+Shaped after qutebrowser's ``browser/downloads.py``: the manager owns a plain list of
+frozen ``DownloadItem`` snapshots and routes every mutation through ``_insert`` /
+``_replace`` / ``_remove``, which emit row signals; ``app.ui.qt_models.download_list``
+only translates those into a ``QAbstractListModel``.
+
+Threads: ``HubClient.download`` blocks, so each one runs on the manager's pool; its progress
+callback emits a signal that Qt queues to the GUI thread, where the list is changed. Pause
+sets the download's cancel event and keeps the partial file; resume starts it again and the
+client continues from the partial (also one left by an earlier run, see ``load_partials``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+import time
+from dataclasses import dataclass, replace
+from enum import StrEnum
+from pathlib import Path
+
+from PySide6.QtCore import QObject, QRunnable, QThreadPool, Signal
+
+from app.models.hub import HubClient, HubError
+from app.models.library import quant_from_filename
+from app.ui.models.format import human_bytes, human_duration, human_rate
+
+logger = logging.getLogger(__name__)
+
+
+class DownloadState(StrEnum):
+    QUEUED = "queued"
+    DOWNLOADING = "downloading"
+    PAUSING = "pausing"
+    PAUSED = "paused"
+    FINISHED = "finished"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True, slots=True)
+class DownloadItem:
+    """A snapshot of one download; the manager replaces it on every change."""
+
+    id: int
+    repo_id: str
+    filename: str
+    quant: str | None
+    num_bytes_total: int
+    num_bytes_done: int = 0
+    bytes_per_s: float = 0.0
+    state: DownloadState = DownloadState.QUEUED
+    error: str | None = None
+    path: Path | None = None  # the installed file once finished
+    started_at: float = 0.0
+
+    @property
+    def fraction(self) -> float:
+        return self.num_bytes_done / self.num_bytes_total if self.num_bytes_total else 0.0
+
+    @property
+    def eta_s(self) -> float | None:
+        if self.state != DownloadState.DOWNLOADING or self.bytes_per_s <= 0:
+            return None
+        return max(0.0, (self.num_bytes_total - self.num_bytes_done) / self.bytes_per_s)
+
+    @property
+    def is_active(self) -> bool:
+        return self.state in (DownloadState.QUEUED, DownloadState.DOWNLOADING,
+                              DownloadState.PAUSING)
+
+    @property
+    def can_pause(self) -> bool:
+        return self.state in (DownloadState.QUEUED, DownloadState.DOWNLOADING)
+
+    @property
+    def can_resume(self) -> bool:
+        return self.state in (DownloadState.PAUSED, DownloadState.FAILED)
+
+
+class _DownloadJob(QRunnable):
+    def __init__(self, manager: DownloadManager, item_id: int, repo_id: str, filename: str,
+                 cancel: threading.Event) -> None:
+        super().__init__()
+        self.setAutoDelete(True)
+        self._manager = manager
+        self._id = item_id
+        self._repo_id = repo_id
+        self._filename = filename
+        self._cancel = cancel
+
+    def run(self) -> None:
+        m = self._manager
+        if self._cancel.is_set():
+            m._job_ended.emit(self._id, None, HubError("paused before it started", "cancelled"))
+            return
+
+        def progress(done: int, total: int, rate: float) -> None:
+            m._job_progressed.emit(self._id, done, total, rate)
+
+        try:
+            m._job_started.emit(self._id)
+            path = m.hub.download(self._repo_id, self._filename, progress=progress,
+                                  cancel=self._cancel, keep_partial=True)
+        except HubError as e:
+            m._job_ended.emit(self._id, None, e)
+        except Exception as e:  # noqa: BLE001 - a bug, but shown rather than lost
+            logger.exception("download of %s failed", self._filename)
+            m._job_ended.emit(self._id, None, HubError(f"{type(e).__name__}: {e}", "bug"))
+        else:
+            m._job_ended.emit(self._id, path, None)
+
+
+class DownloadManager(QObject):
+    """Owns ``downloads`` (a list of ``DownloadItem``) and emits row signals for views."""
+
+    begin_insert_row = Signal(int)
+    end_insert_row = Signal()
+    begin_remove_row = Signal(int)
+    end_remove_row = Signal()
+    data_changed = Signal(int)
+    download_finished = Signal(object)  # DownloadItem (with path)
+    download_failed = Signal(object)  # DownloadItem (with error)
+
+    _job_started = Signal(int)
+    _job_progressed = Signal(int, object, object, float)  # id, done, total (may exceed 2**31)
+    _job_ended = Signal(int, object, object)  # id, path | None, HubError | None
+
+    def __init__(self, hub: HubClient, max_parallel: int = 2,
+                 parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.hub = hub
+        self.downloads: list[DownloadItem] = []
+        self._ids = itertools.count(1)
+        self._cancels: dict[int, threading.Event] = {}
+        self._discard_on_stop: set[int] = set()
+        self._pool = QThreadPool(self)
+        self._pool.setMaxThreadCount(max_parallel)
+        self._job_started.connect(self._on_job_started)
+        self._job_progressed.connect(self._on_job_progressed)
+        self._job_ended.connect(self._on_job_ended)
+
+    # -- queries ----------------------------------------------------------------------------
+
+    def row_of(self, item_id: int) -> int:
+        for i, d in enumerate(self.downloads):
+            if d.id == item_id:
+                return i
+        return -1
+
+    def get(self, item_id: int) -> DownloadItem | None:
+        i = self.row_of(item_id)
+        return self.downloads[i] if i >= 0 else None
+
+    def find(self, repo_id: str, filename: str) -> DownloadItem | None:
+        for d in self.downloads:
+            if d.repo_id == repo_id and d.filename == filename:
+                return d
+        return None
+
+    @property
+    def num_active(self) -> int:
+        return sum(1 for d in self.downloads if d.is_active)
+
+    # -- actions ----------------------------------------------------------------------------
+
+    def load_partials(self) -> int:
+        """List downloads paused in an earlier run (``HubClient.list_partials``)."""
+        n = 0
+        try:
+            partials = self.hub.list_partials()
+        except OSError as e:
+            logger.warning("cannot list paused downloads: %s", e)
+            return 0
+        for p in partials:
+            if self.find(p.repo_id, p.filename) is not None:
+                continue
+            self._insert(DownloadItem(
+                next(self._ids), p.repo_id, p.filename, quant_from_filename(p.filename),
+                p.size, p.num_bytes_done, state=DownloadState.PAUSED))
+            n += 1
+        return n
+
+    def start(self, repo_id: str, filename: str, size: int | None = None) -> int:
+        """Queue a download (or resume the listed one for the same file); returns its id."""
+        existing = self.find(repo_id, filename)
+        if existing is not None:
+            if existing.can_resume:
+                self.resume(existing.id)
+            elif existing.state == DownloadState.FINISHED:
+                self._remove(existing.id)
+                return self.start(repo_id, filename, size)
+            return existing.id
+        item = DownloadItem(next(self._ids), repo_id, filename, quant_from_filename(filename),
+                            size or 0)
+        self._insert(item)
+        self._launch(item)
+        return item.id
+
+    def pause(self, item_id: int) -> None:
+        item = self.get(item_id)
+        if item is None or not item.can_pause:
+            return
+        self._cancels[item_id].set()
+        self._replace(replace(item, state=DownloadState.PAUSING, bytes_per_s=0.0))
+
+    def resume(self, item_id: int) -> None:
+        item = self.get(item_id)
+        if item is None or not item.can_resume:
+            return
+        item = replace(item, state=DownloadState.QUEUED, error=None)
+        self._replace(item)
+        self._launch(item)
+
+    def cancel(self, item_id: int) -> None:
+        """Stop the download and delete its partial file; the row goes away."""
+        item = self.get(item_id)
+        if item is None:
+            return
+        if item.is_active:
+            self._discard_on_stop.add(item_id)
+            self._cancels[item_id].set()
+            self._replace(replace(item, state=DownloadState.PAUSING, bytes_per_s=0.0))
+            return
+        if item.state != DownloadState.FINISHED:
+            self._discard(item)
+        self._remove(item_id)
+
+    def clear_finished(self) -> None:
+        for d in list(self.downloads):
+            if d.state == DownloadState.FINISHED:
+                self._remove(d.id)
+
+    def shutdown(self, timeout_ms: int = 10_000) -> None:
+        """Pause everything that runs (partials stay for the next start) and wait."""
+        for d in self.downloads:
+            ev = self._cancels.get(d.id)
+            if ev is not None:
+                ev.set()
+        self._pool.waitForDone(timeout_ms)
+
+    # -- worker events (GUI thread) ------------------------------------------------------------
+
+    def _on_job_started(self, item_id: int) -> None:
+        item = self.get(item_id)
+        if item is not None and item.state == DownloadState.QUEUED:
+            self._replace(replace(item, state=DownloadState.DOWNLOADING,
+                                  started_at=time.monotonic()))
+
+    def _on_job_progressed(self, item_id: int, done: int, total: int, rate: float) -> None:
+        item = self.get(item_id)
+        if item is None or not item.is_active:
+            return
+        state = item.state if item.state == DownloadState.PAUSING else DownloadState.DOWNLOADING
+        self._replace(replace(item, num_bytes_done=int(done), num_bytes_total=int(total),
+                              bytes_per_s=float(rate), state=state))
+
+    def _on_job_ended(self, item_id: int, path: Path | None, error: HubError | None) -> None:
+        self._cancels.pop(item_id, None)
+        item = self.get(item_id)
+        if item is None:
+            return
+        if item_id in self._discard_on_stop:
+            self._discard_on_stop.discard(item_id)
+            self._discard(item)
+            self._remove(item_id)
+            return
+        if error is None:
+            assert path is not None
+            done = replace(item, state=DownloadState.FINISHED, path=Path(path), bytes_per_s=0.0,
+                           num_bytes_done=item.num_bytes_total or item.num_bytes_done)
+            self._replace(done)
+            self.download_finished.emit(done)
+        elif error.kind == "cancelled":
+            self._replace(replace(item, state=DownloadState.PAUSED, bytes_per_s=0.0))
+        else:
+            failed = replace(item, state=DownloadState.FAILED, error=error.message,
+                             bytes_per_s=0.0)
+            if error.kind == "checksum_mismatch":  # the partial is gone: start from zero
+                failed = replace(failed, num_bytes_done=0)
+            self._replace(failed)
+            self.download_failed.emit(failed)
+
+    # -- the only places that change the list ---------------------------------------------------
+
+    def _insert(self, item: DownloadItem) -> None:
+        row = len(self.downloads)
+        self.begin_insert_row.emit(row)
+        self.downloads.append(item)
+        self.end_insert_row.emit()
+
+    def _replace(self, item: DownloadItem) -> None:
+        row = self.row_of(item.id)
+        assert row >= 0, item
+        self.downloads[row] = item
+        self.data_changed.emit(row)
+
+    def _remove(self, item_id: int) -> None:
+        row = self.row_of(item_id)
+        if row < 0:
+            return
+        self.begin_remove_row.emit(row)
+        del self.downloads[row]
+        self.end_remove_row.emit()
+
+    # -- helpers ----------------------------------------------------------------------------
+
+    def _launch(self, item: DownloadItem) -> None:
+        cancel = threading.Event()
+        self._cancels[item.id] = cancel
+        self._pool.start(_DownloadJob(self, item.id, item.repo_id, item.filename, cancel))
+
+    def _discard(self, item: DownloadItem) -> None:
+        try:
+            self.hub.discard_partial(item.repo_id, item.filename)
+        except (HubError, OSError) as e:
+            logger.warning("could not delete the partial of %s: %s", item.filename, e)
+
+
+def describe(item: DownloadItem) -> str:
+    """The status line under a download: ``"2.1 MiB of 5.2 MiB · 1.3 MiB/s · 3 s left"``."""
+    sizes = f"{human_bytes(item.num_bytes_done)} of {human_bytes(item.num_bytes_total)}"
+    if item.state == DownloadState.DOWNLOADING:
+        return f"{sizes} · {human_rate(item.bytes_per_s)} · {human_duration(item.eta_s)} left"
+    if item.state == DownloadState.QUEUED:
+        return f"Waiting… {sizes}"
+    if item.state == DownloadState.PAUSING:
+        return f"Stopping… {sizes}"
+    if item.state == DownloadState.PAUSED:
+        return f"Paused · {sizes}"
+    if item.state == DownloadState.FINISHED:
+        return f"Done · {human_bytes(item.num_bytes_total)} · verified and added to the library"
+    return f"Failed · {item.error or 'unknown error'}"

@@ -1,0 +1,320 @@
+"""The Library page: local GGUF files, per-model load settings, load/unload off the GUI thread."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import MutableMapping
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import QItemSelection, Qt, Signal
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QFileDialog,
+    QFormLayout,
+    QFrame,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QProgressBar,
+    QSpinBox,
+    QTableView,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.models.library import ModelEntry, ModelLibrary, estimate_memory
+from app.ui.models.format import human_bytes
+from app.ui.models.library_state import LibraryCatalog, LibraryRow
+from app.ui.models.settings import LoadSettings, load_settings_for, save_settings_for
+from app.ui.models.widgets import MessageCard, button, caption, section
+from app.ui.qt_models.model_library import COL_NAME, COL_STATUS, LibraryTableModel
+
+logger = logging.getLogger(__name__)
+
+
+def _spin(lo: int, hi: int, step: int = 1, special: str | None = None) -> QSpinBox:
+    s = QSpinBox()
+    s.setRange(lo, hi)
+    s.setSingleStep(step)
+    s.setAccelerated(True)
+    if special:
+        s.setSpecialValueText(special)
+    return s
+
+
+class LibraryPage(QWidget):
+    """Emits ``load_requested(path, LoadSettings)`` / ``unload_requested(model_id)``; the
+    manager runs them and reports back through ``set_busy`` / ``show_error``."""
+
+    load_requested = Signal(str, object)  # path, LoadSettings
+    unload_requested = Signal(str)  # model id
+    rescan_requested = Signal()
+
+    def __init__(
+        self,
+        library: ModelLibrary,
+        catalog: LibraryCatalog,
+        settings: MutableMapping[str, Any],
+        parent: QWidget | None = None,
+    ) -> None:
+        super().__init__(parent)
+        self.setObjectName("libraryPage")
+        self.library = library
+        self.catalog = catalog
+        self.settings = settings
+        self._loading_form = False
+        self.table_model = LibraryTableModel(catalog)
+
+        top = QHBoxLayout()
+        top.addWidget(caption(
+            "GGUF files in your models folders, read from their headers — nothing is loaded "
+            "until you press Load. Hover a status for details."), 1)
+        self.add_folder_button = button("Add folder…", "addFolderButton")
+        self.rescan_button = button("Rescan", "rescanButton")
+        top.addWidget(self.add_folder_button)
+        top.addWidget(self.rescan_button)
+
+        self.table = QTableView()
+        self.table.setObjectName("libraryTable")
+        self.table.setModel(self.table_model)
+        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.table.setShowGrid(False)
+        self.table.setAlternatingRowColors(False)
+        self.table.setWordWrap(False)
+        self.table.verticalHeader().hide()
+        self.table.verticalHeader().setDefaultSectionSize(32)
+        header = self.table.horizontalHeader()
+        header.setHighlightSections(False)
+        header.setDefaultAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter)
+        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        header.setSectionResizeMode(COL_NAME, QHeaderView.ResizeMode.Stretch)
+        header.setSectionResizeMode(COL_STATUS, QHeaderView.ResizeMode.ResizeToContents)
+
+        left = QVBoxLayout()
+        left.setSpacing(10)
+        left.addLayout(top)
+        left.addWidget(self.table, 1)
+
+        layout = QHBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.setSpacing(16)
+        layout.addLayout(left, 1)
+        layout.addWidget(self._build_details())
+
+        self.add_folder_button.clicked.connect(self._on_add_folder_clicked)
+        self.rescan_button.clicked.connect(self.rescan_requested)
+        self.table.selectionModel().selectionChanged.connect(self._on_selection_changed)
+        self.table_model.modelReset.connect(self._on_rows_reset)
+        self.table_model.dataChanged.connect(lambda *_: self._refresh_details())
+        self._refresh_details()
+
+    # -- construction -------------------------------------------------------------------------
+
+    def _build_details(self) -> QFrame:
+        card = QFrame()
+        card.setObjectName("card")
+        card.setFixedWidth(300)
+        v = QVBoxLayout(card)
+        v.setContentsMargins(16, 16, 16, 16)
+        v.setSpacing(8)
+        self.details_title = QLabel("No model selected")
+        self.details_title.setObjectName("cardTitle")
+        self.details_title.setWordWrap(True)
+        self.details_sub = caption("")
+        v.addWidget(self.details_title)
+        v.addWidget(self.details_sub)
+        v.addWidget(section("Load settings"))
+        form = QFormLayout()
+        form.setHorizontalSpacing(12)
+        form.setVerticalSpacing(6)
+        self.n_ctx = _spin(128, 1 << 20, 256)
+        self.n_ctx.setObjectName("nCtxSpin")
+        self.n_seq_max = _spin(1, 64)
+        self.n_seq_max.setObjectName("nSeqMaxSpin")
+        self.n_batch = _spin(16, 1 << 16, 64)
+        self.n_batch.setObjectName("nBatchSpin")
+        self.n_gpu_layers = _spin(-1, 1000, 1, "all")
+        self.n_gpu_layers.setObjectName("nGpuLayersSpin")
+        self.n_threads = _spin(0, 256, 1, "auto")
+        self.n_threads.setObjectName("nThreadsSpin")
+        for label, w, tip in (
+            ("Context", self.n_ctx, "Tokens one conversation can hold (per sequence)."),
+            ("Parallel", self.n_seq_max, "Conversations that can generate at the same time."),
+            ("Batch", self.n_batch, "Tokens per decode step; at least 'Parallel'."),
+            ("GPU layers", self.n_gpu_layers, "Layers offloaded to the GPU (-1: all)."),
+            ("Threads", self.n_threads, "CPU threads (auto: llama.cpp's default)."),
+        ):
+            w.setToolTip(tip)
+            form.addRow(label, w)
+            w.valueChanged.connect(self._on_setting_changed)
+        v.addLayout(form)
+        v.addWidget(section("Memory estimate"))
+        self.memory_label = QLabel("–")
+        self.memory_label.setObjectName("memoryEstimate")
+        self.memory_label.setWordWrap(True)
+        v.addWidget(self.memory_label)
+        v.addWidget(caption("Weights plus an f16 KV cache for Context × Parallel tokens; "
+                            "compute buffers come on top."))
+        v.addSpacing(6)
+        buttons = QHBoxLayout()
+        self.load_button = button("Load", "loadButton", primary=True)
+        self.unload_button = button("Unload", "unloadButton")
+        buttons.addWidget(self.load_button, 1)
+        buttons.addWidget(self.unload_button, 1)
+        v.addLayout(buttons)
+        self.busy_bar = QProgressBar()
+        self.busy_bar.setObjectName("loadBusy")
+        self.busy_bar.setRange(0, 0)  # indeterminate
+        self.busy_bar.setTextVisible(False)
+        self.busy_bar.hide()
+        v.addWidget(self.busy_bar)
+        self.error_card = MessageCard("loadError")
+        v.addWidget(self.error_card)
+        v.addStretch(1)
+        self.load_button.clicked.connect(self._on_load_clicked)
+        self.unload_button.clicked.connect(self._on_unload_clicked)
+        return card
+
+    # -- queries ------------------------------------------------------------------------------
+
+    def selected_row(self) -> LibraryRow | None:
+        rows = self.table.selectionModel().selectedRows()
+        if not rows:
+            return None
+        r = rows[0].row()
+        return self.catalog.row(r) if 0 <= r < len(self.catalog) else None
+
+    def select_path(self, path: Path | str) -> bool:
+        row = self.catalog.row_of(path)
+        if row < 0:
+            return False
+        self.table.selectRow(row)
+        self.table.scrollTo(self.table_model.index(row, 0))
+        return True
+
+    def form_settings(self) -> LoadSettings:
+        return LoadSettings(self.n_ctx.value(), self.n_seq_max.value(), self.n_batch.value(),
+                            self.n_gpu_layers.value(), self.n_threads.value())
+
+    def set_form_settings(self, s: LoadSettings) -> None:
+        """Fill the form (and remember the values for the selected model)."""
+        self._set_form(s)
+        self._on_setting_changed()
+
+    # -- slots --------------------------------------------------------------------------------
+
+    def _on_add_folder_clicked(self) -> None:
+        folder = QFileDialog.getExistingDirectory(self, "Add a models folder")
+        if folder:
+            self.add_folder(folder)
+
+    def add_folder(self, folder: str | Path) -> None:
+        self.library.add_dir(folder)
+        self.rescan_requested.emit()
+
+    def _on_selection_changed(self, _sel: QItemSelection, _desel: QItemSelection) -> None:
+        self.error_card.clear()
+        row = self.selected_row()
+        if row is not None:
+            self._set_form(load_settings_for(self.settings, row.path, row.entry.context_length))
+        self._refresh_details()
+
+    def _on_rows_reset(self) -> None:
+        if self.selected_row() is None and len(self.catalog):
+            self.table.selectRow(0)
+        self._refresh_details()
+
+    def _on_setting_changed(self, *_: Any) -> None:
+        if self._loading_form:
+            return
+        row = self.selected_row()
+        if row is not None and not row.entry.is_broken and not row.entry.is_adapter:
+            save_settings_for(self.settings, row.path, self.form_settings())
+        self._refresh_memory(row)
+
+    def _on_load_clicked(self) -> None:
+        row = self.selected_row()
+        if row is None or not row.can_load:
+            return
+        s = self.form_settings()
+        if s.n_batch < s.n_seq_max:
+            self.error_card.show_text(
+                f"Batch ({s.n_batch}) must be at least Parallel ({s.n_seq_max}): each "
+                "conversation needs one row per decode step.")
+            return
+        self.error_card.clear()
+        self.load_requested.emit(str(row.path), s)
+
+    def _on_unload_clicked(self) -> None:
+        row = self.selected_row()
+        if row is not None and row.model_id is not None and not row.busy:
+            self.unload_requested.emit(row.model_id)
+
+    def show_error(self, text: str) -> None:
+        self.error_card.show_text(text)
+
+    # -- helpers ------------------------------------------------------------------------------
+
+    def _set_form(self, s: LoadSettings) -> None:
+        self._loading_form = True
+        try:
+            self.n_ctx.setValue(s.n_ctx)
+            self.n_seq_max.setValue(s.n_seq_max)
+            self.n_batch.setValue(s.n_batch)
+            self.n_gpu_layers.setValue(s.n_gpu_layers)
+            self.n_threads.setValue(s.n_threads)
+        finally:
+            self._loading_form = False
+
+    def _refresh_details(self) -> None:
+        row = self.selected_row()
+        busy = any(r.busy for r in self.catalog.rows())
+        self.busy_bar.setVisible(row is not None and bool(row.busy))
+        if row is None:
+            self.details_title.setText("No model selected")
+            self.details_sub.setText("Pick a model in the table to see its load settings.")
+            self.load_button.setEnabled(False)
+            self.unload_button.setEnabled(False)
+            self.memory_label.setText("–")
+            return
+        e = row.entry
+        self.details_title.setText(e.general_name or e.name)
+        self.details_sub.setText(_subtitle(e, row))
+        editable = not (e.is_broken or e.is_adapter or row.is_loaded or row.busy)
+        for w in (self.n_ctx, self.n_seq_max, self.n_batch, self.n_gpu_layers, self.n_threads):
+            w.setEnabled(editable)
+        self.load_button.setEnabled(row.can_load and not busy)
+        self.load_button.setText("Loading…" if row.busy == "Loading…" else "Load")
+        self.unload_button.setEnabled(row.is_loaded and not row.busy)
+        if row.error and not self.error_card.isVisible():
+            self.error_card.show_text(row.error)
+        self._refresh_memory(row)
+
+    def _refresh_memory(self, row: LibraryRow | None) -> None:
+        if row is None or row.entry.is_broken or row.entry.is_adapter:
+            self.memory_label.setText("–")
+            return
+        s = self.form_settings()
+        self.memory_label.setText(_memory_text(row.entry, s))
+
+
+def _subtitle(e: ModelEntry, row: LibraryRow) -> str:
+    if e.broken:
+        return f"Broken: {e.broken}"
+    if e.is_adapter:
+        return "A LoRA adapter: attach it to a loaded model on the Adapters page."
+    bits = [b for b in (e.architecture, e.size_label, e.quant.upper() if e.quant else None,
+                        human_bytes(e.size_bytes)) if b]
+    text = " · ".join(bits)
+    if row.model_id:
+        text += f"\nLoaded as “{row.model_id}”."
+    return text
+
+
+def _memory_text(e: ModelEntry, s: LoadSettings) -> str:
+    total = estimate_memory(e, s.n_ctx, s.n_seq_max)
+    kv = total - e.size_bytes
+    return f"≈ {human_bytes(total)}  ({human_bytes(e.size_bytes)} weights + " \
+           f"{human_bytes(kv)} KV)"

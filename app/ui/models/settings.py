@@ -1,0 +1,117 @@
+"""Per-model load settings (n_ctx, n_seq_max, n_batch, n_gpu_layers, threads), remembered by
+model path in any dict-like store; ``JsonSettingsStore`` is the default, a JSON file in the
+data dir. No Qt here.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Iterator, MutableMapping
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+SETTINGS_FILE = "model_load_settings.json"
+
+
+@dataclass(frozen=True, slots=True)
+class LoadSettings:
+    """How one model file is loaded. ``n_threads`` 0 means llama.cpp's default."""
+
+    n_ctx: int = 4096
+    n_seq_max: int = 4
+    n_batch: int = 512
+    n_gpu_layers: int = 0
+    n_threads: int = 0
+
+    @classmethod
+    def from_mapping(cls, raw: Any, default: LoadSettings | None = None) -> LoadSettings:
+        """Read a stored dict, ignoring unknown keys and keeping defaults for bad values."""
+        base = default or cls()
+        if not isinstance(raw, dict):
+            return base
+        values = asdict(base)
+        for f in fields(cls):
+            v = raw.get(f.name)
+            if isinstance(v, int) and not isinstance(v, bool):
+                values[f.name] = v
+        return cls(**values)
+
+    def to_mapping(self) -> dict[str, int]:
+        return asdict(self)
+
+
+def settings_key(path: Path | str) -> str:
+    """The store key of a model file: its absolute path."""
+    return str(Path(path).expanduser().absolute())
+
+
+class JsonSettingsStore(MutableMapping[str, Any]):
+    """A dict persisted to a JSON file on every change (atomic replace).
+
+    A missing or corrupt file starts empty (logged); a failed write is logged and the value
+    kept in memory, so a read-only data dir never breaks loading models.
+    """
+
+    def __init__(self, path: Path | str) -> None:
+        self.path = Path(path)
+        self._data: dict[str, Any] = {}
+        try:
+            raw = json.loads(self.path.read_text())
+            if isinstance(raw, dict):
+                self._data = raw
+        except FileNotFoundError:
+            pass
+        except (OSError, ValueError) as e:
+            logger.warning("ignoring unreadable model settings %s: %s", self.path, e)
+
+    def __getitem__(self, key: str) -> Any:
+        return self._data[key]
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        self._data[key] = value
+        self._save()
+
+    def __delitem__(self, key: str) -> None:
+        del self._data[key]
+        self._save()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._data)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def _save(self) -> None:
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            tmp.write_text(json.dumps(self._data, indent=1, sort_keys=True))
+            os.replace(tmp, self.path)
+        except OSError as e:
+            logger.warning("could not save model settings to %s: %s", self.path, e)
+
+
+def default_for(context_length: int | None) -> LoadSettings:
+    """Defaults for a model: 4096 tokens, or its trained context when that is smaller."""
+    n_ctx = 4096 if not context_length else max(256, min(4096, context_length))
+    return LoadSettings(n_ctx=n_ctx)
+
+
+def load_settings_for(
+    store: MutableMapping[str, Any], path: Path | str, context_length: int | None = None
+) -> LoadSettings:
+    return LoadSettings.from_mapping(store.get(settings_key(path)), default_for(context_length))
+
+
+def save_settings_for(
+    store: MutableMapping[str, Any], path: Path | str, settings: LoadSettings
+) -> None:
+    store[settings_key(path)] = settings.to_mapping()
+    flush = getattr(store, "flush", None) or getattr(store, "sync", None)
+    if callable(flush):
+        flush()

@@ -1,0 +1,58 @@
+"""Small building blocks shared by the Models view's pages."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QWidget
+
+
+def caption(text: str, name: str = "caption") -> QLabel:
+    """A muted explanatory line under a heading."""
+    label = QLabel(text)
+    label.setObjectName(name)
+    label.setWordWrap(True)
+    return label
+
+
+def section(text: str) -> QLabel:
+    label = QLabel(text.upper())
+    label.setObjectName("sectionLabel")
+    return label
+
+
+def button(text: str, name: str, *, primary: bool = False) -> QPushButton:
+    """A button with a findable ``name``; its look comes from the ``role`` property."""
+    b = QPushButton(text)
+    b.setObjectName(name)
+    b.setProperty("role", "primary" if primary else "secondary")
+    b.setCursor(Qt.CursorShape.PointingHandCursor)
+    return b
+
+
+class MessageCard(QFrame):
+    """An inline ``error`` or ``info`` message, hidden while empty; the text is selectable.
+
+    ``label`` carries the findable ``name`` (e.g. ``loadError``) so tests read what users see.
+    """
+
+    def __init__(self, name: str, kind: str = "error", parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("errorCard" if kind == "error" else "infoCard")
+        self.label = QLabel()
+        self.label.setObjectName(name)
+        self.label.setWordWrap(True)
+        self.label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        layout = QHBoxLayout(self)
+        layout.setContentsMargins(10, 8, 10, 8)
+        layout.addWidget(self.label)
+        self.hide()
+
+    def text(self) -> str:
+        return self.label.text()
+
+    def show_text(self, text: str) -> None:
+        self.label.setText(text)
+        self.setVisible(bool(text))
+
+    def clear(self) -> None:
+        self.show_text("")

@@ -1,0 +1,68 @@
+"""``QAbstractListModel`` adapter over :class:`DownloadManager` (qutebrowser's pattern: the
+manager owns the list and emits row signals; this model only translates them)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from PySide6.QtCore import QAbstractListModel, QModelIndex, QPersistentModelIndex, Qt
+
+from app.ui.models.downloads import DownloadManager, describe
+
+Index = QModelIndex | QPersistentModelIndex
+
+ITEM_ROLE = Qt.ItemDataRole.UserRole + 1  # the DownloadItem snapshot
+PROGRESS_ROLE = Qt.ItemDataRole.UserRole + 2  # int per mille (0–1000)
+STATUS_ROLE = Qt.ItemDataRole.UserRole + 3  # the status line
+STATE_ROLE = Qt.ItemDataRole.UserRole + 4  # DownloadState value (str)
+
+
+class DownloadListModel(QAbstractListModel):
+    def __init__(self, manager: DownloadManager) -> None:
+        super().__init__()
+        self._manager = manager
+        manager.begin_insert_row.connect(self._on_begin_insert_row)
+        manager.end_insert_row.connect(self.endInsertRows)
+        manager.begin_remove_row.connect(self._on_begin_remove_row)
+        manager.end_remove_row.connect(self.endRemoveRows)
+        manager.data_changed.connect(self._on_data_changed)
+
+    def _on_begin_insert_row(self, row: int) -> None:
+        self.beginInsertRows(QModelIndex(), row, row)
+
+    def _on_begin_remove_row(self, row: int) -> None:
+        self.beginRemoveRows(QModelIndex(), row, row)
+
+    def _on_data_changed(self, row: int) -> None:
+        idx = self.index(row, 0)
+        self.dataChanged.emit(idx, idx)
+
+    def rowCount(self, parent: Index = QModelIndex()) -> int:  # noqa: B008, N802
+        return 0 if parent.isValid() else len(self._manager.downloads)
+
+    def flags(self, index: Index) -> Qt.ItemFlag:
+        if not index.isValid():
+            return Qt.ItemFlag.NoItemFlags
+        return Qt.ItemFlag.ItemIsEnabled | Qt.ItemFlag.ItemIsSelectable | \
+            Qt.ItemFlag.ItemNeverHasChildren
+
+    def data(self, index: Index, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
+        if not index.isValid() or not 0 <= index.row() < len(self._manager.downloads):
+            return None
+        item = self._manager.downloads[index.row()]
+        if role == Qt.ItemDataRole.DisplayRole:
+            return item.filename
+        if role == Qt.ItemDataRole.ToolTipRole:
+            return f"{item.repo_id}/{item.filename}" + (f"\n{item.error}" if item.error else "")
+        if role == ITEM_ROLE:
+            return item
+        if role == PROGRESS_ROLE:
+            return int(round(item.fraction * 1000))
+        if role == STATUS_ROLE:
+            return describe(item)
+        if role == STATE_ROLE:
+            return item.state.value
+        return None
+
+    def item_id(self, row: int) -> int:
+        return self._manager.downloads[row].id

@@ -1,0 +1,73 @@
+"""``QAbstractTableModel`` over a plain list of Hub search results (``RepoInfo``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from PySide6.QtCore import QAbstractTableModel, QModelIndex, QPersistentModelIndex, Qt
+
+from app.models.hub import RepoInfo
+from app.ui.models.format import human_count, human_date
+
+Index = QModelIndex | QPersistentModelIndex
+
+REPO_ID_ROLE = Qt.ItemDataRole.UserRole + 1
+COLUMNS = ("Repository", "Downloads", "Likes", "Updated")
+
+
+class HubResultsModel(QAbstractTableModel):
+    """Holds the last search's results; ``set_results`` replaces them (a model reset)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._results: list[RepoInfo] = []
+
+    def set_results(self, results: list[RepoInfo]) -> None:
+        self.beginResetModel()
+        self._results = list(results)
+        self.endResetModel()
+
+    def result(self, row: int) -> RepoInfo:
+        return self._results[row]
+
+    def rowCount(self, parent: Index = QModelIndex()) -> int:  # noqa: B008, N802
+        return 0 if parent.isValid() else len(self._results)
+
+    def columnCount(self, parent: Index = QModelIndex()) -> int:  # noqa: B008, N802
+        return 0 if parent.isValid() else len(COLUMNS)
+
+    def headerData(  # noqa: N802
+        self, section: int, orientation: Qt.Orientation, role: int = Qt.ItemDataRole.DisplayRole
+    ) -> Any:
+        if (orientation == Qt.Orientation.Horizontal and role == Qt.ItemDataRole.DisplayRole
+                and 0 <= section < len(COLUMNS)):
+            return COLUMNS[section]
+        return None
+
+    def flags(self, index: Index) -> Qt.ItemFlag:
+        if not index.isValid():
+            return Qt.ItemFlag.NoItemFlags
+        return Qt.ItemFlag.ItemIsEnabled | Qt.ItemFlag.ItemIsSelectable | \
+            Qt.ItemFlag.ItemNeverHasChildren
+
+    def data(self, index: Index, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
+        if not index.isValid() or not 0 <= index.row() < len(self._results):
+            return None
+        r = self._results[index.row()]
+        col = index.column()
+        if role == Qt.ItemDataRole.DisplayRole:
+            return (r.id, human_count(r.downloads), human_count(r.likes),
+                    human_date(r.updated))[col]
+        if role == Qt.ItemDataRole.ToolTipRole:
+            if col == 0:
+                return r.id
+            if col == 1:
+                return f"{r.downloads:,} downloads"
+            if col == 3 and r.updated is not None:
+                return r.updated.isoformat(timespec="minutes")
+            return None
+        if role == Qt.ItemDataRole.TextAlignmentRole and col in (1, 2):
+            return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+        if role == REPO_ID_ROLE:
+            return r.id
+        return None

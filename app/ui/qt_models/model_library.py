@@ -1,0 +1,139 @@
+"""``QAbstractTableModel`` adapter over :class:`LibraryCatalog` (it owns no state)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from PySide6.QtCore import QAbstractTableModel, QModelIndex, QPersistentModelIndex, Qt
+from PySide6.QtGui import QColor
+
+from app.ui.models.format import human_bytes
+from app.ui.models.library_state import LibraryCatalog, LibraryRow
+
+Index = QModelIndex | QPersistentModelIndex
+
+ROW_ROLE = Qt.ItemDataRole.UserRole + 1  # the LibraryRow
+PATH_ROLE = Qt.ItemDataRole.UserRole + 2  # str path of the file
+
+COLUMNS = ("Name", "Architecture", "Params", "Quant", "Context", "Size", "Chat template",
+           "Status")
+COL_NAME, COL_ARCH, COL_PARAMS, COL_QUANT, COL_CTX, COL_SIZE, COL_TEMPLATE, COL_STATUS = range(8)
+
+_STATUS_COLORS = {"loaded": "#16a34a", "broken": "#dc2626", "busy": "#f59e0b",
+                  "failed": "#dc2626", "idle": "#9ca3af"}
+
+
+class LibraryTableModel(QAbstractTableModel):
+    def __init__(self, catalog: LibraryCatalog) -> None:
+        super().__init__()
+        self._catalog = catalog
+        catalog.add_listener(self)
+
+    # -- listener ---------------------------------------------------------------------------
+
+    def before_reset(self) -> None:
+        self.beginResetModel()
+
+    def after_reset(self) -> None:
+        self.endResetModel()
+
+    def changed(self, row: int) -> None:
+        self.dataChanged.emit(self.index(row, 0), self.index(row, len(COLUMNS) - 1))
+
+    # -- QAbstractTableModel ----------------------------------------------------------------
+
+    def rowCount(self, parent: Index = QModelIndex()) -> int:  # noqa: B008, N802
+        return 0 if parent.isValid() else len(self._catalog)
+
+    def columnCount(self, parent: Index = QModelIndex()) -> int:  # noqa: B008, N802
+        return 0 if parent.isValid() else len(COLUMNS)
+
+    def headerData(  # noqa: N802
+        self, section: int, orientation: Qt.Orientation, role: int = Qt.ItemDataRole.DisplayRole
+    ) -> Any:
+        if (orientation == Qt.Orientation.Horizontal and role == Qt.ItemDataRole.DisplayRole
+                and 0 <= section < len(COLUMNS)):
+            return COLUMNS[section]
+        return None
+
+    def flags(self, index: Index) -> Qt.ItemFlag:
+        if not index.isValid():
+            return Qt.ItemFlag.NoItemFlags
+        return Qt.ItemFlag.ItemIsEnabled | Qt.ItemFlag.ItemIsSelectable | \
+            Qt.ItemFlag.ItemNeverHasChildren
+
+    def data(self, index: Index, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
+        if not index.isValid() or not 0 <= index.row() < len(self._catalog):
+            return None
+        row = self._catalog.row(index.row())
+        col = index.column()
+        if role == Qt.ItemDataRole.DisplayRole:
+            return _display(row, col)
+        if role == Qt.ItemDataRole.ToolTipRole:
+            return _tooltip(row, col)
+        if role == Qt.ItemDataRole.DecorationRole and col == COL_STATUS:
+            return QColor(_STATUS_COLORS[_state(row)])
+        if role == Qt.ItemDataRole.TextAlignmentRole and col in (COL_PARAMS, COL_CTX, COL_SIZE):
+            return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+        if role == ROW_ROLE:
+            return row
+        if role == PATH_ROLE:
+            return str(row.path)
+        return None
+
+    def row_of(self, path: str) -> int:
+        return self._catalog.row_of(path)
+
+
+def _state(row: LibraryRow) -> str:
+    if row.busy:
+        return "busy"
+    if row.entry.is_broken:
+        return "broken"
+    if row.is_loaded:
+        return "loaded"
+    if row.error:
+        return "failed"
+    return "idle"
+
+
+def _display(row: LibraryRow, col: int) -> str:
+    e = row.entry
+    if col == COL_NAME:
+        return e.name + ("  (default)" if e.is_default else "")
+    if col == COL_ARCH:
+        return e.architecture or "–"
+    if col == COL_PARAMS:
+        return e.size_label or "–"
+    if col == COL_QUANT:
+        return e.quant.upper() if e.quant else "–"
+    if col == COL_CTX:
+        return f"{e.context_length:,}" if e.context_length else "–"
+    if col == COL_SIZE:
+        return human_bytes(e.size_bytes)
+    if col == COL_TEMPLATE:
+        if e.is_broken or e.is_adapter:
+            return "–"
+        return "Yes" if e.has_chat_template else "No"
+    if col == COL_STATUS:
+        return row.status
+    return ""
+
+
+def _tooltip(row: LibraryRow, col: int) -> str | None:
+    e = row.entry
+    if col == COL_STATUS:
+        if e.broken:
+            return f"This file cannot be used: {e.broken}"
+        if row.error:
+            return row.error
+        if e.is_adapter:
+            return "A LoRA adapter: attach it to a loaded model in the Adapters tab."
+        return None
+    if col == COL_NAME:
+        return str(e.path)
+    if col == COL_PARAMS and e.num_params:
+        return f"{e.num_params:,} parameters"
+    if col == COL_TEMPLATE and not e.has_chat_template and not e.is_broken:
+        return "No chat template in the file: chat prompts use a generic format."
+    return None
