@@ -1,14 +1,15 @@
 """The llama.cpp backend: one model, one multi-sequence context, one ``llama_decode`` per tick.
 
 Owns every native handle of a loaded model (model, context, lazily an embeddings context,
-LoRA adapters, the shared greedy sampler) and implements ``app.engine.backend.Backend`` on
-llama-cpp-python's low-level bindings. Only the scheduler thread calls it.
+LoRA adapters) and implements ``app.engine.backend.Backend`` on llama-cpp-python's low-level
+bindings. Only the scheduler thread calls it. Also here: llama.cpp's log bridge, the model
+fingerprint hook, and sandboxed rendering of the GGUF's chat template.
 
 Batch layout. The tick batch is preallocated once (``n_batch`` rows) in numpy buffers that a
 ``llama_batch`` struct points into, so filling a tick is a few slice assignments:
 
     row:       0      1      2   ...   k-1    k   ...
-    token:   [ t0 ] [ t1 ] [ t2 ]     [..]  [ d0 ]      prefill slice rows, then decode rows
+    token:   [ t0 ] [ t1 ] [ t2 ]     [..]  [ d0 ]      rows in op order: a prefill slice, a decode row
     pos:     [ p  ] [ p+1] [ p+2]     [..]  [ q  ]
     seq_id:  ptr ──► seq[row]  (one seq per row; n_seq_id is always 1)
     logits:  [ 0  ] [ 0  ] [ 0  ]     [1?]  [ 1  ]      1 = keep this row's logits
@@ -273,6 +274,7 @@ def _ctx_params(
     p.type_k = type_k
     p.type_v = type_v
     p.kv_unified = True
+    p.swa_full = True  # part of ctx_params_hash: it changes what a SWA model's state holds
     p.no_perf = True
     p.embeddings = embeddings
     if embeddings:
@@ -324,11 +326,10 @@ class LlamaBackend:
         self._template_cache: dict[str, jinja2.Template] = {}
         try:
             self._load(n_gpu_layers)
-            fingerprint = model_fingerprint(self.path)
+            self.info = self._read_info(model_fingerprint(self.path), type_k, type_v, n_gpu_layers)
         except BaseException:
             self.close()
             raise
-        self.info = self._read_info(fingerprint, type_k, type_v, n_gpu_layers)
 
     # ----------------------------------------------------------------- load / close
 
@@ -506,6 +507,7 @@ class LlamaBackend:
         n_tokens = 0
         limit = self.n_ctx_per_seq
         for op in ops:
+            self._check_seq(op.seq_id)
             if type(op) is DecodeOp:
                 if op.seq_id not in self._rows:
                     raise RuntimeError(f"seq {op.seq_id} has no logits from the previous tick")
@@ -521,6 +523,11 @@ class LlamaBackend:
                 raise ContextOverflow(f"seq {op.seq_id}: position {end - 1} is past n_ctx {limit}")
         if n_tokens > self._batch.capacity:
             raise NBatchTooSmall(f"a tick of {n_tokens} tokens exceeds n_batch={self._batch.capacity}")
+
+    def _check_seq(self, seq_id: int) -> None:
+        """llama.cpp aborts the process on an out-of-range seq id; refuse it here instead."""
+        if not 0 <= seq_id < self.n_seq_max:
+            raise InvalidRequest(f"seq id {seq_id} is outside 0..{self.n_seq_max - 1}")
 
     def _check_tokens(self, tokens: Sequence[int]) -> None:
         """Out-of-vocabulary ids crash some llama.cpp entry points; refuse them up front."""
@@ -574,6 +581,7 @@ class LlamaBackend:
     # ----------------------------------------------------------------- KV
 
     def seq_rm(self, seq_id: int, start: int = 0) -> None:
+        self._check_seq(seq_id)
         if not llama_cpp.llama_memory_seq_rm(self._mem, seq_id, start, -1):
             raise NotSupported(f"llama.cpp cannot remove positions >= {start} of seq {seq_id}")
         if start <= 0:
@@ -581,9 +589,11 @@ class LlamaBackend:
 
     def seq_pos_max(self, seq_id: int) -> int:
         """Largest position held by the seq, -1 when empty (handy for invariant checks)."""
+        self._check_seq(seq_id)
         return int(llama_cpp.llama_memory_seq_pos_max(self._mem, seq_id))
 
     def kv_pack(self, seq_id: int) -> bytes:
+        self._check_seq(seq_id)
         size = llama_cpp.llama_state_seq_get_size(self._ctx, seq_id)
         buf = bytearray(size)
         view = (ctypes.c_uint8 * size).from_buffer(buf)

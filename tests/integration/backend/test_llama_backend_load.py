@@ -145,6 +145,18 @@ def test_out_of_vocabulary_ids_are_invalid_requests(tiny):
             call()
 
 
+def test_out_of_range_seq_ids_are_invalid_requests(tiny):
+    for call in (
+        lambda: tiny.seq_rm(8),
+        lambda: tiny.kv_pack(-1),
+        lambda: tiny.kv_unpack(99, b"x"),
+        lambda: tiny.step([PrefillOp(8, (1, 2), 0, True)]),
+        lambda: tiny.verify(8, [1, 2], [3]),
+    ):
+        with pytest.raises(InvalidRequest, match="seq id"):
+            call()
+
+
 def test_close_is_idempotent(make_backend):
     backend = make_backend()
     backend.embed([1, 2, 3])
