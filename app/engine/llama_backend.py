@@ -133,7 +133,8 @@ def _on_llama_log(level: int, text: bytes, user_data: Any) -> None:
 _initialised = False
 
 
-def _init_llama() -> None:
+def init_llama() -> None:
+    """Route llama.cpp's logs to Python logging and initialise its backend (once per process)."""
     global _initialised
     if not _initialised:
         llama_cpp.llama_log_set(_on_llama_log, ctypes.c_void_p(0))
@@ -307,7 +308,7 @@ class LlamaBackend:
             raise ValueError(f"type_k/type_v must be one of {', '.join(KV_TYPES)}")
         if type_v not in ("f16", "f32") and not flash_attn:
             raise InvalidRequest(f"a quantized V cache (type_v={type_v}) needs flash_attn=True")
-        _init_llama()
+        init_llama()
         self.path = str(path)
         self.n_ctx_per_seq = n_ctx_per_seq
         self.n_seq_max = n_seq_max
