@@ -41,10 +41,12 @@ def test_staggered_admission_matches_alone(tiny):
     assert rest[1] == alone1[:10]
 
 
-def test_chunked_prefill_equals_unchunked(tiny):
-    prompt = tiny.tokenize(" ".join(PROMPTS))
+@pytest.mark.parametrize("flash_attn", [False, True])
+def test_chunked_prefill_equals_unchunked(make_backend, flash_attn):
+    backend = make_backend(flash_attn=flash_attn)
+    prompt = backend.tokenize(" ".join(PROMPTS))
     assert len(prompt) > 64
-    assert greedy(tiny, 2, prompt, N_TOKENS, chunk=16) == greedy(tiny, 2, prompt, N_TOKENS)
+    assert greedy(backend, 2, prompt, N_TOKENS, chunk=16) == greedy(backend, 2, prompt, N_TOKENS)
 
 
 def test_verify_accepts_the_greedy_continuation(tiny):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from app.engine.backend import PrefillOp
 from tests.integration.backend.driver import PROMPTS, decode, greedy, prefill
 
@@ -15,7 +17,9 @@ def _warm_continue(backend, seq_id, payload, prompt, n_tokens):
     return decode(backend, {seq_id: len(prompt)}, n_tokens)[seq_id]
 
 
-def test_pack_unpack_into_another_seq_continues_like_cold(tiny):
+@pytest.mark.parametrize("flash_attn", [False, True])
+def test_pack_unpack_into_another_seq_continues_like_cold(make_backend, flash_attn):
+    tiny = make_backend(flash_attn=flash_attn)
     prompt = tiny.tokenize(" ".join(PROMPTS[:4]))
     cold = greedy(tiny, 0, prompt, 20)
     tiny.seq_rm(0)
@@ -47,6 +51,9 @@ def test_unpack_refusals_return_false(tiny, make_backend):
     q8 = make_backend(type_k="q8_0")
     assert q8.info.ctx_params_hash != tiny.info.ctx_params_hash
     assert q8.kv_unpack(0, payload) is False
+    flash = make_backend(flash_attn=True)  # V is stored untransposed: another state layout
+    assert flash.info.ctx_params_hash != tiny.info.ctx_params_hash
+    assert flash.kv_unpack(0, payload) is False
 
 
 def test_seq_rm_drops_the_tail_only(tiny):

@@ -65,17 +65,29 @@ def test_batch_of_eight_matches_alone(smol):
     assert n_exact >= 6
 
 
+def _chunked_and_warm_match_cold(backend) -> None:
+    prompt = backend.tokenize(" ".join(PROMPTS[:4]))
+    cold = greedy(backend, 0, prompt, 12)
+    assert greedy(backend, 1, prompt, 12, chunk=16) == cold
+    backend.seq_rm(1)
+    prefill(backend, 1, prompt, chunk=16)
+    payload = backend.kv_pack(1)
+    assert backend.kv_unpack(6, payload)
+    backend.seq_rm(6, len(prompt) - 1)
+    prefill(backend, 6, prompt[-1:], pos=len(prompt) - 1)
+    assert decode(backend, {6: len(prompt)}, 12)[6] == cold
+
+
 def test_chunked_prefill_and_warm_restore_match_cold(smol):
-    prompt = smol.tokenize(" ".join(PROMPTS[:4]))
-    cold = greedy(smol, 0, prompt, 12)
-    assert greedy(smol, 1, prompt, 12, chunk=16) == cold
-    smol.seq_rm(1)
-    prefill(smol, 1, prompt, chunk=16)
-    payload = smol.kv_pack(1)
-    assert smol.kv_unpack(6, payload)
-    smol.seq_rm(6, len(prompt) - 1)
-    prefill(smol, 6, prompt[-1:], pos=len(prompt) - 1)
-    assert decode(smol, {6: len(prompt)}, 12)[6] == cold
+    _chunked_and_warm_match_cold(smol)
+
+
+def test_chunked_prefill_and_warm_restore_match_cold_with_flash_attn(smollm2_path):
+    from app.engine.llama_backend import LlamaBackend
+
+    with LlamaBackend(str(smollm2_path), n_ctx_per_seq=256, n_seq_max=8, n_batch=256, n_threads=1,
+                      flash_attn=True) as backend:
+        _chunked_and_warm_match_cold(backend)
 
 
 def test_smollm2_shaped_lora_changes_output_and_scale_zero_restores(smol, foreign_lora_path):
