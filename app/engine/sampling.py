@@ -50,6 +50,14 @@ class SamplerChain:
     def is_closed(self) -> bool:
         return self._ptr is None
 
+    def stage_names(self) -> list[str]:
+        """The chain's stages in order, as llama.cpp names them (e.g. ["top-k", "greedy"])."""
+        ptr = self.ptr
+        return [
+            llama_cpp.llama_sampler_name(llama_cpp.llama_sampler_chain_get(ptr, i)).decode()
+            for i in range(llama_cpp.llama_sampler_chain_n(ptr))
+        ]
+
     def accept(self, token: int) -> None:
         """Record a token the chain did not choose (penalty history, grammar state)."""
         llama_cpp.llama_sampler_accept(self.ptr, token)

@@ -85,6 +85,29 @@ def test_grammar_constrains_output(tiny):
     assert tiny.detokenize(tokens[:end]) in ("yes", "no")
 
 
+@pytest.mark.parametrize(
+    ("params", "stages"),
+    [
+        (SamplingParams(), ["greedy"]),
+        (SamplingParams(temperature=0.7, seed=1), ["temp", "dist"]),
+        (
+            SamplingParams(temperature=0.7, top_k=40, top_p=0.9, min_p=0.05, repetition_penalty=1.1,
+                           grammar='root ::= "a"'),
+            ["grammar", "penalties", "top-k", "top-p", "min-p", "temp", "dist"],
+        ),
+        (SamplingParams(top_k=5, repetition_penalty=1.2), ["penalties", "top-k", "greedy"]),
+    ],
+)
+def test_sampler_chain_follows_the_spec_order(tiny, params, stages):
+    sampler = tiny.new_sampler(params)
+    try:
+        assert sampler.stage_names() == stages
+        assert sampler.is_plain_greedy == (stages == ["greedy"])
+    finally:
+        tiny.free_sampler(sampler)
+        tiny.free_sampler(sampler)  # idempotent
+
+
 def test_bad_sampling_params_are_invalid_requests(tiny):
     for params in (SamplingParams(top_p=0.0), SamplingParams(min_p=2.0), SamplingParams(repetition_penalty=0.0)):
         with pytest.raises(InvalidRequest):
