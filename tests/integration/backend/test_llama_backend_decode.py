@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from app.engine.backend import DecodeOp, Prefilled, PrefillOp, Sampled, SamplingParams
-from app.engine.errors import ContextOverflow, NBatchTooSmall
+from app.engine.errors import ContextOverflow, DecodeFailed, NBatchTooSmall
 from tests.integration.backend.driver import PROMPTS, decode, greedy, greedy_together, prefill
 
 N_TOKENS = 24
@@ -95,6 +95,15 @@ def test_position_past_the_per_seq_context_is_refused(make_backend):
     backend = make_backend(n_ctx_per_seq=32)
     with pytest.raises(ContextOverflow):
         backend.step([PrefillOp(0, tuple(range(10, 43)), 0, True)])
+
+
+def test_llama_decode_failure_is_a_typed_error_and_the_backend_keeps_serving(tiny):
+    prompt = tiny.tokenize(PROMPTS[0])
+    prefill(tiny, 0, prompt)
+    with pytest.raises(DecodeFailed) as err:  # positions restart at 0 in a seq that holds them
+        tiny.step([PrefillOp(0, tuple(prompt), 0, True)])
+    assert err.value.rc < 0 and err.value.code == "decode_failed"
+    assert greedy(tiny, 0, prompt, 4) == greedy(tiny, 1, prompt, 4)
 
 
 def test_decode_without_logits_is_a_scheduler_bug(tiny):
