@@ -1,0 +1,272 @@
+"""``CacheDashboard``: the Cache work area (SPEC §5) — what is kept, why, and what it saves.
+
+Given only an ``Engine``, it shows the cache rows (live, from the store's notifications),
+tier usage and quotas, counters and their history, the prefix tree of one model's
+conversations, and the scheduler of every loaded model. Models may be loaded and unloaded
+while it lives: the list is re-read every second. Store actions run on a worker thread.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from PySide6.QtCore import QEvent, Qt, QTimer, Signal
+from PySide6.QtWidgets import (
+    QHBoxLayout,
+    QLabel,
+    QProgressBar,
+    QScrollArea,
+    QTabWidget,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.cache.index import Row
+from app.ui.cache import style
+from app.ui.cache.actions import CacheActions
+from app.ui.cache.feed import CacheFeed
+from app.ui.cache.previews import Detokenizer, PreviewCache
+from app.ui.cache.row_state import CacheRowState
+from app.ui.cache.rows_panel import RowsPanel
+from app.ui.cache.scheduler_panel import SchedulerPanel, SessionNamer
+from app.ui.cache.stats_panel import StatsHistory, StatsPanel
+from app.ui.cache.tiers_panel import TiersPanel
+from app.ui.cache.tree_panel import TreePanel
+from app.ui.qt_models.cache_rows import CacheRowsModel
+
+log = logging.getLogger(__name__)
+
+STATS_MS = 1000
+SCHEDULER_MS = 250
+TAB_ROWS, TAB_SPACE, TAB_TREE, TAB_SCHEDULER = range(4)
+
+
+class CacheDashboard(QWidget):
+    """The Cache area. ``session_namer`` (optional) turns a session id into a conversation
+    title for the scheduler view."""
+
+    action_finished = Signal(str, str)  # action name, message
+    action_failed = Signal(str, str)  # action name, error
+
+    def __init__(
+        self,
+        engine: Any,
+        parent: QWidget | None = None,
+        *,
+        session_namer: SessionNamer | None = None,
+    ) -> None:
+        super().__init__(parent)
+        self.setObjectName("cacheDashboard")
+        self.setAttribute(Qt.WidgetAttribute.WA_StyledBackground, True)
+        self.engine = engine
+        self._styling = False
+        self._qss = ""
+        self._apply_style()  # before the children exist: each is polished once, when shown
+        self.store = engine.cache
+        self._models: dict[str, Any] = {}
+        self._model_by_fp: dict[str, Any] = {}
+        self.refresh_models()
+
+        self.state = CacheRowState()
+        self.previews = PreviewCache(self._detokenizer_for)
+        self.rows_model = CacheRowsModel(self.state, self.previews, self)
+        self.rows_model.setObjectName("cacheRowsModel")
+        self.actions = CacheActions(self.store, self)
+        self.history = StatsHistory()
+
+        self.rows_panel = RowsPanel(self.rows_model, self.previews, self.actions)
+        self.tiers_panel = TiersPanel(self.actions)
+        self.stats_panel = StatsPanel()
+        self.tree_panel = TreePanel(self.state, self.previews)
+        self.scheduler_panel = SchedulerPanel(engine, session_namer)
+        self.feed = CacheFeed(self.store, self.state, self)
+        self.feed.rows_changed.connect(self._on_rows_changed)
+
+        space = QWidget()
+        space_layout = QVBoxLayout(space)
+        space_layout.setContentsMargins(0, 8, 0, 0)
+        space_layout.addWidget(self.tiers_panel)
+        space_layout.addWidget(self.stats_panel, 1)
+        space_scroll = QScrollArea()
+        space_scroll.setWidgetResizable(True)
+        space_scroll.setWidget(space)
+        space_scroll.setFrameShape(QScrollArea.Shape.NoFrame)
+
+        self.tabs = QTabWidget()
+        self.tabs.setObjectName("cacheTabs")
+        self.tabs.setDocumentMode(True)
+        self.tabs.tabBar().setDrawBase(False)
+        self.tabs.addTab(self.rows_panel, "Saved conversations")
+        self.tabs.addTab(space_scroll, "Space && savings")
+        self.tabs.addTab(self.tree_panel, "Conversation tree")
+        self.tabs.addTab(self.scheduler_panel, "Live scheduler")
+        self.tabs.setTabToolTip(TAB_ROWS, "Every saved point of every conversation, live.")
+        self.tabs.setTabToolTip(TAB_SPACE, "How full each storage place is, and how often saved work was reused.")
+        self.tabs.setTabToolTip(TAB_TREE, "Which conversations share a beginning.")
+        self.tabs.setTabToolTip(TAB_SCHEDULER, "What each loaded model is doing right now.")
+        self.tabs.currentChanged.connect(self._on_tab_changed)
+
+        title = QLabel("Cache")
+        title.setObjectName("cacheTitle")
+        intro = QLabel(
+            "Before a model can answer, it has to read the whole conversation — slow for long "
+            "chats. Hearth keeps the result of that reading (the model's working memory, "
+            "called a KV cache) so the next message, or the same chat after a restart, "
+            "continues instantly."
+        )
+        intro.setObjectName("cacheIntro")
+        intro.setWordWrap(True)
+
+        self.action_status = QLabel("")
+        self.action_status.setObjectName("cacheStatus")
+        self.action_progress = QProgressBar()
+        self.action_progress.setObjectName("cacheActionProgress")
+        self.action_progress.setMaximumWidth(220)
+        self.action_progress.setMaximumHeight(14)
+        self.action_progress.setVisible(False)
+        foot = QHBoxLayout()
+        foot.addWidget(self.action_status, 1)
+        foot.addWidget(self.action_progress)
+
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(20, 16, 20, 12)
+        layout.addWidget(title)
+        layout.addWidget(intro)
+        layout.addWidget(self.tabs, 1)
+        layout.addLayout(foot)
+
+        self.actions.started.connect(self._on_action_started)
+        self.actions.progressed.connect(self._on_action_progressed)
+        self.actions.finished.connect(self._on_action_finished)
+        self.actions.failed.connect(self._on_action_failed)
+
+        self._stats_timer = QTimer(self)
+        self._stats_timer.setInterval(STATS_MS)
+        self._stats_timer.timeout.connect(self.sample)
+        self._stats_timer.start()
+        self._scheduler_timer = QTimer(self)
+        self._scheduler_timer.setInterval(SCHEDULER_MS)
+        self._scheduler_timer.timeout.connect(self.scheduler_panel.refresh)
+        self._apply_colors()
+        self.sample()
+        self._on_rows_changed()
+
+    # -- public -------------------------------------------------------------------------------
+
+    def refresh_models(self) -> None:
+        """Re-read the loaded models (for previews, filters and the scheduler view)."""
+        models: dict[str, Any] = {}
+        try:
+            for info in self.engine.list_models():
+                models[info.id] = self.engine.get_model(info.id)
+        except Exception as exc:  # the engine is closing, or a model unloading right now
+            log.debug("listing models failed: %s", exc)
+        self._models = models
+        by_fp: dict[str, Any] = {}
+        for m in models.values():
+            try:
+                by_fp[m.effective_fingerprint().hex()] = m
+            except Exception:
+                continue
+        self._model_by_fp = by_fp
+
+    def sample(self) -> None:
+        """Take one sample of counters and usage; refresh the numbers and plots."""
+        try:
+            counters = self.store.counters()
+            usage = self.store.tier_usage()
+        except Exception as exc:
+            log.debug("cache counters unavailable: %s", exc)
+            return
+        self.refresh_models()
+        self.history.add(counters)
+        self.tiers_panel.update_usage(usage)
+        self.stats_panel.update_stats(self.history)
+        self._update_model_lists()
+        if self.tabs.currentIndex() == TAB_TREE:
+            self.tree_panel.refresh()
+
+    def select_tab(self, index: int) -> None:
+        self.tabs.setCurrentIndex(index)
+
+    def shutdown(self) -> None:
+        """Stop timers and store notifications; wait for running actions. Idempotent."""
+        self._stats_timer.stop()
+        self._scheduler_timer.stop()
+        self.feed.close()
+        self.actions.wait()
+
+    # -- internals ------------------------------------------------------------------------------
+
+    def _detokenizer_for(self, row: Row) -> Detokenizer | None:
+        model = self._models.get(row.model_id) or self._model_by_fp.get(row.fingerprint)
+        return None if model is None else model.detokenize
+
+    def _update_model_lists(self) -> None:
+        ids = sorted(set(self.state.model_ids()) | set(self._models))
+        self.rows_panel.set_model_ids(ids)
+        self.tree_panel.set_model_ids(ids)
+
+    def _on_rows_changed(self, *args: Any) -> None:
+        self._update_model_lists()
+        if self.tabs.currentIndex() == TAB_TREE:
+            self.tree_panel.refresh()
+
+    def _on_tab_changed(self, index: int) -> None:
+        if index == TAB_TREE:
+            self.tree_panel.refresh()
+        if index == TAB_SCHEDULER:
+            self.scheduler_panel.refresh()
+            self._scheduler_timer.start()
+        else:
+            self._scheduler_timer.stop()
+
+    def _on_action_started(self, name: str) -> None:
+        self.action_progress.setRange(0, 0)
+        self.action_progress.setVisible(True)
+        self.action_status.setText(f"Working: {name}…")
+
+    def _on_action_progressed(self, done: int, total: int) -> None:
+        self.action_progress.setRange(0, max(total, 1))
+        self.action_progress.setValue(done)
+
+    def _on_action_finished(self, name: str, message: str) -> None:
+        self.action_progress.setVisible(False)
+        self.action_status.setText(message)
+        self.sample()
+        self.action_finished.emit(name, message)
+
+    def _on_action_failed(self, name: str, error: str) -> None:
+        self.action_progress.setVisible(False)
+        self.action_status.setText(f"Could not {name}: {error}")
+        self.action_failed.emit(name, error)
+
+    def _apply_style(self) -> None:
+        qss = style.stylesheet()
+        if qss != self._qss:  # restyling 20,000 table rows is not free: only on a real change
+            self._qss = qss
+            self.setStyleSheet(qss)
+        if hasattr(self, "stats_panel"):
+            self._apply_colors()
+
+    def _apply_colors(self) -> None:
+        c = style.palette()
+        self.rows_model.set_colors(c.muted, c.accent)
+        self.stats_panel.apply_colors()
+        self.scheduler_panel.apply_colors()
+
+    def changeEvent(self, event: QEvent) -> None:  # noqa: N802 (Qt override)
+        if event.type() == QEvent.Type.PaletteChange and not self._styling:
+            self._styling = True
+            try:
+                self._apply_style()
+            finally:
+                self._styling = False
+        super().changeEvent(event)
+
+    # -- convenience for tests and the lead ---------------------------------------------------
+
+    def selected_keys(self) -> Sequence[bytes]:
+        return self.rows_panel.selected_keys()

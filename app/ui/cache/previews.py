@@ -1,0 +1,82 @@
+"""Text previews of cache rows, detokenized lazily with the row's loaded model and cached.
+
+Rows only hold token ids; turning them into text needs the model's vocabulary, so a row
+whose model is not loaded shows ``NO_PREVIEW``. Only rows a view asks for are decoded
+(the table asks for the visible ones), and each decode is remembered (bounded LRU).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+
+from app.cache.index import Row
+from app.cache.keys import decode_tokens
+
+log = logging.getLogger(__name__)
+
+NO_PREVIEW = "—"
+TAIL_TOKENS = 48  # the table shows how a conversation ends: its start is often a shared prompt
+Detokenizer = Callable[[Sequence[int]], str]
+DetokenizerFor = Callable[[Row], Detokenizer | None]
+
+
+class PreviewCache:
+    """``tail(row)``: the last words of a row; ``text(row)``: all of it. Cached by key."""
+
+    def __init__(self, detokenizer_for: DetokenizerFor, capacity: int = 4096) -> None:
+        self._detokenizer_for = detokenizer_for
+        self._capacity = capacity
+        self._tails: OrderedDict[bytes, str] = OrderedDict()
+
+    def cached_tail(self, key: bytes) -> str | None:
+        return self._tails.get(key)
+
+    def tail(self, row: Row) -> str:
+        text = self._tails.get(row.key)
+        if text is not None:
+            self._tails.move_to_end(row.key)
+            return text
+        detok = self._detokenizer_for(row)
+        if detok is None:
+            return row.prompt_preview or NO_PREVIEW  # not cached: the model may load later
+        start = max(0, row.n_tokens - TAIL_TOKENS)
+        body = _safe(detok, decode_tokens(row.tokens_le[start * 4 :]))
+        if body is None:
+            return NO_PREVIEW
+        text = ("…" if start else "") + readable(body)
+        self._tails[row.key] = text
+        if len(self._tails) > self._capacity:
+            self._tails.popitem(last=False)
+        return text
+
+    def text(self, row: Row, start: int = 0) -> str | None:
+        """Tokens ``start..`` of the row as text, or None without a loaded model."""
+        detok = self._detokenizer_for(row)
+        if detok is None:
+            return None
+        return _safe(detok, decode_tokens(row.tokens_le[start * 4 :]))
+
+    def clear(self) -> None:
+        self._tails.clear()
+
+
+_ROLE_START = re.compile(r"<\|im_start\|>(\w+)\s*")
+_MARKUP = re.compile(r"<\|[^|<>]{1,32}\|>|</?s>")
+
+
+def readable(text: str) -> str:
+    """One line of plain text: chat-template markup becomes ``role:``, whitespace collapses."""
+    text = _ROLE_START.sub(lambda m: f" {m.group(1).capitalize()}: ", text)
+    text = _MARKUP.sub(" ", text)
+    return " ".join(text.split())
+
+
+def _safe(detok: Detokenizer, tokens: list[int]) -> str | None:
+    try:
+        return detok(tokens)
+    except Exception as exc:  # an unloaded model's handle, a vocabulary mismatch
+        log.debug("detokenize failed: %s", exc)
+        return None

@@ -1,0 +1,199 @@
+"""Counters in words and numbers, and their history as pyqtgraph plots.
+
+``StatsHistory`` (plain Python) keeps one sample per second of the store's counters and
+tier usage; ``StatsPanel`` shows the latest numbers and plots the history.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+import pyqtgraph as pg
+from PySide6.QtWidgets import QFrame, QGridLayout, QHBoxLayout, QLabel, QVBoxLayout, QWidget
+
+from app.cache.tiers import TIERS
+from app.ui.cache import fmt, style
+
+WINDOW_S = 300  # the plots show the last five minutes
+HIT_COUNTERS = ("hits_exact", "hits_resume", "hits_longest_prefix", "hits_sticky")
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    t: float
+    hits: int
+    misses: int
+    bytes_by_tier: tuple[int, ...]
+
+    @property
+    def hit_rate(self) -> float | None:
+        total = self.hits + self.misses
+        return None if total == 0 else self.hits / total
+
+
+class StatsHistory:
+    """The last ``capacity`` samples (one a second: ten minutes by default)."""
+
+    def __init__(self, capacity: int = 600) -> None:
+        self.samples: deque[Sample] = deque(maxlen=capacity)
+        self.latest: dict[str, int] = {}
+
+    def add(self, counters: dict[str, int], now: float | None = None) -> Sample:
+        self.latest = dict(counters)
+        sample = Sample(
+            t=time.time() if now is None else now,
+            hits=sum(counters.get(k, 0) for k in HIT_COUNTERS),
+            misses=counters.get("misses", 0),
+            bytes_by_tier=tuple(counters.get(f"bytes_{t}", 0) for t in TIERS),
+        )
+        self.samples.append(sample)
+        return sample
+
+
+# (counter, label, explanation) — what each number means to someone new to KV caches.
+NUMBERS = (
+    ("hits_exact", "Exact reuse", "A request matched a saved entry token for token."),
+    ("hits_resume", "Resumed", "A conversation continued from the entry its last turn saved."),
+    ("hits_longest_prefix", "Partly reused", "The start of a request matched a saved entry; only the rest was read."),
+    ("hits_sticky", "Still in a slot", "The conversation was still held by the model, nothing to load."),
+    ("misses", "Read from scratch", "Nothing saved matched: the model had to read the whole prompt."),
+    ("saves_finish", "Saved at end of reply", fmt.REASON_HELP["finish"]),
+    ("saves_cold", "Saved after reading", fmt.REASON_HELP["cold"]),
+    ("saves_continued", "Saved mid-reply", fmt.REASON_HELP["continued"]),
+    ("saves_evict", "Saved when slot freed", fmt.REASON_HELP["evict"]),
+    ("saves_shutdown", "Saved at shutdown", fmt.REASON_HELP["shutdown"]),
+    ("saves_dropped", "Saves skipped", "The disk writer was busy, so a save was skipped rather than slow the reply."),
+    ("evictions", "Deleted for room", "Entries deleted because their storage place was full."),
+    ("demotions", "Moved to disk", "Entries moved from RAM to disk to make room."),
+    ("corrupt_files", "Damaged files", "Saved files found damaged and removed (never used)."),
+)  # fmt: skip
+
+
+class StatsPanel(QFrame):
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("cacheCard")
+        title = QLabel("WHAT THE CACHE SAVED YOU")
+        title.setObjectName("cacheSection")
+        self.headline = QLabel()
+        self.headline.setObjectName("cacheBigNumber")
+        self.headline.setWordWrap(True)
+        self.subline = QLabel()
+        self.subline.setObjectName("cacheCaption")
+        self.subline.setWordWrap(True)
+        grid = QGridLayout()
+        grid.setHorizontalSpacing(18)
+        grid.setVerticalSpacing(2)
+        self.values: dict[str, QLabel] = {}
+        for i, (name, label, tip) in enumerate(NUMBERS):
+            value = QLabel("0")
+            value.setObjectName(f"counter_{name}")
+            value.setProperty("role", "number")
+            value.setToolTip(tip)
+            text = QLabel(label)
+            text.setObjectName("cacheNumberLabel")
+            text.setToolTip(tip)
+            r, c = divmod(i, 5)
+            grid.addWidget(value, 2 * r, c)
+            grid.addWidget(text, 2 * r + 1, c)
+            self.values[name] = value
+        self.times = QLabel()
+        self.times.setObjectName("cacheCaption")
+
+        self.hit_plot = self._plot("Reuse rate (%)", "share of requests that reused saved memory")
+        self.hit_curve = self.hit_plot.plot([], [], pen=pg.mkPen("#e8590c", width=2))
+        self.hit_plot.setYRange(0, 100)
+        self.bytes_plot = self._plot("Stored (MiB)", "bytes held in each place")
+        self._bytes_unit = ""
+        self.bytes_plot.addLegend(offset=(5, 5))
+        self.bytes_curves = [
+            self.bytes_plot.plot([], [], pen=pg.mkPen(style.TIER_COLORS[t], width=2), name=fmt.TIER_LABELS[t])
+            for t in TIERS
+        ]
+        plots = QHBoxLayout()
+        plots.addWidget(self.hit_plot)
+        plots.addWidget(self.bytes_plot)
+
+        layout = QVBoxLayout(self)
+        layout.addWidget(title)
+        layout.addWidget(self.headline)
+        layout.addWidget(self.subline)
+        layout.addLayout(grid)
+        layout.addWidget(self.times)
+        layout.addLayout(plots, 1)
+        self.apply_colors()
+
+    def _plot(self, ylabel: str, tip: str) -> pg.PlotWidget:
+        plot = pg.PlotWidget()
+        plot.setToolTip(tip)
+        plot.setMinimumHeight(180)
+        plot.setMaximumHeight(240)
+        plot.setMenuEnabled(False)
+        plot.setMouseEnabled(x=False, y=False)
+        plot.hideButtons()
+        plot.setLabel("left", ylabel)
+        plot.setLabel("bottom", "seconds ago")
+        plot.showGrid(x=False, y=True, alpha=0.25)
+        plot.setXRange(-WINDOW_S, 0, padding=0.02)
+        return plot
+
+    def apply_colors(self) -> None:
+        c = style.chart_colors()
+        for plot in (self.hit_plot, self.bytes_plot):
+            plot.setBackground(c.background)
+            for axis in ("left", "bottom"):
+                ax = plot.getAxis(axis)
+                ax.setPen(pg.mkPen(c.grid))
+                ax.setTextPen(pg.mkPen(c.foreground))
+                ax.setLabel(**{"color": c.foreground})
+
+    def update_stats(self, history: StatsHistory) -> None:
+        counters = history.latest
+        for name, label in self.values.items():
+            label.setText(f"{counters.get(name, 0):,}")
+        hits = sum(counters.get(k, 0) for k in HIT_COUNTERS)
+        misses = counters.get("misses", 0)
+        total = hits + misses
+        if total:
+            self.headline.setText(f"{100 * hits / total:.0f} % of requests reused saved memory")
+            self.subline.setText(
+                f"{hits:,} of {total:,} requests started from something already computed "
+                "instead of making the model read the whole conversation again."
+            )
+        else:
+            self.headline.setText("No requests yet")
+            self.subline.setText("Chat with a model: the numbers below show how often Hearth "
+                                 "could skip re-reading a conversation.")
+        self.times.setText(
+            f"Average time to pack a conversation's memory: "
+            f"{fmt.ms(counters.get('pack_total_ns', 0), _n_saves(counters))}  ·  "
+            f"to load it back: {fmt.ms(counters.get('load_total_ns', 0), counters.get('loads', 0))}"
+        )
+        self._plot_history(history)
+
+    def _plot_history(self, history: StatsHistory) -> None:
+        samples = list(history.samples)
+        if not samples:
+            return
+        now = samples[-1].t
+        xs = [s.t - now for s in samples]
+        rated = [(x, s.hit_rate) for x, s in zip(xs, samples, strict=True) if s.hit_rate is not None]
+        self.hit_curve.setData([x for x, _ in rated], [100 * r for _, r in rated if r is not None])
+        peak = max((max(s.bytes_by_tier) for s in samples), default=0)
+        unit, scale = next(((u, f) for u, f in _UNITS if peak >= f), _UNITS[-1])
+        if unit != self._bytes_unit:
+            self._bytes_unit = unit
+            self.bytes_plot.setLabel("left", f"Stored ({unit})")
+        for i, curve in enumerate(self.bytes_curves):
+            curve.setData(xs, [s.bytes_by_tier[i] / scale for s in samples])
+        self.bytes_plot.setYRange(0, max(1.0, 1.15 * peak / scale), padding=0)
+
+
+_UNITS = (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10), ("bytes", 1))
+
+
+def _n_saves(counters: dict[str, Any]) -> int:
+    return sum(counters.get(f"saves_{r}", 0) for r in ("cold", "continued", "finish", "evict", "shutdown")) - counters.get("saves_dropped", 0) - counters.get("duplicate_dropped", 0)

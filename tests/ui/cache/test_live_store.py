@@ -1,0 +1,140 @@
+"""The dashboard on a real store and the tiny model: rows, actions, tiers, counters, tree."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from typing import Any
+
+from PySide6.QtCore import Qt
+
+from app.cache.policy import DESKTOP_POLICY
+from app.ui.cache.dashboard import TAB_SPACE, TAB_TREE
+from app.ui.qt_models.cache_rows import COL_PINNED, COL_PREVIEW, KEY_ROLE
+from tests.ui.cache.conftest import screenshot, tiny_config
+
+SYSTEM = (
+    "You are Hearth, a friendly assistant running on this computer. You answer questions "
+    "about cooking, baking and bread clearly and briefly."
+)
+
+
+def chat(model: Any, user: str, system: str = SYSTEM) -> list[int]:
+    return model.apply_chat_template({"messages": [{"role": "user", "content": user}], "system": system})
+
+
+def rows_shown(dash: Any) -> int:
+    return dash.rows_panel.proxy.rowCount()
+
+
+def select_first(dash: Any, qtbot: Any) -> bytes:
+    table = dash.rows_panel.table
+    table.selectRow(0)
+    keys = dash.selected_keys()
+    assert len(keys) == 1
+    return keys[0]
+
+
+def test_chat_turn_appears_then_eviction_removes_it(tiny: Any, engine: Any, make_dashboard: Any, qtbot: Any) -> None:
+    dash = make_dashboard(engine)
+    assert rows_shown(dash) == 0
+    tokens = chat(tiny, "How long should bread dough rise before baking?")
+    assert len(tokens) >= DESKTOP_POLICY.min_tokens
+    stats = tiny.infer(tokens, session_id="conv-1", response_tokens=3).result(timeout=120)
+    assert stats.finish_key is not None
+    t0 = time.perf_counter()
+    qtbot.waitUntil(lambda: rows_shown(dash) == 1, timeout=1000)
+    print(f"\nrow visible {1000 * (time.perf_counter() - t0):.0f} ms after the turn finished")
+    index = dash.rows_panel.proxy.index(0, 0)
+    assert index.data(KEY_ROLE) == stats.finish_key
+    assert index.data() == "tiny"
+    preview = dash.rows_panel.proxy.index(0, COL_PREVIEW).data()
+    assert preview and preview != "—"  # detokenized with the loaded model
+
+    key = select_first(dash, qtbot)
+    with qtbot.waitSignal(dash.action_finished, timeout=10_000) as done:
+        dash.rows_panel.evict_button.click()
+    assert done.args[0] == "evict"
+    qtbot.waitUntil(lambda: rows_shown(dash) == 0, timeout=1000)
+    assert engine.cache.get(key) is None
+    dash.sample()
+    assert dash.stats_panel.values["evictions"].text() == "1"
+
+
+def test_pin_survives_gc_and_tiers_and_counters_follow(tiny: Any, engine: Any, make_dashboard: Any, qtbot: Any) -> None:
+    dash = make_dashboard(engine)
+    dash.select_tab(TAB_SPACE)
+    disk = dash.tiers_panel.rows["disk"]
+    assert disk.bar.value() == 0
+    assert dash.stats_panel.values["saves_finish"].text() == "0"
+    for user in ("What flour is best for a crusty loaf of bread?", "How do I keep a sourdough starter alive?"):
+        tiny.prefill_only(chat(tiny, user))
+    qtbot.waitUntil(lambda: rows_shown(dash) == 2, timeout=5000)
+    dash.sample()
+    used, quota = engine.cache.tier_usage()["disk"]
+    assert used > 0
+    assert dash.stats_panel.values["saves_finish"].text() == "2"
+    assert dash.stats_panel.values["misses"].text() == "2"
+    assert disk.usage.text().startswith(f"{used / 1024:.1f} KiB of 20.0 GiB")
+    screenshot(dash, "cache-space-and-savings")
+
+    # pin the entry used least recently-wise, then shrink the disk quota to nothing: gc
+    # deletes everything except the pin
+    dash.select_tab(0)
+    dash.rows_panel.table.sortByColumn(COL_PINNED, Qt.SortOrder.AscendingOrder)
+    key = select_first(dash, qtbot)
+    with qtbot.waitSignal(dash.action_finished, timeout=10_000):
+        dash.rows_panel.pin_button.click()
+    qtbot.waitUntil(lambda: engine.cache.get(key).pinned, timeout=1000)
+    qtbot.waitUntil(lambda: "pinned" in dash.rows_panel.proxy.index(
+        dash.rows_panel.proxy.mapFromSource(dash.rows_model.index(dash.state.position(key), 0)).row(),
+        COL_PINNED).data(), timeout=1000)  # fmt: skip
+
+    disk.unit.setCurrentText("MiB")
+    disk.quota.setValue(0.0)
+    with qtbot.waitSignal(dash.action_finished, timeout=10_000) as done:
+        disk.apply.click()
+    assert done.args[0] == "quota"
+    assert engine.cache.tier_usage()["disk"][1] == 0
+    with qtbot.waitSignal(dash.action_finished, timeout=10_000):
+        dash.actions.gc()
+    qtbot.waitUntil(lambda: rows_shown(dash) == 1, timeout=1000)
+    assert dash.rows_panel.proxy.index(0, 0).data(KEY_ROLE) == key
+    dash.sample()
+    assert dash.stats_panel.values["evictions"].text() == "1"
+    assert disk.bar.value() == 1000  # the pin alone is over the zero quota
+    assert "0 B" in disk.usage.text().split(" of ")[1]
+
+
+def test_prefix_tree_shows_siblings_under_the_shared_prompt(engine: Any, tiny_model_path: Any, make_dashboard: Any, qtbot: Any) -> None:
+    # no cold saves, so each request leaves exactly one row and the shape is exact
+    policy = replace(DESKTOP_POLICY, cold_min_tokens=4096)
+    model = engine.load_model("tiny", tiny_config(tiny_model_path, policy))
+    dash = make_dashboard(engine)
+    a = chat(model, "How do I bake a rye bread at home?")
+    b = chat(model, "Which cheese goes with pears?")
+    shared = a[: next(i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y)]
+    assert len(shared) >= DESKTOP_POLICY.min_tokens
+    first = model.prefill_only(shared)
+    assert engine.cache.flush()  # published before the next lookup
+    ra = model.infer(a, session_id="rye", response_tokens=2).result(timeout=120)
+    rb = model.infer(b, session_id="cheese", response_tokens=2).result(timeout=120)
+    assert ra.cache_hit_kind == rb.cache_hit_kind == "partial"
+    qtbot.waitUntil(lambda: rows_shown(dash) == 3, timeout=5000)
+
+    dash.select_tab(TAB_TREE)
+    tree = dash.tree_panel
+    assert tree.current_model() == "tiny"
+    qtbot.waitUntil(lambda: tree.model.rowCount() == 1, timeout=2000)
+    top = tree.model.index(0, 0)
+    assert top.data(KEY_ROLE) == first.finish_key
+    children = {tree.model.index(i, 0, top).data(KEY_ROLE) for i in range(tree.model.rowCount(top))}
+    assert children == {ra.finish_key, rb.finish_key}
+    assert tree.model.index(0, 2, top).data().startswith("+")
+    tree.view.setCurrentIndex(tree.model.index(1, 0, top))
+    assert "shared with the entry above" in tree.detail.toPlainText()
+    assert "new in this entry" in tree.detail.toPlainText()
+    screenshot(dash, "cache-prefix-tree")
+    dash.select_tab(0)
+    dash.rows_panel.table.selectRow(0)
+    screenshot(dash, "cache-table")

@@ -1,0 +1,62 @@
+"""The live scheduler view during two generations, and screenshots in both palettes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from PySide6.QtWidgets import QApplication
+
+from app.ui import theme
+from app.ui.cache.dashboard import TAB_SCHEDULER, TAB_SPACE, TAB_TREE
+from tests.ui.cache.conftest import fill_index, screenshot
+from tests.ui.cache.test_live_store import chat
+
+
+def test_monitor_shows_two_busy_slots(tiny: Any, engine: Any, make_dashboard: Any, qtbot: Any) -> None:
+    dash = make_dashboard(engine)
+    dash.select_tab(TAB_SCHEDULER)
+    panel = dash.scheduler_panel
+    qtbot.waitUntil(lambda: panel.slot_states("tiny") == ["free"] * 4, timeout=2000)
+    streams = [
+        tiny.infer(chat(tiny, f"Tell me a long story about loaf number {i}."), session_id=f"story-{i}",
+                   response_tokens=400)  # fmt: skip
+        for i in range(2)
+    ]
+    try:
+        busy = ("prefilling", "generating")
+        qtbot.waitUntil(lambda: sum(s in busy for s in panel.slot_states("tiny")) == 2, timeout=30_000)
+        qtbot.waitUntil(lambda: panel.slot_states("tiny").count("generating") == 2, timeout=30_000)
+        mon = panel.monitors["tiny"]
+        qtbot.waitUntil(lambda: len(tiny.snapshot().recent_ticks) >= 3, timeout=30_000)
+        mon.refresh()
+        assert "2 of 4 slots busy" in mon.status.text()
+        assert {c.who.text().split(" ·")[0] for c in mon.chips[:2]} == {"story-0", "story-1"}
+        screenshot(dash, "cache-scheduler-monitor")
+    finally:
+        for s in streams:
+            s.cancel()
+        for s in streams:
+            s.result(timeout=60)
+    qtbot.waitUntil(lambda: panel.slot_states("tiny").count("pinned") == 2, timeout=5000)
+
+
+def test_screenshots_light_and_dark(engine: Any, make_dashboard: Any, qtbot: Any) -> None:
+    """Many rows and all tabs, in the app's light and dark themes (look at them)."""
+    app = QApplication.instance()
+    fill_index(engine.cache, 300)
+    try:
+        for scheme in ("light", "dark"):
+            theme.apply_theme(app, scheme)
+            dash = make_dashboard(engine)
+            for _ in range(3):
+                dash.sample()
+            screenshot(dash, f"cache-{scheme}-table")
+            dash.select_tab(TAB_SPACE)
+            screenshot(dash, f"cache-{scheme}-space")
+            dash.select_tab(TAB_TREE)
+            dash.tree_panel.model_box.setCurrentText("beta")
+            screenshot(dash, f"cache-{scheme}-tree")
+            dash.shutdown()
+    finally:
+        theme.apply_theme(app, "light")
+        app.setStyleSheet("")
