@@ -28,7 +28,7 @@ from app.ui.models.format import human_bytes
 from app.ui.models.library_state import LibraryCatalog, LibraryRow
 from app.ui.models.settings import LoadSettings, load_settings_for, save_settings_for
 from app.ui.models.widgets import MessageCard, button, caption, section
-from app.ui.qt_models.model_library import COL_NAME, COL_STATUS, LibraryTableModel
+from app.ui.qt_models.model_library import COL_NAME, LibraryTableModel
 
 logger = logging.getLogger(__name__)
 
@@ -90,7 +90,7 @@ class LibraryPage(QWidget):
         header.setDefaultAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter)
         header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
         header.setSectionResizeMode(COL_NAME, QHeaderView.ResizeMode.Stretch)
-        header.setSectionResizeMode(COL_STATUS, QHeaderView.ResizeMode.ResizeToContents)
+        self.table.setTextElideMode(Qt.TextElideMode.ElideMiddle)
 
         left = QVBoxLayout()
         left.setSpacing(10)
@@ -121,8 +121,8 @@ class LibraryPage(QWidget):
         v.setSpacing(8)
         self.details_title = QLabel("No model selected")
         self.details_title.setObjectName("cardTitle")
-        self.details_title.setWordWrap(True)
-        self.details_sub = caption("")
+        self.details_sub = QLabel("")  # no word wrap: explicit lines keep its height right
+        self.details_sub.setObjectName("caption")
         v.addWidget(self.details_title)
         v.addWidget(self.details_sub)
         v.addWidget(section("Load settings"))
@@ -155,8 +155,8 @@ class LibraryPage(QWidget):
         self.memory_label.setObjectName("memoryEstimate")
         self.memory_label.setWordWrap(True)
         v.addWidget(self.memory_label)
-        v.addWidget(caption("Weights plus an f16 KV cache for Context × Parallel tokens; "
-                            "compute buffers come on top."))
+        self.memory_detail = caption("")
+        v.addWidget(self.memory_detail)
         v.addSpacing(6)
         buttons = QHBoxLayout()
         self.load_button = button("Load", "loadButton", primary=True)
@@ -274,13 +274,17 @@ class LibraryPage(QWidget):
         self.busy_bar.setVisible(row is not None and bool(row.busy))
         if row is None:
             self.details_title.setText("No model selected")
-            self.details_sub.setText("Pick a model in the table to see its load settings.")
+            self.details_sub.setText("Pick a model in the table\nto see its load settings.")
             self.load_button.setEnabled(False)
             self.unload_button.setEnabled(False)
             self.memory_label.setText("–")
+            self.memory_detail.setText("")
             return
         e = row.entry
-        self.details_title.setText(e.general_name or e.name)
+        title = e.general_name or e.name
+        self.details_title.setText(self.details_title.fontMetrics().elidedText(
+            title, Qt.TextElideMode.ElideRight, 266))
+        self.details_title.setToolTip(str(e.path))
         self.details_sub.setText(_subtitle(e, row))
         editable = not (e.is_broken or e.is_adapter or row.is_loaded or row.busy)
         for w in (self.n_ctx, self.n_seq_max, self.n_batch, self.n_gpu_layers, self.n_threads):
@@ -295,26 +299,25 @@ class LibraryPage(QWidget):
     def _refresh_memory(self, row: LibraryRow | None) -> None:
         if row is None or row.entry.is_broken or row.entry.is_adapter:
             self.memory_label.setText("–")
+            self.memory_detail.setText("")
             return
-        s = self.form_settings()
-        self.memory_label.setText(_memory_text(row.entry, s))
+        e, s = row.entry, self.form_settings()
+        total = estimate_memory(e, s.n_ctx, s.n_seq_max)
+        self.memory_label.setText(f"≈ {human_bytes(total)}")
+        self.memory_detail.setText(
+            f"{human_bytes(e.size_bytes)} of weights + {human_bytes(total - e.size_bytes)} of "
+            f"KV cache (f16, {s.n_ctx:,} × {s.n_seq_max} tokens); compute buffers come on top.")
 
 
 def _subtitle(e: ModelEntry, row: LibraryRow) -> str:
     if e.broken:
-        return f"Broken: {e.broken}"
+        return "Broken: this file cannot be loaded\n(hover its status for the reason)."
     if e.is_adapter:
-        return "A LoRA adapter: attach it to a loaded model on the Adapters page."
+        return "A LoRA adapter: attach it to a loaded\nmodel on the Adapters page."
     bits = [b for b in (e.architecture, e.size_label, e.quant.upper() if e.quant else None,
                         human_bytes(e.size_bytes)) if b]
     text = " · ".join(bits)
     if row.model_id:
-        text += f"\nLoaded as “{row.model_id}”."
+        text += f"\nLoaded as “{row.model_id}”"
     return text
 
-
-def _memory_text(e: ModelEntry, s: LoadSettings) -> str:
-    total = estimate_memory(e, s.n_ctx, s.n_seq_max)
-    kv = total - e.size_bytes
-    return f"≈ {human_bytes(total)}  ({human_bytes(e.size_bytes)} weights + " \
-           f"{human_bytes(kv)} KV)"

@@ -42,9 +42,9 @@ class LibraryRow:
         if self.entry.is_broken:
             return "Broken"
         if self.model_id is not None:
-            return f"Loaded as {self.model_id}"
+            return "Loaded"
         if self.entry.is_adapter:
-            return "LoRA adapter"
+            return "Adapter"
         if self.error:
             return "Load failed"
         return "Available"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, QPersistentModelIndex, Qt
-from PySide6.QtGui import QColor
+from PySide6.QtGui import QColor, QPainter, QPixmap
 
 from app.ui.models.format import human_bytes
 from app.ui.models.library_state import LibraryCatalog, LibraryRow
@@ -15,8 +15,7 @@ Index = QModelIndex | QPersistentModelIndex
 ROW_ROLE = Qt.ItemDataRole.UserRole + 1  # the LibraryRow
 PATH_ROLE = Qt.ItemDataRole.UserRole + 2  # str path of the file
 
-COLUMNS = ("Name", "Architecture", "Params", "Quant", "Context", "Size", "Chat template",
-           "Status")
+COLUMNS = ("Name", "Architecture", "Params", "Quant", "Context", "Size", "Template", "Status")
 COL_NAME, COL_ARCH, COL_PARAMS, COL_QUANT, COL_CTX, COL_SIZE, COL_TEMPLATE, COL_STATUS = range(8)
 
 _STATUS_COLORS = {"loaded": "#16a34a", "broken": "#dc2626", "busy": "#f59e0b",
@@ -72,7 +71,7 @@ class LibraryTableModel(QAbstractTableModel):
         if role == Qt.ItemDataRole.ToolTipRole:
             return _tooltip(row, col)
         if role == Qt.ItemDataRole.DecorationRole and col == COL_STATUS:
-            return QColor(_STATUS_COLORS[_state(row)])
+            return _dot(_STATUS_COLORS[_state(row)])
         if role == Qt.ItemDataRole.TextAlignmentRole and col in (COL_PARAMS, COL_CTX, COL_SIZE):
             return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
         if role == ROW_ROLE:
@@ -83,6 +82,25 @@ class LibraryTableModel(QAbstractTableModel):
 
     def row_of(self, path: str) -> int:
         return self._catalog.row_of(path)
+
+
+_DOTS: dict[str, QPixmap] = {}
+
+
+def _dot(color: str) -> QPixmap:
+    """A small filled circle (a status light), cached per colour."""
+    pix = _DOTS.get(color)
+    if pix is None:
+        pix = QPixmap(10, 10)
+        pix.fill(QColor(0, 0, 0, 0))
+        p = QPainter(pix)
+        p.setRenderHint(QPainter.RenderHint.Antialiasing)
+        p.setPen(QColor(0, 0, 0, 0))
+        p.setBrush(QColor(color))
+        p.drawEllipse(1, 1, 8, 8)
+        p.end()
+        _DOTS[color] = pix
+    return pix
 
 
 def _state(row: LibraryRow) -> str:
@@ -127,6 +145,8 @@ def _tooltip(row: LibraryRow, col: int) -> str | None:
             return f"This file cannot be used: {e.broken}"
         if row.error:
             return row.error
+        if row.model_id is not None:
+            return f"Loaded as “{row.model_id}”: chat with it or attach adapters."
         if e.is_adapter:
             return "A LoRA adapter: attach it to a loaded model in the Adapters tab."
         return None
@@ -136,4 +156,6 @@ def _tooltip(row: LibraryRow, col: int) -> str | None:
         return f"{e.num_params:,} parameters"
     if col == COL_TEMPLATE and not e.has_chat_template and not e.is_broken:
         return "No chat template in the file: chat prompts use a generic format."
+    if col == COL_TEMPLATE and e.has_chat_template:
+        return "The file carries its own chat template."
     return None

@@ -115,5 +115,7 @@ def snap(widget: QWidget, name: str) -> Path | None:
         return None
     path = Path(out) / f"{name}.png"
     path.parent.mkdir(parents=True, exist_ok=True)
+    QApplication.sendPostedEvents()  # pending layout requests, so the shot shows the final layout
+    QApplication.processEvents()
     assert widget.grab().save(str(path)), path
     return path

@@ -90,7 +90,7 @@ def test_search_download_load_and_chat(qtbot, make_manager, hub_server, engine, 
         assert not lib.busy_bar.isHidden()
     model_id = loaded.args[0]
     assert model_id == "tiny-Q8_0"
-    assert table.index(row, COL_STATUS).data() == "Loaded as tiny-Q8_0"
+    assert table.index(row, COL_STATUS).data() == "Loaded"
     assert lib.busy_bar.isHidden() and lib.unload_button.isEnabled()
     model = engine.get_model(model_id)
     assert model.config.n_ctx == 512 and model.config.n_threads == 2
