@@ -73,11 +73,11 @@ class CacheDashboard(QWidget):
         self.previews = PreviewCache(self._detokenizer_for)
         self.rows_model = CacheRowsModel(self.state, self.previews, self)
         self.rows_model.setObjectName("cacheRowsModel")
-        self.actions = CacheActions(self.store, self)
+        self.cache_actions = CacheActions(self.store, self)
         self.history = StatsHistory()
 
-        self.rows_panel = RowsPanel(self.rows_model, self.previews, self.actions)
-        self.tiers_panel = TiersPanel(self.actions)
+        self.rows_panel = RowsPanel(self.rows_model, self.previews, self.cache_actions)
+        self.tiers_panel = TiersPanel(self.cache_actions)
         self.stats_panel = StatsPanel()
         self.tree_panel = TreePanel(self.state, self.previews)
         self.scheduler_panel = SchedulerPanel(engine, session_namer)
@@ -93,6 +93,7 @@ class CacheDashboard(QWidget):
         space_scroll.setWidgetResizable(True)
         space_scroll.setWidget(space)
         space_scroll.setFrameShape(QScrollArea.Shape.NoFrame)
+        space_scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
 
         self.tabs = QTabWidget()
         self.tabs.setObjectName("cacheTabs")
@@ -131,16 +132,19 @@ class CacheDashboard(QWidget):
         foot.addWidget(self.action_progress)
 
         layout = QVBoxLayout(self)
+        # NOTE: no minimum size pushed onto a top-level window (the dashboard shown on its
+        # own, as in tests): the offscreen platform warns on every size-hint change.
+        layout.setSizeConstraint(QVBoxLayout.SizeConstraint.SetNoConstraint)
         layout.setContentsMargins(20, 16, 20, 12)
         layout.addWidget(title)
         layout.addWidget(intro)
         layout.addWidget(self.tabs, 1)
         layout.addLayout(foot)
 
-        self.actions.started.connect(self._on_action_started)
-        self.actions.progressed.connect(self._on_action_progressed)
-        self.actions.finished.connect(self._on_action_finished)
-        self.actions.failed.connect(self._on_action_failed)
+        self.cache_actions.started.connect(self._on_action_started)
+        self.cache_actions.progressed.connect(self._on_action_progressed)
+        self.cache_actions.finished.connect(self._on_action_finished)
+        self.cache_actions.failed.connect(self._on_action_failed)
 
         self._stats_timer = QTimer(self)
         self._stats_timer.setInterval(STATS_MS)
@@ -196,7 +200,7 @@ class CacheDashboard(QWidget):
         self._stats_timer.stop()
         self._scheduler_timer.stop()
         self.feed.close()
-        self.actions.wait()
+        self.cache_actions.wait()
 
     # -- internals ------------------------------------------------------------------------------
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import Any
 
 import pyqtgraph as pg
 from PySide6.QtWidgets import QFrame, QGridLayout, QHBoxLayout, QLabel, QVBoxLayout, QWidget
@@ -147,8 +146,7 @@ class StatsPanel(QFrame):
             for axis in ("left", "bottom"):
                 ax = plot.getAxis(axis)
                 ax.setPen(pg.mkPen(c.grid))
-                ax.setTextPen(pg.mkPen(c.foreground))
-                ax.setLabel(**{"color": c.foreground})
+                ax.setTextPen(pg.mkPen(c.foreground))  # also colours the axis label
 
     def update_stats(self, history: StatsHistory) -> None:
         counters = history.latest
@@ -195,5 +193,7 @@ class StatsPanel(QFrame):
 _UNITS = (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10), ("bytes", 1))
 
 
-def _n_saves(counters: dict[str, Any]) -> int:
-    return sum(counters.get(f"saves_{r}", 0) for r in ("cold", "continued", "finish", "evict", "shutdown")) - counters.get("saves_dropped", 0) - counters.get("duplicate_dropped", 0)
+def _n_saves(counters: dict[str, int]) -> int:
+    """Saves actually written (asked for, minus skipped and duplicates)."""
+    asked = sum(counters.get(f"saves_{r}", 0) for r in ("cold", "continued", "finish", "evict", "shutdown"))
+    return asked - counters.get("saves_dropped", 0) - counters.get("duplicate_dropped", 0)

@@ -97,7 +97,7 @@ def test_pin_survives_gc_and_tiers_and_counters_follow(tiny: Any, engine: Any, m
     assert done.args[0] == "quota"
     assert engine.cache.tier_usage()["disk"][1] == 0
     with qtbot.waitSignal(dash.action_finished, timeout=10_000):
-        dash.actions.gc()
+        dash.cache_actions.gc()
     qtbot.waitUntil(lambda: rows_shown(dash) == 1, timeout=1000)
     assert dash.rows_panel.proxy.index(0, 0).data(KEY_ROLE) == key
     dash.sample()
@@ -138,3 +138,37 @@ def test_prefix_tree_shows_siblings_under_the_shared_prompt(engine: Any, tiny_mo
     dash.select_tab(0)
     dash.rows_panel.table.selectRow(0)
     screenshot(dash, "cache-table")
+
+
+def test_move_verify_and_clear_run_off_the_gui_thread(tiny: Any, engine: Any, make_dashboard: Any, qtbot: Any) -> None:
+    dash = make_dashboard(engine)
+    for user in ("Is rye flour gluten free?", "How hot should the oven be for baguettes?"):
+        tiny.prefill_only(chat(tiny, user))
+    qtbot.waitUntil(lambda: rows_shown(dash) == 2, timeout=5000)
+    key = select_first(dash, qtbot)
+    with qtbot.waitSignal(dash.action_finished, timeout=10_000) as done:
+        dash.cache_actions.move([key], "ram")
+    assert done.args == ["move", "Moved to RAM: 1 of 1 saved entry."]
+    qtbot.waitUntil(lambda: dash.state.get(key).tier == "ram", timeout=1000)
+    dash.sample()
+    assert dash.tiers_panel.rows["ram"].bar.value() > 0
+
+    # damage the other (disk) entry: verify finds it, removes it and counts it
+    other = next(r for r in engine.cache.rows() if r.key != key)
+    with open(other.location, "r+b") as f:
+        f.seek(-8, 2)
+        f.write(b"\xff" * 8)
+    progress: list[tuple[int, int]] = []
+    dash.cache_actions.progressed.connect(lambda d, t: progress.append((d, t)))
+    with qtbot.waitSignal(dash.action_finished, timeout=10_000) as done:
+        dash.rows_panel.verify_button.click()
+    assert done.args[1] == "Checked 2 entries; 1 damaged entry removed."
+    assert progress[-1] == (2, 2)
+    qtbot.waitUntil(lambda: rows_shown(dash) == 1, timeout=1000)
+    assert dash.stats_panel.values["corrupt_files"].text() == "1"
+    assert dash.action_status.text() == done.args[1]
+
+    with qtbot.waitSignal(dash.action_finished, timeout=10_000) as done:
+        dash.cache_actions.clear(model_id="tiny")
+    assert done.args[1].startswith("Cleared 1 entry of tiny")
+    qtbot.waitUntil(lambda: rows_shown(dash) == 0, timeout=1000)

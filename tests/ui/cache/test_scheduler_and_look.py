@@ -60,3 +60,26 @@ def test_screenshots_light_and_dark(engine: Any, make_dashboard: Any, qtbot: Any
     finally:
         theme.apply_theme(app, "light")
         app.setStyleSheet("")
+
+
+def test_models_loaded_and_unloaded_while_open(engine: Any, tiny_model_path: Any, make_dashboard: Any, qtbot: Any) -> None:
+    from tests.ui.cache.conftest import tiny_config
+
+    dash = make_dashboard(engine)
+    dash.select_tab(TAB_SCHEDULER)
+    assert dash.scheduler_panel.empty.isVisible()
+    engine.load_model("tiny", tiny_config(tiny_model_path))
+    qtbot.waitUntil(lambda: "tiny" in dash.scheduler_panel.monitors, timeout=2000)
+    dash.sample()
+    assert dash.rows_panel.model_filter.findText("tiny") >= 0
+    engine.unload("tiny")
+    qtbot.waitUntil(lambda: not dash.scheduler_panel.monitors, timeout=2000)
+    assert dash.scheduler_panel.empty.isVisible()
+
+
+def test_a_failing_action_reports_instead_of_dying(engine: Any, make_dashboard: Any, qtbot: Any) -> None:
+    dash = make_dashboard(engine)
+    with qtbot.waitSignal(dash.action_failed, timeout=5000) as failed:
+        dash.cache_actions.move([b"\0" * 32], "floppy")
+    assert failed.args[0] == "move" and "floppy" in failed.args[1]
+    assert dash.action_status.text().startswith("Could not move")
