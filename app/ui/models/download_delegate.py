@@ -35,7 +35,7 @@ class DownloadDelegate(QStyledItemDelegate):
         if option.state & QStyle.StateFlag.State_Selected:
             bg = QPainterPath()
             bg.addRoundedRect(r.adjusted(-4, 0, 4, 0), 8, 8)
-            painter.fillPath(bg, QColor(c.selected))
+            painter.fillPath(bg, QColor(c.accent_soft))
         font = QFont(option.font)
         font.setBold(True)
         painter.setFont(font)
@@ -51,7 +51,9 @@ class DownloadDelegate(QStyledItemDelegate):
         bar = QRectF(r.left() + 4, r.top() + 25, r.width() - 8, 6)
         track = QPainterPath()
         track.addRoundedRect(bar, 3, 3)
-        painter.fillPath(track, QColor(c.border))
+        track_color = QColor(c.muted)
+        track_color.setAlpha(60)
+        painter.fillPath(track, track_color)
         frac = 1.0 if item.state == DownloadState.FINISHED else item.fraction
         if frac > 0:
             fill = QPainterPath()
@@ -65,7 +67,13 @@ class DownloadDelegate(QStyledItemDelegate):
         painter.setFont(small)
         painter.setPen(QColor(c.error_text if item.state == DownloadState.FAILED else c.muted))
         line3 = QRectF(r.left() + 4, r.top() + 36, r.width() - 8, 18)
+        percent = f"{frac * 100:.0f}%"
+        pct_width = painter.fontMetrics().horizontalAdvance("100%") + 8
         text = painter.fontMetrics().elidedText(str(index.data(STATUS_ROLE)),
-                                                Qt.TextElideMode.ElideRight, int(line3.width()))
+                                                Qt.TextElideMode.ElideRight,
+                                                int(line3.width() - pct_width))
         painter.drawText(line3, Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter, text)
+        painter.setPen(QColor(c.text))
+        painter.drawText(line3, Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter,
+                         percent)
         painter.restore()

@@ -108,9 +108,9 @@ class HubPage(QWidget):
         layout.setSpacing(10)
         layout.addLayout(search_row)
         layout.addWidget(self.error_card)
-        layout.addLayout(top, 3)
+        layout.addLayout(top, 1)
         layout.addLayout(actions)
-        layout.addWidget(self.download_list, 2)
+        layout.addWidget(self.download_list, 1)
 
         self.search_field.returnPressed.connect(self.search)
         self.search_button.clicked.connect(self.search)

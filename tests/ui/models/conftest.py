@@ -79,6 +79,7 @@ def make_manager(
         settings: Any = None,
         size: tuple[int, int] = (1180, 760),
         theme: str = "light",
+        engine: Engine = engine,
     ) -> ModelManager:
         apply_theme(QApplication.instance(), theme)  # type: ignore[arg-type]
         library = ModelLibrary(models_dir, extra_dirs, include_default=include_default)

@@ -8,6 +8,7 @@ import hashlib
 from pathlib import Path
 
 from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QFileDialog
 
 from app.cache.keys import effective_fingerprint
 from tests.ui.models.conftest import snap, wait_idle
@@ -102,3 +103,44 @@ def test_attach_scale_and_fingerprint(qtbot, make_manager, engine, tiny_model_pa
     wait_idle(qtbot, mm)
     assert model.list_adapters() == [] and page.adapter_rows() == []
     assert page.displayed_fingerprint() == base_fp.hex()[:12]
+
+
+def test_dark_theme_adapters_and_no_model(qtbot, make_manager, engine, tiny_model_path,
+                                          tiny_lora_path, monkeypatch):
+    mm = make_manager(extra_dirs=(tiny_model_path.parent,), theme="dark")
+    page = mm.adapters_page
+    assert page.model_id is None and not page.attach_button.isEnabled()
+    page.attach_adapter(tiny_lora_path)
+    assert "Load a model first" in page.error_card.label.text()
+    _load_tiny(qtbot, mm, tiny_model_path)
+    mm.show_page("adapters")
+    assert page.error_card.isHidden()  # a newly loaded model starts clean
+    monkeypatch.setattr(QFileDialog, "getOpenFileName",
+                        lambda *a, **k: (str(tiny_lora_path), "GGUF files (*.gguf)"))
+    with qtbot.waitSignal(mm.adapters_changed, timeout=30_000):
+        qtbot.mouseClick(page.attach_button, LEFT)
+    page.adapter_rows()[0].slider.setValue(140)
+    wait_idle(qtbot, mm)
+    snap(mm, "models-adapters-dark")
+    mm.show_page("library")
+    snap(mm, "models-library-dark")
+
+
+def test_load_and_unload_with_qthread_schedulers(qtbot, make_manager, tmp_path, tiny_model_path):
+    """The app's engine runs schedulers in QThreads; loading from a worker must work too."""
+    from app.engine import Engine
+    from app.ui.engine_bridge import qthread_starter
+
+    qengine = Engine(tmp_path / "qdata", thread_starter=qthread_starter)
+    try:
+        mm = make_manager(extra_dirs=(tiny_model_path.parent,), engine=qengine)
+        model_id = _load_tiny(qtbot, mm, tiny_model_path)
+        model = qengine.get_model(model_id)
+        assert len(model.complete("Hi", response_tokens=3).generated) >= 1
+        with qtbot.waitSignal(mm.model_unloaded, timeout=60_000):
+            qtbot.mouseClick(mm.library_page.unload_button, LEFT)
+        assert qengine.list_models() == []
+        assert mm.adapters_page.model_id is None
+        mm.shutdown()
+    finally:
+        qengine.close()
