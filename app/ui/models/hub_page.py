@@ -19,7 +19,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.models.hub import HubClient, HubError, RemoteFile, RepoInfo
+from app.models.hub import DEFAULT_ENDPOINT, HubClient, HubError, RemoteFile, RepoInfo
 from app.ui.models.download_delegate import DownloadDelegate
 from app.ui.models.downloads import DownloadItem, DownloadManager
 from app.ui.models.format import human_bytes
@@ -107,6 +107,10 @@ class HubPage(QWidget):
         layout.setContentsMargins(0, 0, 0, 0)
         layout.setSpacing(10)
         layout.addLayout(search_row)
+        where = "the Hugging Face Hub" if hub.endpoint == DEFAULT_ENDPOINT else hub.endpoint
+        token = "with your token" if hub.token else "without a token (set HF_TOKEN for private " \
+            "or gated repositories)"
+        layout.addWidget(caption(f"GGUF repositories on {where}, searched {token}."))
         layout.addWidget(self.error_card)
         layout.addLayout(top, 1)
         layout.addLayout(actions)
@@ -127,6 +131,7 @@ class HubPage(QWidget):
         self.download_model.rowsInserted.connect(self._on_download_inserted)
         self.download_model.rowsRemoved.connect(lambda *_: self._refresh_actions())
         downloads.download_failed.connect(self._on_download_failed)
+        downloads.download_finished.connect(self._on_download_finished)
         self._refresh_actions()
 
     def _build_files_card(self) -> QFrame:
@@ -264,6 +269,9 @@ class HubPage(QWidget):
             return
         self.error_card.clear()
         self.downloads.start(f.repo_id, f.filename, f.size)
+
+    def _on_download_finished(self, _item: DownloadItem) -> None:
+        self._on_quant_changed()  # "Already in your library"
 
     # -- downloads list -------------------------------------------------------------------------
 

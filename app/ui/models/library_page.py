@@ -106,6 +106,7 @@ class LibraryPage(QWidget):
         self.add_folder_button.clicked.connect(self._on_add_folder_clicked)
         self.rescan_button.clicked.connect(self.rescan_requested)
         self.table.selectionModel().selectionChanged.connect(self._on_selection_changed)
+        self.table.doubleClicked.connect(lambda _i: self._on_load_clicked())
         self.table_model.modelReset.connect(self._on_rows_reset)
         self.table_model.dataChanged.connect(lambda *_: self._refresh_details())
         self._refresh_details()

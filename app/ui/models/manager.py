@@ -239,6 +239,9 @@ class ModelManager(QWidget):
         row = self.catalog.find(path)
         if row is None or not row.can_load:
             return
+        if self.engine is None:
+            self.library_page.show_error("The engine is not running, so no model can be loaded.")
+            return
         model_id = self._unique_id(row.entry.name)
         self.catalog.update(path, busy="Loading…", error=None)
         factory = self._config_factory

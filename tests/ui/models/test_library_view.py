@@ -169,3 +169,16 @@ def test_add_folder(qtbot, make_manager, tmp_path, tiny_model_path, monkeypatch)
         qtbot.mouseClick(mm.library_page.add_folder_button, LEFT)
     assert [e.name for e in mm.entries()] == ["extra-Q8_0"]
     assert extra in mm.library.dirs
+
+
+def test_follows_a_theme_switch(qtbot, make_manager):
+    from PySide6.QtWidgets import QApplication
+
+    from app.ui.theme import DARK, LIGHT, apply_theme
+
+    mm = make_manager(theme="light")
+    assert LIGHT.sidebar in mm.styleSheet()
+    apply_theme(QApplication.instance(), "dark")
+    qtbot.waitUntil(lambda: DARK.sidebar in mm.styleSheet())
+    apply_theme(QApplication.instance(), "light")
+    qtbot.waitUntil(lambda: LIGHT.sidebar in mm.styleSheet())
