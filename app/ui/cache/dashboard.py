@@ -85,6 +85,7 @@ class CacheDashboard(QWidget):
         self.feed.rows_changed.connect(self._on_rows_changed)
 
         space = QWidget()
+        space.setObjectName("cacheScrollInner")
         space_layout = QVBoxLayout(space)
         space_layout.setContentsMargins(0, 8, 0, 0)
         space_layout.addWidget(self.tiers_panel)

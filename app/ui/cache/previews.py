@@ -17,7 +17,7 @@ from app.cache.keys import decode_tokens
 
 log = logging.getLogger(__name__)
 
-NO_PREVIEW = "—"
+NO_PREVIEW = "— model not loaded"
 TAIL_TOKENS = 48  # the table shows how a conversation ends: its start is often a shared prompt
 Detokenizer = Callable[[Sequence[int]], str]
 DetokenizerFor = Callable[[Row], Detokenizer | None]

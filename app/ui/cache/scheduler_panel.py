@@ -72,7 +72,7 @@ class SlotChip(QFrame):
             who = name or slot.session_id or "one-off request"
             self.who.setText(f"{who[:28]} · {slot.num_tokens:,}/{n_ctx:,} tokens")
         self.setToolTip(STATE_HELP.get(slot.state, ""))
-        self.setStyleSheet(f"QFrame#slotChip {{ border-left: 4px solid {color}; }}")
+        self.setStyleSheet(f"QFrame#slotChip {{ border: 1px solid {color}; }}")
 
 
 class ModelMonitor(QFrame):
@@ -110,6 +110,7 @@ class ModelMonitor(QFrame):
         self.chart.addItem(self.prefill_bars)
         self.chart.addItem(self.decode_bars)
         self.chart.setXRange(-0.5, N_TICKS - 0.5)
+        self.chart.getAxis("bottom").setStyle(showValues=False)
         layout = QVBoxLayout(self)
         layout.addLayout(head)
         layout.addLayout(self.chips_box)
@@ -179,6 +180,7 @@ class SchedulerPanel(QWidget):
         self.empty = QLabel("No model is loaded.")
         self.empty.setObjectName("cacheStatus")
         inner = QWidget()
+        inner.setObjectName("cacheScrollInner")
         self._cards = QVBoxLayout(inner)
         self._cards.setContentsMargins(0, 0, 0, 0)
         self._cards.addWidget(self.empty)

@@ -58,6 +58,7 @@ def stylesheet() -> str:
 _QSS = """
 QWidget#cacheDashboard { background: %(window)s; color: %(text)s; }
 QWidget#cacheDashboard QLabel { color: %(text)s; }
+QWidget#cacheScrollInner { background: %(window)s; }
 QLabel#cacheTitle { font-size: 15pt; font-weight: 700; }
 QLabel#cacheIntro, QLabel#cacheCaption { color: %(muted)s; }
 QLabel#cacheCaption { font-size: 9pt; }

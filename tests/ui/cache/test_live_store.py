@@ -10,6 +10,7 @@ from PySide6.QtCore import Qt
 
 from app.cache.policy import DESKTOP_POLICY
 from app.ui.cache.dashboard import TAB_SPACE, TAB_TREE
+from app.ui.cache.previews import NO_PREVIEW
 from app.ui.qt_models.cache_rows import COL_PINNED, COL_PREVIEW, KEY_ROLE
 from tests.ui.cache.conftest import screenshot, tiny_config
 
@@ -49,7 +50,8 @@ def test_chat_turn_appears_then_eviction_removes_it(tiny: Any, engine: Any, make
     assert index.data(KEY_ROLE) == stats.finish_key
     assert index.data() == "tiny"
     preview = dash.rows_panel.proxy.index(0, COL_PREVIEW).data()
-    assert preview and preview != "—"  # detokenized with the loaded model
+    assert preview and preview != NO_PREVIEW  # detokenized with the loaded model
+    assert "User: How long should bread dough rise" in preview
 
     key = select_first(dash, qtbot)
     with qtbot.waitSignal(dash.action_finished, timeout=10_000) as done:
