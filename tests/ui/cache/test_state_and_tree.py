@@ -69,3 +69,25 @@ def replace_meta():
     from app.cache.keys import KeyMeta
 
     return KeyMeta(bytes(32), "f16", bytes(32))
+
+
+def test_prefix_tree_matches_brute_force() -> None:
+    import random
+
+    rng = random.Random(3)
+    pool: list[list[int]] = [[rng.randrange(5) for _ in range(rng.randrange(1, 6))]]
+    for _ in range(300):  # grow conversations from earlier ones, or start new ones
+        base = rng.choice(pool) if rng.random() < 0.8 else []
+        pool.append(base + [rng.randrange(5) for _ in range(rng.randrange(1, 4))])
+    rows = {}
+    for tokens in pool:
+        row = fake_row(tokens)
+        rows[row.key] = row
+    root = build_prefix_tree(rows.values())
+    parent_of = {n.row.key: (n.parent.row.key if n.parent.row else None) for n in root.walk() if n.row}
+    assert len(parent_of) == len(rows)
+    for row in rows.values():
+        prefixes = [o for o in rows.values()
+                    if o.n_tokens < row.n_tokens and row.tokens_le.startswith(o.tokens_le)]  # fmt: skip
+        best = max(prefixes, key=lambda o: o.n_tokens, default=None)
+        assert parent_of[row.key] == (best.key if best else None)
