@@ -48,7 +48,9 @@ class CacheFeed(QObject):
         """Read every row afresh (at start, or on demand)."""
         with self._lock:
             self._buffer.clear()
-        self._state.reset(self._store.rows())
+        # NOTE: only published rows: an in-flight save that ends up rejected is never
+        # announced as removed, so listing it would leave a ghost row.
+        self._state.reset(r for r in self._store.rows() if r.status == "available")
         self.rows_changed.emit(len(self._state))
 
     def close(self) -> None:

@@ -40,6 +40,7 @@ class TierRow:
         self.bar.setToolTip(fmt.TIER_HELP[tier])
         self.usage = QLabel()
         self.usage.setObjectName(f"tierUsage_{tier}")
+        self.usage.setMinimumWidth(self.usage.fontMetrics().horizontalAdvance("999.9 MiB of 999.9 GiB (< 0.1 %)") + 8)
         self.quota = QDoubleSpinBox()
         self.quota.setObjectName(f"tierQuota_{tier}")
         self.quota.setRange(0, 1 << 20)
@@ -64,7 +65,7 @@ class TierRow:
     def show_usage(self, used: int, quota: int) -> None:
         if quota <= 0:
             self.bar.setValue(1000 if used > 0 else 0)
-            pct = "no room" if used == 0 else "over the limit: pinned"
+            pct = "no room" if used == 0 else "over: pinned"
         else:
             # a sliver for any use at all: "empty" and "a few KiB" should not look alike
             self.bar.setValue(min(1000, max(round(used * 1000 / quota), 6 if used else 0)))
