@@ -20,6 +20,7 @@ from typing import Any
 from PySide6.QtCore import QCoreApplication, QMetaObject, QObject, Qt, QThread, QTimer, Signal, Slot
 
 from app.engine.events import Done, Error, Event, ThinkingDelta, ThinkingEnd, Token, TokenId
+from app.ui.signals import emit
 
 log = logging.getLogger(__name__)
 
@@ -152,8 +153,9 @@ class _BridgeWorker(QObject):
             self._submit(request)
         except Exception as exc:  # noqa: BLE001 — every failure becomes a visible update
             log.warning("generation %s failed to start: %s", request.request_id, exc)
-            self.update_ready.emit(
-                StreamUpdate(request.request_id, error=_describe(exc), error_code=_code(exc))
+            emit(
+                self.update_ready,
+                StreamUpdate(request.request_id, error=_describe(exc), error_code=_code(exc)),
             )
 
     def _submit(self, request: GenerationRequest) -> None:
@@ -279,7 +281,7 @@ class _BridgeWorker(QObject):
             for _rid, live, _events in batches:
                 live.events = []
         for rid, live, events in batches:
-            self.update_ready.emit(self._fold(rid, live, events))
+            emit(self.update_ready, self._fold(rid, live, events))
             if live.finished:
                 with self._lock:
                     self._live.pop(rid, None)
@@ -352,7 +354,8 @@ class _BridgeWorker(QObject):
         busy = sum(1 for s in slots if s.state in ("prefilling", "generating"))
         hits = sum(int(counters.get(k, 0)) for k in HIT_KEYS)
         total = hits + int(counters.get("misses", 0))
-        self.status_ready.emit(
+        emit(
+            self.status_ready,
             StatusSnapshot(
                 model_id=self._model_id,
                 num_slots=len(slots),
@@ -361,7 +364,7 @@ class _BridgeWorker(QObject):
                 phase=str(getattr(snap, "phase", "")),
                 hit_rate=(hits / total) if total else None,
                 counters=tuple(sorted((k, int(v)) for k, v in counters.items())),
-            )
+            ),
         )
 
 
@@ -419,13 +422,13 @@ class EngineBridge(QObject):
         self._thread.start()
 
     def submit(self, request: GenerationRequest) -> None:
-        self._submit_requested.emit(request)
+        emit(self._submit_requested, request)
 
     def cancel(self, request_id: str) -> None:
-        self._cancel_requested.emit(request_id)
+        emit(self._cancel_requested, request_id)
 
     def end_session(self, session_id: str) -> None:
-        self._end_session_requested.emit(session_id)
+        emit(self._end_session_requested, session_id)
 
     def shutdown(self) -> None:
         """Cancel in-flight work and stop the worker thread (call before ``engine.close()``)."""

@@ -18,6 +18,7 @@ from PySide6.QtWidgets import (
     QFrame,
     QHBoxLayout,
     QLabel,
+    QLayout,
     QMainWindow,
     QStackedWidget,
     QToolButton,
@@ -93,6 +94,13 @@ class MainWindow(QMainWindow):
             bridge.status_received.connect(self._on_status_received)
         hints = QApplication.styleHints()
         hints.colorSchemeChanged.connect(self._on_color_scheme_changed)
+        # NOTE: a fixed minimum instead of the layout-driven one: the layout would push a new
+        # minimum to the platform window whenever content changes (and offscreen/some
+        # platforms warn that they cannot propagate size hints).
+        layout = self.layout()
+        if layout is not None:
+            layout.setSizeConstraint(QLayout.SizeConstraint.SetNoConstraint)
+        self.setMinimumSize(760, 480)
         self.resize(1280, 820)
 
     # -- construction --------------------------------------------------------------------

@@ -25,6 +25,8 @@ class CatalogListener(Protocol):
     def after_insert(self, row: int) -> None: ...
     def before_remove(self, row: int) -> None: ...
     def after_remove(self, row: int) -> None: ...
+    def before_move(self, row: int, dest: int) -> None: ...
+    def after_move(self, row: int, dest: int) -> None: ...
     def changed(self, row: int) -> None: ...
 
 
@@ -73,7 +75,8 @@ class ConversationCatalog:
             self._changed(row)
             return
         if row >= 0:
-            self.remove(entry.id)
+            self._move(row, entry)
+            return
         pos = 0
         while pos < len(self._entries) and self._entries[pos].updated > entry.updated:
             pos += 1
@@ -82,6 +85,25 @@ class ConversationCatalog:
         self._entries.insert(pos, entry)
         for lis in self._listeners:
             lis.after_insert(pos)
+
+    def _move(self, row: int, entry: ConversationEntry) -> None:
+        """Move an existing entry to its place by ``updated`` (a move keeps the selection)."""
+        rest = self._entries[:row] + self._entries[row + 1 :]
+        pos = 0
+        while pos < len(rest) and rest[pos].updated > entry.updated:
+            pos += 1
+        if pos == row:
+            self._entries[row] = entry
+            self._changed(row)
+            return
+        # Qt's destination is "insert before this row" in pre-move numbering.
+        dest = pos if pos < row else pos + 1
+        for lis in self._listeners:
+            lis.before_move(row, dest)
+        self._entries = rest[:pos] + [entry] + rest[pos:]
+        for lis in self._listeners:
+            lis.after_move(row, dest)
+        self._changed(pos)
 
     def remove(self, conversation_id: str) -> None:
         row = self.row_of(conversation_id)

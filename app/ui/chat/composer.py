@@ -6,6 +6,7 @@ from PySide6.QtCore import QSize, Qt, Signal
 from PySide6.QtGui import QKeyEvent
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QPlainTextEdit, QToolButton, QVBoxLayout, QWidget
 
+from app.ui.signals import emit
 from app.ui.theme import colors, current_icon
 from app.ui.widgets.icons import icon
 
@@ -30,7 +31,7 @@ class MessageInput(QPlainTextEdit):
         if event.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter) and not (
             event.modifiers() & Qt.KeyboardModifier.ShiftModifier
         ):
-            self.submitted.emit()
+            emit(self.submitted)
             event.accept()
             return
         super().keyPressEvent(event)
@@ -102,4 +103,4 @@ class Composer(QFrame):
         text = self.input.toPlainText().strip()
         if not text:
             return
-        self.send_requested.emit(text)
+        emit(self.send_requested, text)

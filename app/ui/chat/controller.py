@@ -34,6 +34,7 @@ from app.ui.engine_bridge import (
     SessionState,
     StreamUpdate,
 )
+from app.ui.signals import emit
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +95,7 @@ class ChatController(QObject):
                 self.storage.search(self.query) if self.query else self.storage.list_conversations()
             )
         except StorageError as exc:
-            self.error_raised.emit(str(exc))
+            emit(self.error_raised, str(exc))
             return
         self.catalog.reset([_entry(c) for c in convs])
 
@@ -106,7 +107,7 @@ class ChatController(QObject):
                 sampling=self.default_sampling,
             )
         except StorageError as exc:
-            self.error_raised.emit(str(exc))
+            emit(self.error_raised, str(exc))
             return None
         if self.query:
             self.refresh("")
@@ -124,10 +125,10 @@ class ChatController(QObject):
         try:
             conv = self.storage.rename_conversation(cid, title)
         except StorageError as exc:
-            self.error_raised.emit(str(exc))
+            emit(self.error_raised, str(exc))
             return
         self.catalog.upsert(_entry(conv))
-        self.conversation_updated.emit(cid)
+        emit(self.conversation_updated, cid)
 
     def update_settings(
         self,
@@ -139,9 +140,9 @@ class ChatController(QObject):
         try:
             self.storage.update_conversation(cid, system_prompt=system_prompt, sampling=sampling)
         except StorageError as exc:
-            self.error_raised.emit(str(exc))
+            emit(self.error_raised, str(exc))
             return
-        self.conversation_updated.emit(cid)
+        emit(self.conversation_updated, cid)
 
     def delete(self, cid: str) -> None:
         """Soft delete; :meth:`undo_delete` brings it back until the next start."""
@@ -150,18 +151,18 @@ class ChatController(QObject):
             conv = self.storage.get_conversation(cid)
             self.storage.delete_conversation(cid)
         except StorageError as exc:
-            self.error_raised.emit(str(exc))
+            emit(self.error_raised, str(exc))
             return
         if self.bridge is not None:
             self.bridge.end_session(cid)
         self.catalog.remove(cid)
-        self.conversation_deleted.emit(cid, conv.title)
+        emit(self.conversation_deleted, cid, conv.title)
 
     def undo_delete(self, cid: str) -> None:
         try:
             conv = self.storage.undo_delete(cid)
         except StorageError as exc:
-            self.error_raised.emit(str(exc))
+            emit(self.error_raised, str(exc))
             return
         self.catalog.upsert(_entry(conv))
 
@@ -175,7 +176,7 @@ class ChatController(QObject):
             )
             Path(path).write_text(text, encoding="utf-8")
         except (StorageError, OSError) as exc:
-            self.error_raised.emit(f"Export failed: {exc}")
+            emit(self.error_raised, f"Export failed: {exc}")
             return False
         return True
 
@@ -185,7 +186,7 @@ class ChatController(QObject):
         try:
             return self.storage.active_branch(cid)
         except StorageError as exc:
-            self.error_raised.emit(str(exc))
+            emit(self.error_raised, str(exc))
             return []
 
     def siblings(self, message_id: str) -> tuple[int, int]:
@@ -211,10 +212,10 @@ class ChatController(QObject):
             user = self.storage.add_message(cid, conv.active_leaf_id, "user", text)
             if conv.title == DEFAULT_TITLE and conv.active_leaf_id is None:
                 self.storage.rename_conversation(cid, _title_from(text))
-                self.conversation_updated.emit(cid)
+                emit(self.conversation_updated, cid)
             self.catalog.upsert(_entry(self.storage.get_conversation(cid)))
         except StorageError as exc:
-            self.error_raised.emit(str(exc))
+            emit(self.error_raised, str(exc))
             return False
         self._start(cid, user.id)
         return True
@@ -233,7 +234,7 @@ class ChatController(QObject):
                 return False
             self.storage.set_active_leaf(cid, user_id)
         except StorageError as exc:
-            self.error_raised.emit(str(exc))
+            emit(self.error_raised, str(exc))
             return False
         self._start(cid, user_id)
         return True
@@ -249,7 +250,7 @@ class ChatController(QObject):
             original = self.storage.get_message(message_id)
             user = self.storage.add_message(cid, original.parent_id, "user", text)
         except StorageError as exc:
-            self.error_raised.emit(str(exc))
+            emit(self.error_raised, str(exc))
             return False
         self._start(cid, user.id)
         return True
@@ -262,10 +263,10 @@ class ChatController(QObject):
             target = sib.ids[(sib.index + step) % sib.count]
             self.storage.select_branch(target)
         except StorageError as exc:
-            self.error_raised.emit(str(exc))
+            emit(self.error_raised, str(exc))
             return
         self.failed.pop(cid, None)
-        self.conversation_changed.emit(cid)
+        emit(self.conversation_changed, cid)
 
     def stop(self, cid: str) -> None:
         live = self._live.get(cid)
@@ -283,14 +284,14 @@ class ChatController(QObject):
         self.failed.pop(cid, None)
         if self.bridge is None:
             self.failed[cid] = "No model is loaded."
-            self.conversation_changed.emit(cid)
-            self.error_raised.emit("No model is loaded; open the Models tab to load one.")
+            emit(self.conversation_changed, cid)
+            emit(self.error_raised, "No model is loaded; open the Models tab to load one.")
             return
         try:
             conv = self.storage.get_conversation(cid)
             history = self.storage.path_to(user_id)
         except StorageError as exc:
-            self.error_raised.emit(str(exc))
+            emit(self.error_raised, str(exc))
             return
         request = GenerationRequest(
             request_id=str(uuid.uuid4()),
@@ -304,8 +305,8 @@ class ChatController(QObject):
         self._live[cid] = live
         self._by_request[request.request_id] = cid
         self.catalog.set_busy(cid, True)
-        self.busy_changed.emit(cid, True)
-        self.conversation_changed.emit(cid)
+        emit(self.busy_changed, cid, True)
+        emit(self.conversation_changed, cid)
         self.bridge.submit(request)
 
     def _on_update_received(self, update: StreamUpdate) -> None:
@@ -320,8 +321,8 @@ class ChatController(QObject):
         if update.error is not None:
             self._end(cid, live)
             self.failed[cid] = update.error
-            self.conversation_changed.emit(cid)
-            self.error_raised.emit(f"Generation failed: {update.error}")
+            emit(self.conversation_changed, cid)
+            emit(self.error_raised, f"Generation failed: {update.error}")
             return
         if update.done is not None:
             self._end(cid, live)
@@ -350,10 +351,10 @@ class ChatController(QObject):
                     )
                     self.catalog.upsert(_entry(self.storage.get_conversation(cid)))
                 except StorageError as exc:
-                    self.error_raised.emit(f"Could not save the reply: {exc}")
-            self.conversation_changed.emit(cid)
+                    emit(self.error_raised, f"Could not save the reply: {exc}")
+            emit(self.conversation_changed, cid)
             return
-        self.reply_progressed.emit(cid)
+        emit(self.reply_progressed, cid)
 
     def _load_session(self, cid: str) -> SessionState | None:
         try:
@@ -386,7 +387,7 @@ class ChatController(QObject):
         self._live.pop(cid, None)
         self._by_request.pop(live.request_id, None)
         self.catalog.set_busy(cid, False)
-        self.busy_changed.emit(cid, False)
+        emit(self.busy_changed, cid, False)
 
 
 def _entry(conv: Conversation) -> ConversationEntry:

@@ -16,6 +16,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.storage import Conversation, SamplingSettings
+from app.ui.signals import emit
 
 
 class SettingsPanel(QScrollArea):
@@ -162,7 +163,7 @@ class SettingsPanel(QScrollArea):
 
     def _emit_settings(self) -> None:
         if self._cid is not None:
-            self.settings_edited.emit(self._cid, self.system_prompt.toPlainText(), self.sampling())
+            emit(self.settings_edited, self._cid, self.system_prompt.toPlainText(), self.sampling())
 
 
 def _section(text: str) -> QLabel:

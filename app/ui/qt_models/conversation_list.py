@@ -9,6 +9,7 @@ from typing import Any
 from PySide6.QtCore import QAbstractListModel, QModelIndex, QPersistentModelIndex, Qt
 
 from app.ui.chat.catalog import ConversationCatalog
+from app.ui.signals import emit
 
 Index = QModelIndex | QPersistentModelIndex
 
@@ -47,9 +48,16 @@ class ConversationListModel(QAbstractListModel):
     def after_remove(self, row: int) -> None:
         self.endRemoveRows()
 
+    def before_move(self, row: int, dest: int) -> None:
+        ok = self.beginMoveRows(QModelIndex(), row, row, QModelIndex(), dest)
+        assert ok, (row, dest)
+
+    def after_move(self, row: int, dest: int) -> None:
+        self.endMoveRows()
+
     def changed(self, row: int) -> None:
         idx = self.index(row, 0)
-        self.dataChanged.emit(idx, idx)
+        emit(self.dataChanged, idx, idx)
 
     # -- QAbstractListModel -------------------------------------------------------------
 

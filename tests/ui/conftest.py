@@ -1,0 +1,51 @@
+"""UI test fixtures: the real window on the tiny generated model, in a temp data dir."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from app.storage import SamplingSettings
+from app.ui.app import create_window
+from app.ui.main_window import MainWindow
+
+# Greedy, short replies; the grammar keeps the random tiny model to plain ASCII words so
+# the text renders without font fallbacks.
+ASCII_GRAMMAR = "root ::= [a-z] [a-z ]*"
+TEST_SAMPLING = SamplingSettings(temperature=0.0, max_tokens=24, grammar=ASCII_GRAMMAR)
+TINY_OPTIONS = {"n_ctx": 1024, "n_seq_max": 4, "n_batch": 256}
+
+WindowFactory = Callable[..., MainWindow]
+
+
+@pytest.fixture
+def data_dir(tmp_path: Path) -> Path:
+    path = tmp_path / "hearth-data"
+    path.mkdir()
+    return path
+
+
+@pytest.fixture
+def make_window(qtbot: Any, data_dir: Path, tiny_model_path: Path) -> Iterator[WindowFactory]:
+    """Build (and at teardown close) real windows: real engine, tiny model, real SQLite."""
+    windows: list[MainWindow] = []
+
+    def make(
+        path: Path | None = None, *, sampling: SamplingSettings = TEST_SAMPLING, **kwargs: Any
+    ) -> MainWindow:
+        kwargs.setdefault("model_path", tiny_model_path)
+        kwargs.setdefault("model_id", "tiny")
+        kwargs.setdefault("model_options", dict(TINY_OPTIONS))
+        window = create_window(path or data_dir, default_sampling=sampling, **kwargs)
+        windows.append(window)
+        window.resize(1200, 780)
+        window.show()
+        qtbot.waitExposed(window)
+        return window
+
+    yield make
+    for window in windows:
+        window.close()

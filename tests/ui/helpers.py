@@ -1,0 +1,69 @@
+"""Driving the real window the way a person does: by the contract's objectNames."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QListView, QPlainTextEdit, QToolButton, QWidget
+
+from app.ui.chat.chat_view import ChatView
+from app.ui.main_window import MainWindow
+
+REPLY_TIMEOUT_MS = 120_000
+
+
+def child(window: QWidget, cls: type, name: str) -> Any:
+    widget = window.findChild(cls, name)
+    assert widget is not None, f"no {cls.__name__} named {name!r}"
+    return widget
+
+
+def chat_view(window: MainWindow) -> ChatView:
+    return child(window, ChatView, "chatView")
+
+
+def message_input(window: MainWindow) -> QPlainTextEdit:
+    return child(window, QPlainTextEdit, "messageInput")
+
+
+def send_button(window: MainWindow) -> QToolButton:
+    return child(window, QToolButton, "sendButton")
+
+
+def stop_button(window: MainWindow) -> QToolButton:
+    return child(window, QToolButton, "stopButton")
+
+
+def conversation_list(window: MainWindow) -> QListView:
+    return child(window, QListView, "conversationList")
+
+
+def type_and_send(qtbot: Any, window: MainWindow, text: str, *, click: bool = False) -> None:
+    box = message_input(window)
+    box.setFocus()
+    qtbot.keyClicks(box, text)
+    if click:
+        qtbot.mouseClick(send_button(window), Qt.MouseButton.LeftButton)
+    else:
+        qtbot.keyClick(box, Qt.Key.Key_Return)
+
+
+def current_id(window: MainWindow) -> str:
+    cid = window.chat_page.current_id
+    assert cid is not None
+    return cid
+
+
+def wait_idle(qtbot: Any, window: MainWindow, cid: str | None = None) -> None:
+    cid = cid or current_id(window)
+    qtbot.waitUntil(lambda: not window.controller.is_busy(cid), timeout=REPLY_TIMEOUT_MS)
+
+
+def select_conversation(qtbot: Any, window: MainWindow, cid: str) -> None:
+    view = conversation_list(window)
+    row = window.chat_page.list_model.row_of(cid)
+    assert row >= 0
+    rect = view.visualRect(view.model().index(row, 0))
+    qtbot.mouseClick(view.viewport(), Qt.MouseButton.LeftButton, pos=rect.center())
+    assert window.chat_page.current_id == cid
