@@ -237,10 +237,17 @@ class Model:
     # ------------------------------------------------------------------ text
 
     def tokenize(self, text: str) -> list[int]:
+        self._check_open()
         return self.backend.tokenize(text)
 
     def detokenize(self, tokens: Sequence[int]) -> str:
+        self._check_open()
         return self.backend.detokenize(tokens)
+
+    def _check_open(self) -> None:
+        """The vocabulary is freed with the model: refuse instead of touching freed memory."""
+        if self._closed:
+            raise NotFound(f"model {self.id!r} is unloaded")
 
     def apply_chat_template(self, request: dict[str, Any]) -> list[int]:
         """Render ``{"messages", "system"?, "tools"?}`` with the GGUF's own template."""
@@ -250,6 +257,7 @@ class Model:
         system = request.get("system")
         if system:
             messages = [{"role": "system", "content": system}, *messages]
+        self._check_open()
         text = self.backend.apply_chat_template(messages, True, request.get("tools"))
         return self.backend.tokenize(text, add_special=False, parse_special=True)
 

@@ -16,7 +16,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.engine.backend import BackendInfo, DecodeOp, Op, Prefilled, PrefillOp, Sampled, SamplingParams, StepResult
+from app.engine.backend import (
+    BackendInfo,
+    DecodeOp,
+    Op,
+    Prefilled,
+    PrefillOp,
+    Sampled,
+    SamplingParams,
+    StepResult,
+)
 from app.engine.errors import GrammarFailed
 
 EOG = 0

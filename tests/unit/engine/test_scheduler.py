@@ -419,3 +419,17 @@ def test_eight_concurrent_streams_match_solo_runs(make_model):
     streams = [model.infer(p, response_tokens=12) for p in prompts]
     together = [[e.id for e in s if isinstance(e, TokenId)] for s in streams]
     assert together == solo
+
+
+def test_unloaded_model_refuses_instead_of_crashing(tmp_path):
+    from app.engine.errors import NotFound
+
+    engine = Engine(tmp_path / "u", backend_factory=lambda c: StubBackend())
+    model = engine.load_model("m", ModelConfig(path="stub", cache_enabled=False))
+    engine.close()
+    for call in (lambda: model.tokenize("x"), lambda: model.detokenize([65]),
+                 lambda: model.apply_chat_template({"messages": []})):
+        with pytest.raises(NotFound):
+            call()
+    with pytest.raises(EngineError):
+        model.infer(tok("x"))

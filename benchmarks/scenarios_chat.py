@@ -1,0 +1,192 @@
+"""B2: four chats × five turns, clients in parallel, a shared ≈330-token system prompt.
+
+Hearth serves the four clients at once (sticky sessions, shared decode ticks). The peers
+are what a Python user would pick instead: llama-cpp-python's high-level ``Llama`` with
+``create_chat_completion``, without a cache and with ``LlamaRAMCache``, serving the same
+turns one after another (it runs one request at a time), and llama-server with ``-np 4``
+when a binary is given.
+"""
+
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+from typing import Any
+
+from app.cache.policy import DESKTOP_POLICY
+from app.engine import Model
+from app.engine.chat import continuation_suffix
+from app.engine.events import Done, Token, TokenId
+from benchmarks.common import N_THREADS, Result, config, engine_at, progress
+
+SYSTEM = (
+    "You are Hearth, a friendly and precise assistant running entirely on the user's own "
+    "computer. You answer in plain, clear English. You keep answers short unless the user asks "
+    "for detail. When the user asks about cooking, you give quantities in grams and "
+    "temperatures in degrees Celsius. When the user asks about travel, you mention the best "
+    "season to visit and one thing most visitors miss. When the user asks about programming, "
+    "you show a minimal example first and explain it after. You never invent facts: when you "
+    "do not know, you say so and suggest where to look. You do not use emojis. You avoid "
+    "long lists; three items at most. You address the user politely but without flattery. "
+    "If a question is ambiguous you answer the most likely reading and say which one you "
+    "chose. You remember what was said earlier in the conversation and refer back to it when "
+    "it helps. You format code in fenced blocks with the language named. You prefer metric "
+    "units. You are patient with beginners and concise with experts. You can tell which is "
+    "which from how the question is asked. You keep a calm, warm tone, like a good teacher "
+    "sitting by the fire on a winter evening, and you finish every answer with a complete "
+    "sentence rather than trailing off."
+)
+
+QUESTIONS = [
+    ["How do I bake a simple loaf of bread?", "How long should it rise?", "Can I use whole wheat flour?",
+     "What oven temperature?", "How do I know it is done?"],
+    ["What should I see in Lisbon?", "When is the best time to go?", "Is it expensive?",
+     "What food should I try?", "How many days do I need?"],
+    ["How do I reverse a list in Python?", "And a string?", "What about sorting a dict by value?",
+     "How do I read a file line by line?", "How do I time a function?"],
+    ["Why is the sky blue?", "Why are sunsets red?", "Is it the same on Mars?",
+     "What colour is the sky on the Moon?", "Why do clouds look white?"],
+]
+N_TURNS = 5
+N_NEW = 32
+
+
+class _Chat:
+    """One client: renders its history each turn and continues its sticky session."""
+
+    def __init__(self, model: Model, cid: str, questions: list[str], pieces: dict[int, str]) -> None:
+        self.model = model
+        self.cid = cid
+        self.questions = questions
+        self.pieces = pieces
+        self.history: list[dict[str, str]] = []
+        self.held: list[int] | None = None
+        self.ended_with_eog = False
+        self.ttfts: list[float] = []
+        self.hits: list[str] = []
+
+    def piece(self, token: int) -> str:
+        text = self.pieces.get(token)
+        if text is None:
+            text = self.pieces[token] = self.model.detokenize([token])
+        return text
+
+    def turn(self, question: str) -> None:
+        self.history.append({"role": "user", "content": question})
+        full = self.model.apply_chat_template({"messages": self.history, "system": SYSTEM})
+        suffix = None
+        if self.held is not None:
+            suffix = continuation_suffix(full, self.held, self.piece, ended_with_eog=self.ended_with_eog)
+        t0 = time.perf_counter()
+        if suffix:
+            assert self.held is not None
+            prompt = self.held + suffix
+            stream = self.model.continue_session(suffix, session_id=self.cid, response_tokens=N_NEW)
+        else:
+            prompt = list(full)
+            stream = self.model.infer(prompt, session_id=self.cid, response_tokens=N_NEW)
+        generated: list[int] = []
+        text: list[str] = []
+        first = None
+        stats: Any = None
+        for event in stream:
+            if isinstance(event, TokenId):
+                generated.append(event.id)
+            elif isinstance(event, Token):
+                if first is None:
+                    first = time.perf_counter() - t0
+                text.append(event.text)
+            elif isinstance(event, Done):
+                stats = event.stats
+        self.ttfts.append((first if first is not None else time.perf_counter() - t0) * 1000)
+        self.hits.append(stats.cache_hit_kind)
+        self.held = prompt + generated
+        self.ended_with_eog = bool(generated) and stats.finish_reason == "stop"
+        self.history.append({"role": "assistant", "content": "".join(text)})
+
+    def run(self) -> None:
+        for q in self.questions[:N_TURNS]:
+            self.turn(q)
+
+
+def hearth_b2(path: str) -> dict[str, Any]:
+    with engine_at() as engine:
+        model = engine.load_model("m", config(path, n_ctx=2048, n_seq_max=4, policy=DESKTOP_POLICY, tier="ram"))
+        model.complete("warm up", response_tokens=2)
+        pieces: dict[int, str] = {}
+        chats = [_Chat(model, f"chat-{i}", QUESTIONS[i], pieces) for i in range(4)]
+        threads = [threading.Thread(target=c.run) for c in chats]
+        t0 = time.perf_counter()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        wall = time.perf_counter() - t0
+        system_tokens = len(model.tokenize(SYSTEM))
+    ttfts = [x for c in chats for x in c.ttfts]
+    hits = [h for c in chats for h in c.hits]
+    return {"wall_s": wall, "median_ttft_ms": statistics.median(ttfts), "hits": {h: hits.count(h) for h in set(hits)},
+            "system_tokens": system_tokens}
+
+
+def llama_cpp_python_b2(path: str, ram_cache: bool) -> dict[str, Any]:
+    """The same 20 turns through llama-cpp-python's high-level API, one after another."""
+    from llama_cpp import Llama, LlamaRAMCache
+
+    llm = Llama(model_path=path, n_ctx=4096, n_batch=512, n_threads=N_THREADS, verbose=False)
+    if ram_cache:
+        llm.set_cache(LlamaRAMCache(capacity_bytes=2 << 30))
+    histories: list[list[dict[str, str]]] = [[{"role": "system", "content": SYSTEM}] for _ in range(4)]
+    ttfts = []
+    t0 = time.perf_counter()
+    for turn in range(N_TURNS):
+        for chat in range(4):
+            histories[chat].append({"role": "user", "content": QUESTIONS[chat][turn]})
+            start = time.perf_counter()
+            first = None
+            parts = []
+            for chunk in llm.create_chat_completion(histories[chat], max_tokens=N_NEW, temperature=0.0, stream=True):
+                delta = chunk["choices"][0]["delta"].get("content")  # type: ignore[index]
+                if delta:
+                    if first is None:
+                        first = time.perf_counter() - start
+                    parts.append(delta)
+            ttfts.append((first if first is not None else time.perf_counter() - start) * 1000)
+            histories[chat].append({"role": "assistant", "content": "".join(parts)})
+    wall = time.perf_counter() - t0
+    del llm
+    return {"wall_s": wall, "median_ttft_ms": statistics.median(ttfts)}
+
+
+def b2_chats(path: str, llama_server: str | None = None) -> Result:
+    res = Result(
+        "B2",
+        "4 chats × 5 turns, clients in parallel, ≈330-token system prompt, 32 new tokens a turn",
+        "Hearth wall ≤ 0.6 × and median TTFT ≤ 0.5 × llama-cpp-python (RAM cache)",
+        ["system", "wall s", "median TTFT ms", "wall ratio", "TTFT ratio"],
+    )
+    progress("B2: Hearth")
+    ours = hearth_b2(path)
+    progress("B2: llama-cpp-python, no cache")
+    plain = llama_cpp_python_b2(path, ram_cache=False)
+    progress("B2: llama-cpp-python, LlamaRAMCache")
+    cached = llama_cpp_python_b2(path, ram_cache=True)
+    peers = {"llama-cpp-python (no cache)": plain, "llama-cpp-python (LlamaRAMCache)": cached}
+    if llama_server:
+        from benchmarks.llama_server import llama_server_b2
+
+        progress("B2: llama-server -np 4")
+        peers["llama-server -np 4"] = llama_server_b2(llama_server, path, SYSTEM, QUESTIONS, N_TURNS, N_NEW)
+    res.rows.append(["Hearth", ours["wall_s"], ours["median_ttft_ms"], "", ""])
+    for name, fig in peers.items():
+        res.rows.append([name, fig["wall_s"], fig["median_ttft_ms"], ours["wall_s"] / fig["wall_s"],
+                         ours["median_ttft_ms"] / fig["median_ttft_ms"]])
+    wall_ratio = ours["wall_s"] / cached["wall_s"]
+    ttft_ratio = ours["median_ttft_ms"] / cached["median_ttft_ms"]
+    res.figures = {"hearth": ours, **peers, "wall_ratio_vs_ram_cache": wall_ratio, "ttft_ratio_vs_ram_cache": ttft_ratio}
+    res.met = wall_ratio <= 0.6 and ttft_ratio <= 0.5
+    if llama_server and "llama-server -np 4" in peers:
+        res.met = res.met and ours["wall_s"] <= peers["llama-server -np 4"]["wall_s"]
+    res.note = f"Hearth cache hits by kind: {ours['hits']}; system prompt {ours['system_tokens']} tokens"
+    return res
