@@ -15,13 +15,17 @@ from benchmarks.common import Result, default_model
 
 def _scenarios(path: str, args: argparse.Namespace) -> dict[str, Callable[[], Result]]:
     from benchmarks.scenarios_cache import b3_restart, b4_saves, b5_prefix
+    from benchmarks.scenarios_chat import b2_chats
     from benchmarks.scenarios_decode import b1_decode
+    from benchmarks.scenarios_memory import b7_memory
 
     return {
         "B1": lambda: b1_decode(path),
+        "B2": lambda: b2_chats(path, args.llama_server),
         "B3": lambda: b3_restart(path),
         "B4": lambda: b4_saves(path),
         "B5": lambda: b5_prefix(),
+        "B7": lambda: b7_memory(path),
     }
 
 
