@@ -287,6 +287,8 @@ class _BridgeWorker(QObject):
                     self._live.pop(rid, None)
         with self._lock:
             idle = not self._live
+        if any(live.finished for _rid, live, _events in batches):
+            self._poll_status()  # the status bar shows the freed slot at once
         if idle:
             self._frame.stop()
 

@@ -34,14 +34,19 @@ def make_window(qtbot: Any, data_dir: Path, tiny_model_path: Path) -> Iterator[W
     windows: list[MainWindow] = []
 
     def make(
-        path: Path | None = None, *, sampling: SamplingSettings = TEST_SAMPLING, **kwargs: Any
+        path: Path | None = None,
+        *,
+        sampling: SamplingSettings = TEST_SAMPLING,
+        size: tuple[int, int] | None = (1200, 780),
+        **kwargs: Any,
     ) -> MainWindow:
         kwargs.setdefault("model_path", tiny_model_path)
         kwargs.setdefault("model_id", "tiny")
         kwargs.setdefault("model_options", dict(TINY_OPTIONS))
         window = create_window(path or data_dir, default_sampling=sampling, **kwargs)
         windows.append(window)
-        window.resize(1200, 780)
+        if size is not None:
+            window.resize(*size)
         window.show()
         qtbot.waitExposed(window)
         return window
@@ -49,3 +54,18 @@ def make_window(qtbot: Any, data_dir: Path, tiny_model_path: Path) -> Iterator[W
     yield make
     for window in windows:
         window.close()
+
+
+@pytest.fixture
+def smollm2_or_tiny(tiny_model_path: Path) -> tuple[Path, str, SamplingSettings]:
+    """The default SmolLM2 model (real language for screenshots) when installed, else tiny."""
+    try:
+        from tests.helpers.tiny_model import smollm2_gguf_path
+
+        return (
+            smollm2_gguf_path(),
+            "SmolLM2-135M-Instruct",
+            SamplingSettings(temperature=0.0, max_tokens=120, repetition_penalty=1.1),
+        )
+    except (FileNotFoundError, ImportError):
+        return tiny_model_path, "tiny", TEST_SAMPLING

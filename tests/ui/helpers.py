@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from PySide6.QtCore import Qt
@@ -10,7 +11,7 @@ from PySide6.QtWidgets import QListView, QPlainTextEdit, QToolButton, QWidget
 from app.ui.chat.chat_view import ChatView
 from app.ui.main_window import MainWindow
 
-REPLY_TIMEOUT_MS = 120_000
+REPLY_TIMEOUT_MS = int(os.environ.get("HEARTH_TEST_REPLY_TIMEOUT_MS", "120000"))
 
 
 def child(window: QWidget, cls: type, name: str) -> Any:
@@ -57,7 +58,11 @@ def current_id(window: MainWindow) -> str:
 
 def wait_idle(qtbot: Any, window: MainWindow, cid: str | None = None) -> None:
     cid = cid or current_id(window)
-    qtbot.waitUntil(lambda: not window.controller.is_busy(cid), timeout=REPLY_TIMEOUT_MS)
+    try:
+        qtbot.waitUntil(lambda: not window.controller.is_busy(cid), timeout=REPLY_TIMEOUT_MS)
+    except Exception:
+        live = window.controller.live_reply(cid)
+        raise AssertionError(f"still generating: {live}; status {window.last_status}") from None
 
 
 def select_conversation(qtbot: Any, window: MainWindow, cid: str) -> None:
