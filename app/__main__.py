@@ -66,14 +66,7 @@ def cmd_cache(args: argparse.Namespace) -> int:
 def cmd_bench(args: argparse.Namespace) -> int:
     from benchmarks.run import main as bench_main
 
-    argv = []
-    if args.json:
-        argv += ["--json", args.json]
-    if args.only:
-        argv += ["--only", args.only]
-    if args.llama_server:
-        argv += ["--llama-server", args.llama_server]
-    result: int = bench_main(argv)
+    result: int = bench_main(args.extra)
     return result
 
 
@@ -105,10 +98,11 @@ def build_parser() -> argparse.ArgumentParser:
     chat.add_argument("-v", "--verbose", action="store_true", help="print timing and cache stats")
     chat.set_defaults(func=cmd_chat)
 
-    bench = sub.add_parser("bench", help="run the benchmark suite with its peers side by side")
-    bench.add_argument("--json", help="also write the results as JSON to this file")
-    bench.add_argument("--only", help="comma-separated scenario ids, e.g. B1,B3")
-    bench.add_argument("--llama-server", help="path of a llama-server binary to measure as a peer")
+    bench = sub.add_parser(
+        "bench", add_help=False,
+        help="run the benchmark suite with its peers side by side (--json FILE, --only B1,B3, "
+        "--llama-server PATH, --markdown FILE; see `hearth bench --help`)",
+    )
     bench.set_defaults(func=cmd_bench)
 
     cache = sub.add_parser("cache", help="inspect and repair the KV cache")
@@ -121,7 +115,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    # `hearth bench` hands its own options to benchmarks.run; every other command is strict.
+    args, extra = parser.parse_known_args(argv)
+    if extra and getattr(args, "func", None) is not cmd_bench:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    args.extra = extra
     if args.self_test:
         from app.selftest import run_self_test
 

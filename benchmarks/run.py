@@ -35,6 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", help="comma-separated scenario ids (default: all)")
     parser.add_argument("--llama-server", help="path of a llama-server binary (peer for B2)")
     parser.add_argument("--model", help="GGUF to benchmark (default: SmolLM2-135M-Instruct Q4_1)")
+    parser.add_argument("--markdown", help="also write the tables as Markdown to this file")
     args = parser.parse_args(argv)
     path = args.model or default_model()
     scenarios = _scenarios(path, args)
@@ -63,7 +64,40 @@ def main(argv: list[str] | None = None) -> int:
         with open(args.json, "w", encoding="utf-8") as fh:
             json.dump(doc, fh, indent=2)
         print(f"wrote {args.json}", file=sys.stderr)
+    if args.markdown:
+        command = "hearth bench " + " ".join(argv if argv is not None else sys.argv[1:])
+        with open(args.markdown, "w", encoding="utf-8") as fh:
+            fh.write(markdown(results, command, path, started))
+        print(f"wrote {args.markdown}", file=sys.stderr)
     return 0
+
+
+def markdown(results: list[Result], command: str, model: str, started: float) -> str:
+    """The tables as a Markdown section (docs/benchmarks.md embeds it)."""
+    lines = [
+        f"Command: `{command}`  ",
+        f"Run: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(started))} on {platform.platform()}, "
+        f"{__import__('os').cpu_count()} CPUs, Python {platform.python_version()}  ",
+        f"Model: `{model.rsplit('/', 1)[-1]}`",
+        "",
+    ]
+    for r in results:
+        verdict = {True: "met", False: "**not met**", None: "n/a"}[r.met]
+        lines += [f"### {r.id} — {r.title}", "", f"Goal: {r.goal} — {verdict}", ""]
+        lines.append("| " + " | ".join(r.columns) + " |")
+        lines.append("|" + "|".join("---" for _ in r.columns) + "|")
+        for row in r.rows:
+            lines.append("| " + " | ".join(_cell(c) for c in row) + " |")
+        if r.note:
+            lines += ["", r.note]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.3f}" if abs(value) < 10 else f"{value:.1f}"
+    return str(value)
 
 
 if __name__ == "__main__":
