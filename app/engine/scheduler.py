@@ -326,6 +326,10 @@ class Scheduler:
                     self._apply_prefill(req, op)
                 else:
                     assert isinstance(res, Sampled)
+                    if op.greedy and req.sampler is not None:
+                        # Chosen outside the request's chain (tool-call syntax): keep the
+                        # chain's history (repetition penalty, grammar) in step.
+                        self.backend.accept(req.sampler, res.token)
                     self._apply_token(req, res.token, res.is_eog)
             n_prefill = sum(len(o.tokens) for o in ops if isinstance(o, PrefillOp))
             n_decode = sum(1 for o in ops if isinstance(o, DecodeOp))

@@ -35,6 +35,7 @@ EOG = 0
 class StubSampler:
     params: SamplingParams
     freed: bool = False
+    accepted: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -48,6 +49,7 @@ class StubBackend:
     steps: list[list[Op]] = field(default_factory=list)
     prefilled: dict[int, int] = field(default_factory=dict)
     samplers_alive: int = 0
+    samplers: list[StubSampler] = field(default_factory=list)
     closed: bool = False
 
     def __post_init__(self) -> None:
@@ -105,7 +107,8 @@ class StubBackend:
         if params.grammar is not None and "root" not in params.grammar:
             raise GrammarFailed("grammar has no root rule")
         self.samplers_alive += 1
-        return StubSampler(params)
+        self.samplers.append(StubSampler(params))
+        return self.samplers[-1]
 
     def free_sampler(self, sampler: Any) -> None:
         assert not sampler.freed
@@ -113,7 +116,7 @@ class StubBackend:
         self.samplers_alive -= 1
 
     def accept(self, sampler: Any, token: int) -> None:
-        pass
+        sampler.accepted.append(token)
 
     # -- KV
     def seq_rm(self, seq_id: int, start: int = 0) -> None:

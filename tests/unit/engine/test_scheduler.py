@@ -331,6 +331,8 @@ def test_tool_call_span(make_model):
     # Syntax tokens were sampled greedily, payload strings with the request's sampler.
     greedy_flags = [o.greedy for s in stub.steps for o in s if isinstance(o, DecodeOp)]
     assert any(greedy_flags) and not all(greedy_flags)
+    # Tokens chosen greedily were still fed to the request's own chain (penalty history).
+    assert len(stub.samplers[-1].accepted) == sum(greedy_flags)
 
 
 def test_verify_refused_while_busy(make_model):
