@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from app.cache.keys import KeyMeta
+from app.cache.keys import FingerprintCache, KeyMeta
 from app.engine.backend import Backend
 from app.engine.cache_hooks import CacheHooks, NullCache, StoreCache
 from app.engine.config import Markers, ModelConfig
@@ -24,7 +24,8 @@ BackendFactory = Callable[[ModelConfig], Backend]
 ThreadStarter = Callable[[Scheduler, str], Any]
 
 
-def llama_backend_factory(config: ModelConfig) -> Backend:
+def llama_backend_factory(config: ModelConfig, fingerprint_of: Callable[[str], bytes] | None = None) -> Backend:
+    from app.cache.keys import file_sha256
     from app.engine.llama_backend import LlamaBackend
 
     return LlamaBackend(
@@ -37,6 +38,7 @@ def llama_backend_factory(config: ModelConfig) -> Backend:
         flash_attn=config.flash_attn,
         type_k=config.type_k,
         type_v=config.type_v,
+        fingerprint_of=fingerprint_of or file_sha256,
     )
 
 
@@ -52,12 +54,15 @@ class Engine:
         data_dir: str | Path,
         *,
         cache_quotas: dict[str, int] | None = None,
-        backend_factory: BackendFactory = llama_backend_factory,
+        backend_factory: BackendFactory | None = None,
         thread_starter: ThreadStarter = start_thread,
     ) -> None:
         self.data_dir = Path(data_dir)
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        self._backend_factory = backend_factory
+        self._fingerprints = FingerprintCache(self.data_dir)
+        self._backend_factory = backend_factory or (
+            lambda config: llama_backend_factory(config, self._fingerprints.get)
+        )
         self._thread_starter = thread_starter
         self._quotas = cache_quotas
         self._cache: Any = None

@@ -28,7 +28,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any, cast
@@ -38,6 +38,7 @@ import llama_cpp
 import numpy as np
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
+from app.cache.keys import file_sha256
 from app.engine.backend import (
     BackendInfo,
     DecodeOp,
@@ -169,24 +170,6 @@ def _detail(lines: list[str]) -> str:
 # --------------------------------------------------------------------------- small helpers
 
 
-def model_fingerprint(path: str | os.PathLike[str]) -> bytes:
-    """The model's base fingerprint: sha256 of the file (32 bytes).
-
-    NOTE: the single place the backend asks for it; the cache layer will put its
-    remembered-by-(path, size, mtime) lookup here so a big model is hashed once, not per load.
-    """
-    return file_sha256(path)
-
-
-def file_sha256(path: str | os.PathLike[str]) -> bytes:
-    """sha256 of a file, read in 1 MiB chunks."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            digest.update(chunk)
-    return digest.digest()
-
-
 def _check_gguf(path: str, what: str, error: type[Exception]) -> None:
     p = Path(path)
     if not p.exists():
@@ -301,7 +284,10 @@ class LlamaBackend:
         flash_attn: bool = False,
         type_k: str = "f16",
         type_v: str = "f16",
+        fingerprint_of: Callable[[str], bytes] = file_sha256,
     ) -> None:
+        """``fingerprint_of(path)`` gives the file's sha256; the engine passes its
+        remembered-by-(path, size, mtime) lookup so a big model is hashed once."""
         if min(n_ctx_per_seq, n_seq_max, n_batch) < 1:
             raise ValueError("n_ctx_per_seq, n_seq_max and n_batch must be >= 1")
         if type_k not in KV_TYPES or type_v not in KV_TYPES:
@@ -327,7 +313,7 @@ class LlamaBackend:
         self._template_cache: dict[str, jinja2.Template] = {}
         try:
             self._load(n_gpu_layers)
-            self.info = self._read_info(model_fingerprint(self.path), type_k, type_v, n_gpu_layers)
+            self.info = self._read_info(fingerprint_of(self.path), type_k, type_v, n_gpu_layers)
         except BaseException:
             self.close()
             raise

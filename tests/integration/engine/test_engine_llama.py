@@ -151,3 +151,17 @@ def test_engine_error_codes_are_the_seed_atoms():
         "context_overflow", "n_batch_too_small", "model_load_failed", "adapter_load_failed",
         "grammar_failed",
     } <= codes
+
+
+def test_model_file_is_hashed_once_per_data_dir(tmp_path, tiny_model_path):
+    from app.cache.keys import file_sha256
+
+    with Engine(tmp_path / "fp") as e:
+        first = e.load_model("a", _config(tiny_model_path, n_seq_max=1)).model_info().fingerprint
+        e.unload("a")
+        e.load_model("b", _config(tiny_model_path, n_seq_max=1))
+        assert e._fingerprints.num_hashed == 1
+    with Engine(tmp_path / "fp") as e:
+        again = e.load_model("c", _config(tiny_model_path, n_seq_max=1)).model_info().fingerprint
+        assert e._fingerprints.num_hashed == 0  # remembered across restarts
+    assert first == again == file_sha256(tiny_model_path).hex()
