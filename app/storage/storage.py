@@ -243,6 +243,37 @@ class Storage:
         """The messages on the conversation's active branch, root first."""
         return self.path_to(self.get_conversation(conversation_id).active_leaf_id)
 
+    def branch_with_siblings(self, conversation_id: str) -> list[tuple[Message, Siblings]]:
+        """The active branch, root first, each message with its siblings — in one query.
+
+        This is what the chat view renders; one round trip keeps switching chats cheap.
+        """
+        with self._session() as s:
+            conv = self._row(s, conversation_id)
+            rows = list(
+                s.scalars(
+                    select(MessageRow)
+                    .where(MessageRow.conversation_id == conversation_id)
+                    .order_by(MessageRow.created)
+                )
+            )
+            leaf_id = conv.active_leaf_id
+        by_id = {r.id: r for r in rows}
+        children: dict[str | None, list[str]] = {}
+        for r in rows:
+            children.setdefault(r.parent_id, []).append(r.id)
+        path: list[MessageRow] = []
+        current = by_id.get(leaf_id) if leaf_id else None
+        while current is not None:
+            path.append(current)
+            current = by_id.get(current.parent_id) if current.parent_id else None
+        path.reverse()
+        out = []
+        for r in path:
+            ids = tuple(children.get(r.parent_id, [r.id]))
+            out.append((_message(r), Siblings(ids=ids, index=ids.index(r.id))))
+        return out
+
     def set_active_leaf(self, conversation_id: str, message_id: str | None) -> None:
         with self._session() as s:
             conv = self._row(s, conversation_id)

@@ -56,11 +56,13 @@ def create_window(
     model_id: str | None = None,
     model_options: dict[str, Any] | None = None,
     default_sampling: SamplingSettings | None = None,
+    work_areas: bool = True,
 ) -> MainWindow:
     """Build the whole window (engine, default model, database); no event loop is entered.
 
     ``data_dir`` defaults to ``HEARTH_DATA_DIR`` or the user data dir. The keyword seams
-    (``engine_factory``, ``model_path`` …) let tests and tools swap parts.
+    (``engine_factory``, ``model_path`` …) let tests and tools swap parts;
+    ``work_areas=False`` keeps placeholders for the Models and Cache areas.
     """
     app = QApplication.instance() or QApplication(sys.argv[:1])
     assert isinstance(app, QApplication)
@@ -103,11 +105,56 @@ def create_window(
                 log.exception("engine.close failed")
         storage.close()
 
-    window = MainWindow(storage, controller, engine=engine, bridge=bridge, on_close=close_all)
+    model_manager = cache_dashboard = None
+    if work_areas and engine is not None:
+        model_manager = _build_model_manager(engine, base, errors)
+        cache_dashboard = _build_cache_dashboard(engine, storage, errors)
+
+    window = MainWindow(
+        storage,
+        controller,
+        engine=engine,
+        bridge=bridge,
+        on_close=close_all,
+        model_manager=model_manager,
+        cache_dashboard=cache_dashboard,
+    )
     window.restore_session()
     for text in errors:
         window.show_error(text)
     return window
+
+
+def _build_model_manager(engine: Any, base: Path, errors: list[str]) -> Any:
+    try:
+        from app.models.hub import HubClient
+        from app.models.library import ModelLibrary
+        from app.ui.models import ModelManager
+
+        models_dir = base / "models"
+        models_dir.mkdir(parents=True, exist_ok=True)
+        return ModelManager(engine, ModelLibrary(models_dir), HubClient(models_dir=models_dir))
+    except Exception as exc:  # noqa: BLE001
+        log.exception("the Models view could not be built")
+        errors.append(f"The Models view could not be opened: {exc}")
+        return None
+
+
+def _build_cache_dashboard(engine: Any, storage: Storage, errors: list[str]) -> Any:
+    def session_title(session_id: str) -> str | None:
+        try:
+            return storage.get_conversation(session_id).title
+        except StorageError:
+            return None
+
+    try:
+        from app.ui.cache.dashboard import CacheDashboard
+
+        return CacheDashboard(engine, session_namer=session_title)
+    except Exception as exc:  # noqa: BLE001
+        log.exception("the Cache view could not be built")
+        errors.append(f"The Cache view could not be opened: {exc}")
+        return None
 
 
 def _default_model_path() -> Path:

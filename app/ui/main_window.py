@@ -48,6 +48,8 @@ class MainWindow(QMainWindow):
         engine: Any = None,
         bridge: EngineBridge | None = None,
         on_close: Callable[[], None] | None = None,
+        model_manager: QWidget | None = None,
+        cache_dashboard: QWidget | None = None,
     ) -> None:
         super().__init__()
         self.setObjectName("mainWindow")
@@ -62,10 +64,12 @@ class MainWindow(QMainWindow):
 
         self.banner = NotificationBanner()
         self.chat_page = ChatPage(controller)
-        self.model_manager = PlaceholderArea(
+        # The Models and Cache areas come from their own packages; a placeholder stands in
+        # when one could not be built (the window must open whatever else fails).
+        self.model_manager: QWidget = model_manager or PlaceholderArea(
             "modelManager", "Models", "Local GGUF library, Hub downloads and LoRA adapters."
         )
-        self.cache_dashboard = PlaceholderArea(
+        self.cache_dashboard: QWidget = cache_dashboard or PlaceholderArea(
             "cacheDashboard", "Cache", "KV cache rows, tiers, counters and the live scheduler."
         )
         self.stack = QStackedWidget()
@@ -89,9 +93,17 @@ class MainWindow(QMainWindow):
         self._build_status_bar()
 
         controller.error_raised.connect(self.show_error)
+        for area in (self.model_manager, self.cache_dashboard):
+            for name in ("error_raised", "action_failed"):
+                signal = getattr(area, name, None)
+                if signal is not None:
+                    signal.connect(lambda *args: self.show_error(str(args[-1])))
         controller.conversation_deleted.connect(self._on_conversation_deleted)
         if bridge is not None:
             bridge.status_received.connect(self._on_status_received)
+        loaded = getattr(self.model_manager, "model_loaded", None)
+        if loaded is not None:
+            loaded.connect(self._on_model_loaded)
         hints = QApplication.styleHints()
         hints.colorSchemeChanged.connect(self._on_color_scheme_changed)
         # NOTE: a fixed minimum instead of the layout-driven one: the layout would push a new
@@ -180,6 +192,21 @@ class MainWindow(QMainWindow):
 
         self.show_info(f"Deleted “{title}”.", action="Undo", callback=undo)
 
+    def _on_model_loaded(self, model_id: str) -> None:
+        """With no chat model yet, chat with the first model the Models view loads."""
+        if self.bridge is not None or self.engine is None:
+            return
+        try:
+            model = self.engine.get_model(model_id)
+        except Exception as exc:  # noqa: BLE001
+            self.show_error(f"Could not open model {model_id}: {exc}")
+            return
+        self.bridge = EngineBridge(self.engine, model, model_id)
+        self.bridge.status_received.connect(self._on_status_received)
+        self.controller.set_bridge(self.bridge, model_id)
+        self.chat_page.model_chip.setText(model_id)
+        self.status_model.setText(f"● {model_id}")
+
     # -- status --------------------------------------------------------------------------
 
     def _on_status_received(self, snap: StatusSnapshot) -> None:
@@ -250,6 +277,13 @@ class MainWindow(QMainWindow):
         self.chat_page.settings_panel.flush()
         self.save_session()
         self.controller.shutdown()
+        for area in (self.model_manager, self.cache_dashboard):
+            stop = getattr(area, "shutdown", None)
+            if stop is not None:
+                try:
+                    stop()
+                except Exception:  # noqa: BLE001 — closing must go on
+                    log.exception("shutting down %s failed", area.objectName())
         if self.bridge is not None:
             self.bridge.shutdown()
         if self._on_close is not None:

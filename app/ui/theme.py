@@ -110,7 +110,7 @@ def stylesheet(c: Colors) -> str:
 
 _QSS = """
 QWidget { font-size: 10pt; }
-QMainWindow, QWidget#chatPanel, QScrollArea#chatView, QWidget#chatColumn { background: %(window)s; }
+QMainWindow, QWidget#chatPanel, QStackedWidget#chatView, QScrollArea#conversationPage, QWidget#chatColumn { background: %(window)s; }
 QToolTip { background: %(surface)s; color: %(text)s; border: 1px solid %(border)s; padding: 4px 6px; }
 
 /* navigation rail */

@@ -43,6 +43,8 @@ def make_window(qtbot: Any, data_dir: Path, tiny_model_path: Path) -> Iterator[W
         kwargs.setdefault("model_path", tiny_model_path)
         kwargs.setdefault("model_id", "tiny")
         kwargs.setdefault("model_options", dict(TINY_OPTIONS))
+        # The Models and Cache areas have their own tests; chat tests keep placeholders.
+        kwargs.setdefault("work_areas", False)
         window = create_window(path or data_dir, default_sampling=sampling, **kwargs)
         windows.append(window)
         if size is not None:

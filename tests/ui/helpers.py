@@ -62,7 +62,12 @@ def wait_idle(qtbot: Any, window: MainWindow, cid: str | None = None) -> None:
         qtbot.waitUntil(lambda: not window.controller.is_busy(cid), timeout=REPLY_TIMEOUT_MS)
     except Exception:
         live = window.controller.live_reply(cid)
-        raise AssertionError(f"still generating: {live}; status {window.last_status}") from None
+        tokens = live.num_tokens if live else None
+        status = window.last_status
+        raise AssertionError(
+            f"still generating after {REPLY_TIMEOUT_MS} ms: {tokens} tokens so far; "
+            f"scheduler {status and (status.phase, status.num_busy, status.pending_len)}"
+        ) from None
 
 
 def select_conversation(qtbot: Any, window: MainWindow, cid: str) -> None:

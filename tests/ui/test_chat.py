@@ -24,8 +24,8 @@ from tests.ui.helpers import (
 LONG = SamplingSettings(temperature=0.0, max_tokens=120, grammar=ASCII_GRAMMAR)
 
 
-def test_contract_widgets_exist(make_window):
-    window = make_window()
+def test_contract_widgets_exist(make_window, qtbot):
+    window = make_window(work_areas=True)
     for name in (
         "conversationList",
         "chatView",
@@ -36,6 +36,13 @@ def test_contract_widgets_exist(make_window):
         "cacheDashboard",
     ):
         assert window.findChild(object, name) is not None, name
+    # The full Models and Cache views, not the placeholders.
+    assert type(window.model_manager).__name__ == "ModelManager"
+    assert type(window.cache_dashboard).__name__ == "CacheDashboard"
+    assert not window.banner.isVisible(), window.banner.text()
+    for key in ("models", "cache", "chat"):
+        qtbot.mouseClick(window.nav_buttons[key], Qt.MouseButton.LeftButton)
+        qtbot.wait(50)
 
 
 def test_enter_sends_and_reply_streams_into_chat_view(make_window, qtbot):

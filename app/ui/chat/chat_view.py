@@ -1,10 +1,14 @@
-"""The message column of the current conversation (objectName ``chatView``).
+"""The chat view (objectName ``chatView``): the messages of the open conversation.
 
-Re-rendered whole when the branch changes; while a reply streams only its
-:class:`MessageWidget` is updated (the controller's updates are already per-frame).
+One :class:`ConversationPage` per recently opened conversation is kept in a stack, so
+switching between chats (even while they stream) flips a page instead of rebuilding every
+message widget on the GUI thread. A page is rebuilt whole when its branch changes; while a
+reply streams only its :class:`MessageWidget` is updated (updates are already per-frame).
 """
 
 from __future__ import annotations
+
+from collections import OrderedDict
 
 from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import (
@@ -13,6 +17,7 @@ from PySide6.QtWidgets import (
     QLabel,
     QPushButton,
     QScrollArea,
+    QStackedWidget,
     QVBoxLayout,
     QWidget,
 )
@@ -23,15 +28,19 @@ from app.ui.chat.message_widget import MessageWidget
 MAX_COLUMN_WIDTH = 820
 
 
-class ChatView(QScrollArea):
-    def __init__(self, controller: ChatController, parent: QWidget | None = None) -> None:
+class ConversationPage(QScrollArea):
+    """The rendered messages of one conversation (or the empty state for ``None``)."""
+
+    def __init__(
+        self, controller: ChatController, cid: str | None, parent: QWidget | None = None
+    ) -> None:
         super().__init__(parent)
-        self.setObjectName("chatView")
+        self.setObjectName("conversationPage")
         self.setWidgetResizable(True)
         self.setFrameShape(QFrame.Shape.NoFrame)
         self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self._controller = controller
-        self.conversation_id: str | None = None
+        self.conversation_id = cid
         self._messages: list[MessageWidget] = []
         self._live_widget: MessageWidget | None = None
         self._stick_to_bottom = True
@@ -53,16 +62,9 @@ class ChatView(QScrollArea):
         bar = self.verticalScrollBar()
         bar.valueChanged.connect(self._on_scrolled)
         bar.rangeChanged.connect(self._on_range_changed)
-
-        controller.conversation_changed.connect(self._on_conversation_changed)
-        controller.reply_progressed.connect(self._on_reply_progressed)
+        self.rerender()
 
     # -- public --------------------------------------------------------------------------
-
-    def set_conversation(self, cid: str | None) -> None:
-        self.conversation_id = cid
-        self._stick_to_bottom = True
-        self.rerender()
 
     def message_widgets(self) -> list[MessageWidget]:
         out = list(self._messages)
@@ -78,6 +80,13 @@ class ChatView(QScrollArea):
         return self._live_widget
 
     def rerender(self) -> None:
+        self.setUpdatesEnabled(False)
+        try:
+            self._rebuild()
+        finally:
+            self.setUpdatesEnabled(True)
+
+    def _rebuild(self) -> None:
         self._clear()
         cid = self.conversation_id
         if cid is None:
@@ -86,16 +95,16 @@ class ChatView(QScrollArea):
             )
             self._layout.addStretch(1)
             return
-        branch = self._controller.branch(cid)
+        branch = self._controller.branch_with_positions(cid)
         label = self._controller.model_id or "Assistant"
-        for msg in branch:
+        for msg, position in branch:
             widget = MessageWidget(
                 msg.role,
                 msg.content,
                 message_id=msg.id,
                 thinking=msg.thinking,
                 stats=msg.stats,
-                branch=self._controller.siblings(msg.id),
+                branch=position,
                 label=label,
             )
             widget.regenerate_requested.connect(self._on_regenerate_requested)
@@ -125,22 +134,17 @@ class ChatView(QScrollArea):
             if w.switcher is not None:
                 w.switcher.setEnabled(not busy)
 
-    # -- slots ---------------------------------------------------------------------------
-
-    def _on_conversation_changed(self, cid: str) -> None:
-        if cid == self.conversation_id:
-            self.rerender()
-
-    def _on_reply_progressed(self, cid: str) -> None:
-        if cid != self.conversation_id:
-            return
-        live = self._controller.live_reply(cid)
+    def sync_live(self) -> None:
+        """Show the live reply's latest text (called per frame while this page is visible)."""
+        live = self._controller.live_reply(self.conversation_id or "")
         if live is None:
             return
         if self._live_widget is None:
             self.rerender()
             return
         self._live_widget.set_content(live.text, live.thinking, live.thinking_done)
+
+    # -- slots ---------------------------------------------------------------------------
 
     def _on_regenerate_requested(self, message_id: str) -> None:
         if self.conversation_id:
@@ -213,3 +217,79 @@ class ChatView(QScrollArea):
         if self.conversation_id:
             cid = self.conversation_id
             QTimer.singleShot(0, lambda: self._controller.retry(cid))
+
+
+class ChatView(QStackedWidget):
+    """The open conversation's page, with the last few pages kept for instant switching."""
+
+    MAX_PAGES = 8
+
+    def __init__(self, controller: ChatController, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("chatView")
+        self._controller = controller
+        self._pages: OrderedDict[str | None, ConversationPage] = OrderedDict()
+        self.conversation_id: str | None = None
+        controller.conversation_changed.connect(self._on_conversation_changed)
+        controller.reply_progressed.connect(self._on_reply_progressed)
+        self.set_conversation(None)
+
+    def page(self) -> ConversationPage:
+        page = self.currentWidget()
+        assert isinstance(page, ConversationPage)
+        return page
+
+    def set_conversation(self, cid: str | None) -> None:
+        self.conversation_id = cid
+        page = self._pages.get(cid)
+        if page is None:
+            page = ConversationPage(self._controller, cid)
+            self._pages[cid] = page
+            self.addWidget(page)
+            self._evict()
+        else:
+            self._pages.move_to_end(cid)
+            page.sync_live()
+        self.setCurrentWidget(page)
+
+    def forget(self, cid: str) -> None:
+        """Drop a conversation's page (deleted conversation)."""
+        page = self._pages.pop(cid, None)
+        if page is not None and page is not self.currentWidget():
+            self.removeWidget(page)
+            page.deleteLater()
+
+    def rerender(self) -> None:
+        """Rebuild every kept page (e.g. after a theme change)."""
+        for page in self._pages.values():
+            page.rerender()
+
+    def message_widgets(self) -> list[MessageWidget]:
+        return self.page().message_widgets()
+
+    def transcript(self) -> str:
+        """Everything a person reads in the open conversation, one message per paragraph."""
+        return self.page().transcript()
+
+    def live_widget(self) -> MessageWidget | None:
+        return self.page().live_widget()
+
+    def _evict(self) -> None:
+        while len(self._pages) > self.MAX_PAGES:
+            cid, page = next(iter(self._pages.items()))
+            if page is self.currentWidget():
+                self._pages.move_to_end(cid)
+                continue
+            del self._pages[cid]
+            self.removeWidget(page)
+            page.deleteLater()
+
+    def _on_conversation_changed(self, cid: str) -> None:
+        page = self._pages.get(cid)
+        if page is not None:
+            page.rerender()
+
+    def _on_reply_progressed(self, cid: str) -> None:
+        # Hidden pages catch up when they are shown again (set_conversation → sync_live).
+        if cid == self.conversation_id:
+            self.page().sync_live()

@@ -85,6 +85,12 @@ class ChatController(QObject):
         if bridge is not None:
             bridge.update_received.connect(self._on_update_received)
 
+    def set_bridge(self, bridge: EngineBridge, model_id: str) -> None:
+        """Adopt a model loaded later (e.g. from the Models view) when none was loaded."""
+        self.bridge = bridge
+        self.model_id = model_id
+        bridge.update_received.connect(self._on_update_received)
+
     # -- conversations -------------------------------------------------------------------
 
     def refresh(self, query: str | None = None) -> None:
@@ -188,6 +194,15 @@ class ChatController(QObject):
         except StorageError as exc:
             emit(self.error_raised, str(exc))
             return []
+
+    def branch_with_positions(self, cid: str) -> list[tuple[Message, tuple[int, int]]]:
+        """The active branch with each message's (1-based position, count) among siblings."""
+        try:
+            rows = self.storage.branch_with_siblings(cid)
+        except StorageError as exc:
+            emit(self.error_raised, str(exc))
+            return []
+        return [(m, (sib.index + 1, sib.count)) for m, sib in rows]
 
     def siblings(self, message_id: str) -> tuple[int, int]:
         """(1-based position, count) among the message's siblings."""

@@ -88,6 +88,28 @@ def test_branching_keeps_old_branch(store):
     assert store.select_branch(u2b.id) == a2b.id
 
 
+def test_branch_with_siblings_matches_the_per_message_calls(store):
+    cid = store.create_conversation().id
+    u1, a1, u2, a2 = _chat(store, cid, ("hi", "hello"), ("q", "a"))
+    u2b = store.add_message(cid, a1, "user", "q2")
+    store.add_message(cid, u2b.id, "assistant", "a2")
+    got = store.branch_with_siblings(cid)
+    assert [m.id for m, _ in got] == [m.id for m in store.active_branch(cid)]
+    assert [sib for _, sib in got] == [store.siblings(m.id) for m, _ in got]
+    assert got[2][1].count == 2 and got[2][1].index == 1
+    assert store.branch_with_siblings(store.create_conversation().id) == []
+
+
+def test_purge_removes_session_state(store):
+    from app.storage import session_key
+
+    cid = store.create_conversation().id
+    store.set_setting(session_key(cid), {"model_id": "m", "prompt": [1, 2]})
+    store.delete_conversation(cid)
+    store.purge_deleted()
+    assert store.get_setting(session_key(cid)) is None
+
+
 def test_regenerate_adds_sibling_reply(store):
     cid = store.create_conversation().id
     u1, a1 = _chat(store, cid, ("q", "a"))
