@@ -1,0 +1,106 @@
+"""The bridge worker's session bookkeeping, on the fake engine (byte-level tokens)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from app.ui.engine_bridge import (
+    ChatTurn,
+    EngineBridge,
+    GenerationRequest,
+    SessionState,
+    StreamUpdate,
+    _BridgeWorker,
+)
+from tests.helpers.fake_engine import FakeEngine
+
+CONFIG = SimpleNamespace(path="/x/fake.gguf", n_ctx=4096, n_seq_max=4)
+
+
+@pytest.fixture
+def fake(tmp_path):
+    engine = FakeEngine(tmp_path)
+    model = engine.load_model("fake", CONFIG)
+    yield engine, model
+    engine.close()
+
+
+def _tokens(text: str) -> list[int]:
+    return list(text.encode())
+
+
+def test_suffix_when_the_new_prompt_extends_what_the_session_holds(qapp, fake):
+    engine, model = fake
+    worker = _BridgeWorker(engine, model, "fake")
+    held = SessionState("fake", tuple(_tokens("<u>hi<a>")), tuple(_tokens("hello")), False)
+    assert worker._continuation_suffix(_tokens("<u>hi<a>hello<e><u>more<a>"), held) == _tokens(
+        "<e><u>more<a>"
+    )
+
+
+def test_suffix_aligned_by_text_when_tokens_differ(qapp, fake):
+    engine, model = fake
+    worker = _BridgeWorker(engine, model, "fake")
+    # The reply "hi" was sampled as one token (0x6869) but re-renders as two bytes; the
+    # last sampled token (EOG, 0) closes the turn and appears in the new prompt too.
+    held = SessionState("fake", tuple(_tokens("<a>")), (0x6869, 0), True)
+    model.detokenize = lambda ids: "".join(
+        "hi" if t == 0x6869 else "" if t == 0 else chr(t) for t in ids
+    )
+    full = _tokens("<a>hi") + [0] + _tokens("<u>next")
+    assert worker._continuation_suffix(full, held) == _tokens("<u>next")
+    # A different reply text in the history: no safe suffix, the full prompt is sent.
+    assert worker._continuation_suffix(_tokens("<a>ho") + [0], held) is None
+
+
+def test_turns_continue_the_session_and_resume_after_restart(qtbot, fake, tmp_path):
+    engine, model = fake
+    bridge = EngineBridge(engine, model, "fake")
+    updates: list[StreamUpdate] = []
+    bridge.update_received.connect(updates.append)
+
+    def turn(rid: str, texts: list[str], session: SessionState | None = None) -> StreamUpdate:
+        messages = tuple(
+            ChatTurn("user" if i % 2 == 0 else "assistant", t) for i, t in enumerate(texts)
+        )
+        bridge.submit(GenerationRequest(rid, "chat", messages, "sys", (), session))
+        qtbot.waitUntil(
+            lambda: any(u.request_id == rid and u.done for u in updates), timeout=10_000
+        )
+        return next(u for u in updates if u.request_id == rid and u.done)
+
+    first = turn("r1", ["hello"])
+    reply = "".join(u.text for u in updates if u.request_id == "r1")
+    assert first.done.cache_hit_kind == "cold" and first.session is not None
+    second = turn("r2", ["hello", reply, "again"])
+    assert second.path == "continue_session"
+    assert second.done.cache_hit_kind == "continuation"
+    bridge.shutdown()
+    engine.close()
+
+    # "Restart": a new engine and bridge; the stored session state makes the first turn an
+    # exact-prefix restore from the (fake) on-disk cache.
+    engine2 = FakeEngine(tmp_path)
+    model2 = engine2.load_model("fake", CONFIG)
+    bridge2 = EngineBridge(engine2, model2, "fake")
+    bridge2.update_received.connect(updates.append)
+    bridge = bridge2
+    reply2 = "".join(u.text for u in updates if u.request_id == "r2")
+    third = turn("r3", ["hello", reply, "again", reply2, "third"], second.session)
+    assert third.path == "infer"
+    assert third.done.cache_hit_kind == "partial"
+    assert third.done.cache_read == len(second.session.tokens)
+    bridge2.shutdown()
+    engine2.close()
+
+
+def test_an_engine_error_becomes_an_update(qtbot, fake):
+    engine, model = fake
+    model.fail_next = "decode failed"
+    bridge = EngineBridge(engine, model, "fake")
+    with qtbot.waitSignal(bridge.update_received, timeout=10_000) as blocker:
+        bridge.submit(GenerationRequest("r", "s", (ChatTurn("user", "x"),), ""))
+    assert blocker.args[0].error == "decode failed"
+    bridge.shutdown()
