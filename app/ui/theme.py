@@ -204,6 +204,16 @@ QWidget#settingsPanel QPlainTextEdit:focus, QWidget#settingsPanel QLineEdit:focu
 QWidget#settingsPanel QSpinBox:focus, QWidget#settingsPanel QDoubleSpinBox:focus {
     border-color: %(accent)s; }
 
+QWidget#settingsPanel QAbstractSpinBox::up-button, QWidget#settingsPanel QAbstractSpinBox::down-button {
+    width: 0px; border: none; }
+QWidget#settingsPanel QAbstractSpinBox::up-arrow, QWidget#settingsPanel QAbstractSpinBox::down-arrow {
+    width: 0px; height: 0px; }
+QCheckBox { color: %(text)s; spacing: 8px; }
+QCheckBox::indicator { width: 14px; height: 14px; border: 1px solid %(faint)s; border-radius: 4px;
+    background: %(input_bg)s; }
+QCheckBox::indicator:hover { border-color: %(accent)s; }
+QCheckBox::indicator:checked { background: %(accent)s; border-color: %(accent)s; }
+
 /* banner */
 QFrame#notificationBanner { border-bottom: 1px solid %(border)s; background: %(info_bg)s; }
 QFrame#notificationBanner[kind="error"] { background: %(error_bg)s; }
