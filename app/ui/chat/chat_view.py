@@ -41,6 +41,7 @@ class ConversationPage(QScrollArea):
         self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self._controller = controller
         self.conversation_id = cid
+        self.stale = False
         self._messages: list[MessageWidget] = []
         self._live_widget: MessageWidget | None = None
         self._stick_to_bottom = True
@@ -80,6 +81,7 @@ class ConversationPage(QScrollArea):
         return self._live_widget
 
     def rerender(self) -> None:
+        self.stale = False
         self.setUpdatesEnabled(False)
         try:
             self._rebuild()
@@ -249,7 +251,10 @@ class ChatView(QStackedWidget):
             self._evict()
         else:
             self._pages.move_to_end(cid)
-            page.sync_live()
+            if page.stale:
+                page.rerender()
+            else:
+                page.sync_live()
         self.setCurrentWidget(page)
 
     def forget(self, cid: str) -> None:
@@ -286,8 +291,12 @@ class ChatView(QStackedWidget):
 
     def _on_conversation_changed(self, cid: str) -> None:
         page = self._pages.get(cid)
-        if page is not None:
+        if page is None:
+            return
+        if page is self.currentWidget():
             page.rerender()
+        else:
+            page.stale = True  # rebuilt when it is shown again, not while hidden
 
     def _on_reply_progressed(self, cid: str) -> None:
         # Hidden pages catch up when they are shown again (set_conversation → sync_live).
