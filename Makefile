@@ -24,7 +24,7 @@ run: setup
 lint: setup
 	$(BIN)/lint-imports
 	$(BIN)/ruff check app tests benchmarks
-	$(BIN)/mypy app
+	$(BIN)/mypy app benchmarks
 
 test: lint
 	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -q -p no:cacheprovider

@@ -132,7 +132,8 @@ def hearth_b2(path: str) -> dict[str, Any]:
 
 def llama_cpp_python_b2(path: str, ram_cache: bool) -> dict[str, Any]:
     """The same 20 turns through llama-cpp-python's high-level API, one after another."""
-    from llama_cpp import Llama, LlamaRAMCache
+    from llama_cpp import Llama
+    from llama_cpp.llama_cache import LlamaRAMCache
 
     llm = Llama(model_path=path, n_ctx=4096, n_batch=512, n_threads=N_THREADS, verbose=False)
     if ram_cache:
@@ -145,9 +146,11 @@ def llama_cpp_python_b2(path: str, ram_cache: bool) -> dict[str, Any]:
             histories[chat].append({"role": "user", "content": QUESTIONS[chat][turn]})
             start = time.perf_counter()
             first = None
-            parts = []
-            for chunk in llm.create_chat_completion(histories[chat], max_tokens=N_NEW, temperature=0.0, stream=True):
-                delta = chunk["choices"][0]["delta"].get("content")  # type: ignore[index]
+            parts: list[str] = []
+            messages: Any = histories[chat]
+            stream: Any = llm.create_chat_completion(messages, max_tokens=N_NEW, temperature=0.0, stream=True)
+            for chunk in stream:
+                delta = chunk["choices"][0]["delta"].get("content")
                 if delta:
                     if first is None:
                         first = time.perf_counter() - start

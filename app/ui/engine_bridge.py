@@ -20,7 +20,6 @@ from typing import Any
 from PySide6.QtCore import QCoreApplication, QMetaObject, QObject, Qt, QThread, QTimer, Signal, Slot
 
 from app.engine.events import Done, Error, Event, ThinkingDelta, ThinkingEnd, Token, TokenId
-from app.ui.signals import emit
 
 log = logging.getLogger(__name__)
 
@@ -153,8 +152,7 @@ class _BridgeWorker(QObject):
             self._submit(request)
         except Exception as exc:  # noqa: BLE001 — every failure becomes a visible update
             log.warning("generation %s failed to start: %s", request.request_id, exc)
-            emit(
-                self.update_ready,
+            self.update_ready.emit(
                 StreamUpdate(request.request_id, error=_describe(exc), error_code=_code(exc)),
             )
 
@@ -281,7 +279,7 @@ class _BridgeWorker(QObject):
             for _rid, live, _events in batches:
                 live.events = []
         for rid, live, events in batches:
-            emit(self.update_ready, self._fold(rid, live, events))
+            self.update_ready.emit(self._fold(rid, live, events))
             if live.finished:
                 with self._lock:
                     self._live.pop(rid, None)
@@ -356,8 +354,7 @@ class _BridgeWorker(QObject):
         busy = sum(1 for s in slots if s.state in ("prefilling", "generating"))
         hits = sum(int(counters.get(k, 0)) for k in HIT_KEYS)
         total = hits + int(counters.get("misses", 0))
-        emit(
-            self.status_ready,
+        self.status_ready.emit(
             StatusSnapshot(
                 model_id=self._model_id,
                 num_slots=len(slots),
@@ -424,13 +421,13 @@ class EngineBridge(QObject):
         self._thread.start()
 
     def submit(self, request: GenerationRequest) -> None:
-        emit(self._submit_requested, request)
+        self._submit_requested.emit(request)
 
     def cancel(self, request_id: str) -> None:
-        emit(self._cancel_requested, request_id)
+        self._cancel_requested.emit(request_id)
 
     def end_session(self, session_id: str) -> None:
-        emit(self._end_session_requested, session_id)
+        self._end_session_requested.emit(session_id)
 
     def shutdown(self) -> None:
         """Cancel in-flight work and stop the worker thread (call before ``engine.close()``)."""

@@ -21,7 +21,6 @@ from app.ui.chat.controller import ChatController
 from app.ui.chat.settings_panel import SettingsPanel
 from app.ui.chat.sidebar import Sidebar
 from app.ui.qt_models.conversation_list import ConversationListModel
-from app.ui.signals import emit
 from app.ui.theme import current_icon
 
 
@@ -138,7 +137,7 @@ class ChatPage(QWidget):
         self.chat_view.set_conversation(self.current_id)
         self._update_header()
         self.composer.set_busy(self.controller.is_busy(self.current_id or ""))
-        emit(self.current_changed, self.current_id or "")
+        self.current_changed.emit(self.current_id or "")
 
     def _update_header(self) -> None:
         conv = self.controller.conversation(self.current_id) if self.current_id else None

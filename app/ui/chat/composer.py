@@ -6,7 +6,6 @@ from PySide6.QtCore import QSize, Qt, Signal
 from PySide6.QtGui import QKeyEvent
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QPlainTextEdit, QToolButton, QVBoxLayout, QWidget
 
-from app.ui.signals import emit
 from app.ui.theme import colors, current_icon
 from app.ui.widgets.icons import icon
 
@@ -31,7 +30,7 @@ class MessageInput(QPlainTextEdit):
         if event.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter) and not (
             event.modifiers() & Qt.KeyboardModifier.ShiftModifier
         ):
-            emit(self.submitted)
+            self.submitted.emit()
             event.accept()
             return
         super().keyPressEvent(event)
@@ -103,4 +102,4 @@ class Composer(QFrame):
         text = self.input.toPlainText().strip()
         if not text:
             return
-        emit(self.send_requested, text)
+        self.send_requested.emit(text)

@@ -34,7 +34,6 @@ from app.ui.engine_bridge import (
     SessionState,
     StreamUpdate,
 )
-from app.ui.signals import emit
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +100,7 @@ class ChatController(QObject):
                 self.storage.search(self.query) if self.query else self.storage.list_conversations()
             )
         except StorageError as exc:
-            emit(self.error_raised, str(exc))
+            self.error_raised.emit(str(exc))
             return
         self.catalog.reset([_entry(c) for c in convs])
 
@@ -113,7 +112,7 @@ class ChatController(QObject):
                 sampling=self.default_sampling,
             )
         except StorageError as exc:
-            emit(self.error_raised, str(exc))
+            self.error_raised.emit(str(exc))
             return None
         if self.query:
             self.refresh("")
@@ -131,10 +130,10 @@ class ChatController(QObject):
         try:
             conv = self.storage.rename_conversation(cid, title)
         except StorageError as exc:
-            emit(self.error_raised, str(exc))
+            self.error_raised.emit(str(exc))
             return
         self.catalog.upsert(_entry(conv))
-        emit(self.conversation_updated, cid)
+        self.conversation_updated.emit(cid)
 
     def update_settings(
         self,
@@ -146,9 +145,9 @@ class ChatController(QObject):
         try:
             self.storage.update_conversation(cid, system_prompt=system_prompt, sampling=sampling)
         except StorageError as exc:
-            emit(self.error_raised, str(exc))
+            self.error_raised.emit(str(exc))
             return
-        emit(self.conversation_updated, cid)
+        self.conversation_updated.emit(cid)
 
     def delete(self, cid: str) -> None:
         """Soft delete; :meth:`undo_delete` brings it back until the next start."""
@@ -157,18 +156,18 @@ class ChatController(QObject):
             conv = self.storage.get_conversation(cid)
             self.storage.delete_conversation(cid)
         except StorageError as exc:
-            emit(self.error_raised, str(exc))
+            self.error_raised.emit(str(exc))
             return
         if self.bridge is not None:
             self.bridge.end_session(cid)
         self.catalog.remove(cid)
-        emit(self.conversation_deleted, cid, conv.title)
+        self.conversation_deleted.emit(cid, conv.title)
 
     def undo_delete(self, cid: str) -> None:
         try:
             conv = self.storage.undo_delete(cid)
         except StorageError as exc:
-            emit(self.error_raised, str(exc))
+            self.error_raised.emit(str(exc))
             return
         self.catalog.upsert(_entry(conv))
 
@@ -182,7 +181,7 @@ class ChatController(QObject):
             )
             Path(path).write_text(text, encoding="utf-8")
         except (StorageError, OSError) as exc:
-            emit(self.error_raised, f"Export failed: {exc}")
+            self.error_raised.emit(f"Export failed: {exc}")
             return False
         return True
 
@@ -192,7 +191,7 @@ class ChatController(QObject):
         try:
             return self.storage.active_branch(cid)
         except StorageError as exc:
-            emit(self.error_raised, str(exc))
+            self.error_raised.emit(str(exc))
             return []
 
     def branch_with_positions(self, cid: str) -> list[tuple[Message, tuple[int, int]]]:
@@ -200,7 +199,7 @@ class ChatController(QObject):
         try:
             rows = self.storage.branch_with_siblings(cid)
         except StorageError as exc:
-            emit(self.error_raised, str(exc))
+            self.error_raised.emit(str(exc))
             return []
         return [(m, (sib.index + 1, sib.count)) for m, sib in rows]
 
@@ -227,10 +226,10 @@ class ChatController(QObject):
             user = self.storage.add_message(cid, conv.active_leaf_id, "user", text)
             if conv.title == DEFAULT_TITLE and conv.active_leaf_id is None:
                 self.storage.rename_conversation(cid, _title_from(text))
-                emit(self.conversation_updated, cid)
+                self.conversation_updated.emit(cid)
             self.catalog.upsert(_entry(self.storage.get_conversation(cid)))
         except StorageError as exc:
-            emit(self.error_raised, str(exc))
+            self.error_raised.emit(str(exc))
             return False
         self._start(cid, user.id)
         return True
@@ -249,7 +248,7 @@ class ChatController(QObject):
                 return False
             self.storage.set_active_leaf(cid, user_id)
         except StorageError as exc:
-            emit(self.error_raised, str(exc))
+            self.error_raised.emit(str(exc))
             return False
         self._start(cid, user_id)
         return True
@@ -265,7 +264,7 @@ class ChatController(QObject):
             original = self.storage.get_message(message_id)
             user = self.storage.add_message(cid, original.parent_id, "user", text)
         except StorageError as exc:
-            emit(self.error_raised, str(exc))
+            self.error_raised.emit(str(exc))
             return False
         self._start(cid, user.id)
         return True
@@ -278,10 +277,10 @@ class ChatController(QObject):
             target = sib.ids[(sib.index + step) % sib.count]
             self.storage.select_branch(target)
         except StorageError as exc:
-            emit(self.error_raised, str(exc))
+            self.error_raised.emit(str(exc))
             return
         self.failed.pop(cid, None)
-        emit(self.conversation_changed, cid)
+        self.conversation_changed.emit(cid)
 
     def stop(self, cid: str) -> None:
         live = self._live.get(cid)
@@ -299,14 +298,14 @@ class ChatController(QObject):
         self.failed.pop(cid, None)
         if self.bridge is None:
             self.failed[cid] = "No model is loaded."
-            emit(self.conversation_changed, cid)
-            emit(self.error_raised, "No model is loaded; open the Models tab to load one.")
+            self.conversation_changed.emit(cid)
+            self.error_raised.emit("No model is loaded; open the Models tab to load one.")
             return
         try:
             conv = self.storage.get_conversation(cid)
             history = self.storage.path_to(user_id)
         except StorageError as exc:
-            emit(self.error_raised, str(exc))
+            self.error_raised.emit(str(exc))
             return
         request = GenerationRequest(
             request_id=str(uuid.uuid4()),
@@ -320,8 +319,8 @@ class ChatController(QObject):
         self._live[cid] = live
         self._by_request[request.request_id] = cid
         self.catalog.set_busy(cid, True)
-        emit(self.busy_changed, cid, True)
-        emit(self.conversation_changed, cid)
+        self.busy_changed.emit(cid, True)
+        self.conversation_changed.emit(cid)
         self.bridge.submit(request)
 
     def _on_update_received(self, update: StreamUpdate) -> None:
@@ -336,8 +335,8 @@ class ChatController(QObject):
         if update.error is not None:
             self._end(cid, live)
             self.failed[cid] = update.error
-            emit(self.conversation_changed, cid)
-            emit(self.error_raised, f"Generation failed: {update.error}")
+            self.conversation_changed.emit(cid)
+            self.error_raised.emit(f"Generation failed: {update.error}")
             return
         if update.done is not None:
             self._end(cid, live)
@@ -366,10 +365,10 @@ class ChatController(QObject):
                     )
                     self.catalog.upsert(_entry(self.storage.get_conversation(cid)))
                 except StorageError as exc:
-                    emit(self.error_raised, f"Could not save the reply: {exc}")
-            emit(self.conversation_changed, cid)
+                    self.error_raised.emit(f"Could not save the reply: {exc}")
+            self.conversation_changed.emit(cid)
             return
-        emit(self.reply_progressed, cid)
+        self.reply_progressed.emit(cid)
 
     def _load_session(self, cid: str) -> SessionState | None:
         try:
@@ -402,7 +401,7 @@ class ChatController(QObject):
         self._live.pop(cid, None)
         self._by_request.pop(live.request_id, None)
         self.catalog.set_busy(cid, False)
-        emit(self.busy_changed, cid, False)
+        self.busy_changed.emit(cid, False)
 
 
 def _entry(conv: Conversation) -> ConversationEntry:

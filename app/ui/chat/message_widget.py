@@ -19,7 +19,6 @@ from PySide6.QtWidgets import (
 
 from app.storage import ReplyStats
 from app.ui.chat.markdown import Segment, split_markdown
-from app.ui.signals import emit
 from app.ui.theme import current_icon
 
 
@@ -152,8 +151,8 @@ class BranchSwitcher(QWidget):
         self.next_button = _action_button("right", "Next branch")
         self.label = QLabel(f"{position}/{count}")
         self.label.setObjectName("branchLabel")
-        self.prev_button.clicked.connect(lambda: emit(self.stepped, -1))
-        self.next_button.clicked.connect(lambda: emit(self.stepped, 1))
+        self.prev_button.clicked.connect(lambda: self.stepped.emit(-1))
+        self.next_button.clicked.connect(lambda: self.stepped.emit(1))
         self.prev_button.setEnabled(position > 1)
         self.next_button.setEnabled(position < count)
         layout = QHBoxLayout(self)
@@ -292,7 +291,7 @@ class MessageWidget(QFrame):
         copy = _action_button("copy", "Copy reply")
         copy.clicked.connect(lambda: QGuiApplication.clipboard().setText(self.body.source()))
         regen = _action_button("refresh", "Regenerate")
-        regen.clicked.connect(lambda: emit(self.regenerate_requested, self.message_id))
+        regen.clicked.connect(lambda: self.regenerate_requested.emit(self.message_id))
         self.action_buttons.update({"copy": copy, "regenerate": regen})
         actions.addWidget(copy)
         actions.addWidget(regen)
@@ -310,7 +309,7 @@ class MessageWidget(QFrame):
         if branch[1] > 1:
             self.switcher = BranchSwitcher(*branch)
             self.switcher.stepped.connect(
-                lambda step: emit(self.branch_stepped, self.message_id, step)
+                lambda step: self.branch_stepped.emit(self.message_id, step)
             )
             layout.addWidget(self.switcher)
 
@@ -406,7 +405,7 @@ class MessageWidget(QFrame):
             return
         text = self.editor.toPlainText()
         self._end_edit()
-        emit(self.edit_submitted, self.message_id, text)
+        self.edit_submitted.emit(self.message_id, text)
 
     def _end_edit(self) -> None:
         if self.editor is None:

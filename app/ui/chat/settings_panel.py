@@ -16,7 +16,6 @@ from PySide6.QtWidgets import (
 )
 
 from app.storage import Conversation, SamplingSettings
-from app.ui.signals import emit
 
 
 class SettingsPanel(QScrollArea):
@@ -163,7 +162,7 @@ class SettingsPanel(QScrollArea):
 
     def _emit_settings(self) -> None:
         if self._cid is not None:
-            emit(self.settings_edited, self._cid, self.system_prompt.toPlainText(), self.sampling())
+            self.settings_edited.emit(self._cid, self.system_prompt.toPlainText(), self.sampling())
 
 
 def _section(text: str) -> QLabel:

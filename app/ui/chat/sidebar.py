@@ -21,7 +21,6 @@ from PySide6.QtWidgets import (
 )
 
 from app.ui.qt_models.conversation_list import AGE_ROLE, BUSY_ROLE, ID_ROLE, ConversationListModel
-from app.ui.signals import emit
 from app.ui.theme import colors, current_icon
 
 
@@ -163,12 +162,12 @@ class Sidebar(QFrame):
 
     def _on_current_changed(self, current: QModelIndex, _previous: QModelIndex) -> None:
         if current.isValid():
-            emit(self.conversation_activated, str(current.data(ID_ROLE)))
+            self.conversation_activated.emit(str(current.data(ID_ROLE)))
 
     def _on_delete_shortcut(self) -> None:
         cid = self.current_id()
         if cid:
-            emit(self.delete_requested, cid)
+            self.delete_requested.emit(cid)
 
     def _on_context_menu_requested(self, pos) -> None:  # type: ignore[no-untyped-def]
         idx = self.list.indexAt(pos)
@@ -178,8 +177,8 @@ class Sidebar(QFrame):
         menu = QMenu(self)
         menu.addAction("Rename", lambda: self.list.edit(idx))
         menu.addSeparator()
-        menu.addAction("Export as Markdown…", lambda: emit(self.export_requested, cid, "markdown"))
-        menu.addAction("Export as JSON…", lambda: emit(self.export_requested, cid, "json"))
+        menu.addAction("Export as Markdown…", lambda: self.export_requested.emit(cid, "markdown"))
+        menu.addAction("Export as JSON…", lambda: self.export_requested.emit(cid, "json"))
         menu.addSeparator()
-        menu.addAction("Delete", lambda: emit(self.delete_requested, cid))
+        menu.addAction("Delete", lambda: self.delete_requested.emit(cid))
         menu.exec(self.list.viewport().mapToGlobal(pos))

@@ -9,7 +9,6 @@ from typing import Any
 from PySide6.QtCore import QAbstractListModel, QModelIndex, QPersistentModelIndex, Qt
 
 from app.ui.chat.catalog import ConversationCatalog
-from app.ui.signals import emit
 
 Index = QModelIndex | QPersistentModelIndex
 
@@ -57,7 +56,7 @@ class ConversationListModel(QAbstractListModel):
 
     def changed(self, row: int) -> None:
         idx = self.index(row, 0)
-        emit(self.dataChanged, idx, idx)
+        self.dataChanged.emit(idx, idx)
 
     # -- QAbstractListModel -------------------------------------------------------------
 
