@@ -8,18 +8,23 @@ from PySide6.QtWidgets import QApplication
 
 from app.ui import theme
 from app.ui.cache.dashboard import TAB_SCHEDULER, TAB_SPACE, TAB_TREE
-from tests.ui.cache.conftest import fill_index, screenshot
+from tests.ui.cache.conftest import fill_index, screenshot, tiny_config
 from tests.ui.cache.test_live_store import chat
 
 
-def test_monitor_shows_two_busy_slots(tiny: Any, engine: Any, make_dashboard: Any, qtbot: Any) -> None:
+def test_monitor_shows_two_busy_slots(engine: Any, tiny_model_path: Any, make_dashboard: Any, qtbot: Any) -> None:
+    # NOTE: a long context so the two replies outlast the monitor's refresh timer by far
+    # (the tiny model decodes hundreds of tokens a second; 400 tokens could end unseen).
+    config = tiny_config(tiny_model_path)
+    config.n_ctx = 2048
+    tiny = engine.load_model("tiny", config)
     dash = make_dashboard(engine)
     dash.select_tab(TAB_SCHEDULER)
     panel = dash.scheduler_panel
     qtbot.waitUntil(lambda: panel.slot_states("tiny") == ["free"] * 4, timeout=2000)
     streams = [
         tiny.infer(chat(tiny, f"Tell me a long story about loaf number {i}."), session_id=f"story-{i}",
-                   response_tokens=400)  # fmt: skip
+                   response_tokens=1900)  # fmt: skip
         for i in range(2)
     ]
     try:
