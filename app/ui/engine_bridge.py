@@ -19,6 +19,7 @@ from typing import Any
 
 from PySide6.QtCore import QCoreApplication, QMetaObject, QObject, Qt, QThread, QTimer, Signal, Slot
 
+from app.engine.chat import continuation_suffix
 from app.engine.events import Done, Error, Event, ThinkingDelta, ThinkingEnd, Token, TokenId
 
 log = logging.getLogger(__name__)
@@ -169,7 +170,11 @@ class _BridgeWorker(QObject):
         held = pinned or request.session
         if held is not None and held.model_id != self._model_id:
             held = None
-        suffix = self._continuation_suffix(full, held) if held is not None else None
+        suffix = (
+            continuation_suffix(full, held.tokens, self._piece, ended_with_eog=held.ended_with_eog)
+            if held is not None
+            else None
+        )
         prompt = full if held is None or not suffix else held.tokens + suffix
         with self._lock:
             live = _Live(request, prompt, "infer")
@@ -196,35 +201,6 @@ class _BridgeWorker(QObject):
         live.stream = stream
         if not self._frame.isActive():
             self._frame.start()
-
-    def _continuation_suffix(self, full: list[int], held: SessionState) -> list[int] | None:
-        """The tokens to append to what the session holds so that it reads as ``full``.
-
-        The plain case: ``full`` extends the held tokens. Otherwise the re-rendered history
-        tokenizes earlier replies differently from the ids that were sampled (same text,
-        other merges). Then we align by *text*: walk ``full`` until its text equals the held
-        tokens' text and continue from there, so the KV stays semantically identical to
-        ``full`` while its tokens stay exactly what the engine saved.
-        """
-        tokens = held.tokens
-        if len(full) > len(tokens) and full[: len(tokens)] == tokens:
-            return full[len(tokens) :]
-        body = tokens[:-1] if held.ended_with_eog else tokens
-        target = "".join(self._piece(t) for t in body)
-        text = ""
-        j = 0
-        while j < len(full) and len(text) < len(target):
-            text += self._piece(full[j])
-            j += 1
-            if not target.startswith(text):
-                return None
-        if text != target:
-            return None
-        if held.ended_with_eog:
-            if j >= len(full) or full[j] != tokens[-1]:
-                return None
-            j += 1
-        return full[j:] or None
 
     def _piece(self, token: int) -> str:
         piece = self._pieces.get(token)

@@ -6,6 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from app.engine.chat import continuation_suffix
 from app.ui.engine_bridge import (
     ChatTurn,
     EngineBridge,
@@ -31,11 +32,16 @@ def _tokens(text: str) -> list[int]:
     return list(text.encode())
 
 
+def _suffix(worker, full, held):
+    """What the bridge sends on a held session (app.engine.chat with the bridge's pieces)."""
+    return continuation_suffix(full, held.tokens, worker._piece, ended_with_eog=held.ended_with_eog)
+
+
 def test_suffix_when_the_new_prompt_extends_what_the_session_holds(qapp, fake):
     engine, model = fake
     worker = _BridgeWorker(engine, model, "fake")
     held = SessionState("fake", tuple(_tokens("<u>hi<a>")), tuple(_tokens("hello")), False)
-    assert worker._continuation_suffix(_tokens("<u>hi<a>hello<e><u>more<a>"), held) == _tokens(
+    assert _suffix(worker, _tokens("<u>hi<a>hello<e><u>more<a>"), held) == _tokens(
         "<e><u>more<a>"
     )
 
@@ -50,9 +56,9 @@ def test_suffix_aligned_by_text_when_tokens_differ(qapp, fake):
         "hi" if t == 0x6869 else "" if t == 0 else chr(t) for t in ids
     )
     full = _tokens("<a>hi") + [0] + _tokens("<u>next")
-    assert worker._continuation_suffix(full, held) == _tokens("<u>next")
+    assert _suffix(worker, full, held) == _tokens("<u>next")
     # A different reply text in the history: no safe suffix, the full prompt is sent.
-    assert worker._continuation_suffix(_tokens("<a>ho") + [0], held) is None
+    assert _suffix(worker, _tokens("<a>ho") + [0], held) is None
 
 
 def test_turns_continue_the_session_and_resume_after_restart(qtbot, fake, tmp_path):
