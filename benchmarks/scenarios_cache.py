@@ -88,7 +88,7 @@ def b3_restart(path: str, n_tokens: int = 2000) -> Result:
 def _decode_rate(model: Model, n_streams: int, n_tokens: int) -> float:
     prompts = [model.tokenize(f"Story number {i}: once upon a time there was") for i in range(n_streams)]
     t0 = time.perf_counter()
-    streams = [model.infer(p, response_tokens=n_tokens) for p in prompts]
+    streams = [model.infer(p, response_tokens=n_tokens, ignore_eos=True) for p in prompts]
     total = sum(s.result().completion_tokens for s in streams)
     return total / (time.perf_counter() - t0)
 

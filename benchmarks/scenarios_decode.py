@@ -25,7 +25,8 @@ def hearth_decode_throughput(model: Model, n_streams: int, n_tokens: int = 64) -
         return on_event
 
     streams = [
-        model.infer(model.tokenize(PROMPTS[i]), response_tokens=n_tokens + 1, on_event=recorder(i))
+        # ignore_eos: the raw loop decodes n_tokens whatever it samples; so does this.
+        model.infer(model.tokenize(PROMPTS[i]), response_tokens=n_tokens + 1, ignore_eos=True, on_event=recorder(i))
         for i in range(n_streams)
     ]
     for s in streams:

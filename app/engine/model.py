@@ -41,7 +41,7 @@ _refs = itertools.count(1)
 _OPTION_KEYS = {
     "response_tokens", "parent_key", "temperature", "top_p", "top_k", "min_p",
     "repetition_penalty", "seed", "stop_sequences", "grammar", "thinking",
-    "thinking_budget_tokens", "session_id",
+    "thinking_budget_tokens", "session_id", "ignore_eos",
 }  # fmt: skip
 
 
@@ -409,5 +409,6 @@ def parse_options(opts: dict[str, Any], default_tokens: int) -> RequestOptions:
         thinking=thinking in ("enabled", True),
         thinking_budget_tokens=int(budget) if budget and int(budget) > 0 else None,
         session_id=None if sid is None else str(sid),
+        ignore_eos=bool(opts.get("ignore_eos", False)),
     )
 

@@ -39,6 +39,8 @@ class RequestOptions:
     thinking: bool = False
     thinking_budget_tokens: int | None = None
     session_id: str | None = None
+    ignore_eos: bool = False
+    """Beyond SPEC: keep generating past end-of-generation (benchmarks, like llama-server's)."""
 
 
 class StopScanner:

@@ -364,7 +364,7 @@ class Scheduler:
             self.router.route(req, token)
         if req.finishing:  # routing failed the request (e.g. thinking without opt-in)
             return
-        if is_eog or req.stop.matched is not None:
+        if (is_eog and not req.options.ignore_eos) or req.stop.matched is not None:
             self._mark(req, "stop")
         elif req.num_generated >= req.options.response_tokens or len(req.context_tokens) >= self.config.n_ctx:
             self._mark(req, "length")

@@ -435,3 +435,10 @@ def test_unloaded_model_refuses_instead_of_crashing(tmp_path):
             call()
     with pytest.raises(EngineError):
         model.infer(tok("x"))
+
+
+def test_ignore_eos_keeps_generating(make_model):
+    model, _ = make_model(StubBackend(script={"Q:": "hi"}))
+    assert len(model.complete("Q:", response_tokens=10).generated) == 3  # "h", "i", end
+    res = model.complete("Q:", response_tokens=10, ignore_eos=True)
+    assert len(res.generated) == 10 and res.finish_reason == "length"
