@@ -372,10 +372,11 @@ def parse(data: bytes | memoryview, expected_key: bytes) -> tuple[BlobMeta, byte
     key recomputed from the file's fingerprint/quant/ctx hash/tokens ≠ ``expected_key``.
     """
     meta = parse_meta(data)
-    view = memoryview(data)
-    payload = view[meta.payload_offset : meta.payload_offset + meta.payload_length]
+    # NOTE: one copy of the payload, then the CRC over it: google_crc32c takes only bytes,
+    # so checking a memoryview first would copy tens of MB twice on the restore path.
+    payload = bytes(memoryview(data)[meta.payload_offset : meta.payload_offset + meta.payload_length])
     if crc32c(payload) != meta.payload_crc32c:
         raise CorruptBlob("payload CRC32C mismatch")
     if meta.key != expected_key:
         raise CorruptBlob("key mismatch: the file describes other tokens or another model")
-    return meta, bytes(payload)
+    return meta, payload
