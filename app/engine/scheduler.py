@@ -22,7 +22,7 @@ import time
 from collections import OrderedDict, deque
 from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from app.cache.keys import KeyMeta
@@ -187,11 +187,11 @@ class Scheduler:
 
     def _admit_continue(self, adm: Admission) -> None:
         sid = adm.options.session_id
+        if sid is not None and self._session_in_flight(sid):
+            raise StickyBusy(f"session {sid!r} already has a request in flight")
         if sid is None or sid not in self.sessions:
             raise NoSession(f"no live session {sid!r} to continue")
         session = self.sessions[sid]
-        if session.seq_id in self.reqs:
-            raise StickyBusy(f"session {sid!r} already has a request in flight")
         assert adm.continue_suffix is not None
         adm.prompt = session.tokens + adm.continue_suffix
         self._check_fits(adm.prompt)
@@ -207,9 +207,7 @@ class Scheduler:
             )
 
     def _session_in_flight(self, sid: str) -> bool:
-        session = self.sessions.get(sid)
-        if session is not None and session.seq_id in self.reqs:
-            return True
+        """A request of this session is running or waiting for a seq."""
         return any(r.options.session_id == sid for r in self.reqs.values()) or any(
             a.options.session_id == sid for a in self.pending
         )
@@ -580,7 +578,6 @@ class Scheduler:
     def set_meta(self, meta: KeyMeta | None) -> None:
         """New cache identity (adapters changed). In-flight requests keep their own meta."""
         self.meta = meta
-        self.snapshot = replace(self.snapshot)
 
 
 def _is_prefix(prefix: list[int], tokens: list[int]) -> bool:

@@ -225,6 +225,8 @@ def test_sticky_busy(make_model):
     with pytest.raises(StickyBusy) as err:
         model.infer(tok("long more"), response_tokens=5, session_id="c1")
     assert err.value.code == "sticky_busy"
+    with pytest.raises(StickyBusy):
+        model.continue_session(tok(" more"), session_id="c1")
     s.cancel()
     s.result(timeout=10)
 
