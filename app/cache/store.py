@@ -533,8 +533,12 @@ class CacheStore:
 
     # -- eviction machinery (callers hold _io_lock) --------------------------------------
 
-    def _make_room(self, tier: str, size: int, exclude: bytes | None = None) -> bool:
-        """Evict/demote LRU unpinned rows until ``size`` more bytes fit in ``tier``."""
+    def _make_room(self, tier: str, size: int, protect: frozenset[bytes] = frozenset()) -> bool:
+        """Evict/demote LRU unpinned rows until ``size`` more bytes fit in ``tier``.
+
+        ``protect``: rows being moved by a caller up the stack. A demotion makes room on disk
+        in turn, and must not evict the very row whose move started it.
+        """
         quota = self._quotas[tier]
         if size > quota:
             return False
@@ -551,22 +555,22 @@ class CacheStore:
             with self._lock:
                 row = self._index.get(cand.key)
                 busy = row is None or row.pinned or self._load_pins[cand.key] > 0
-            if busy or row is None or row.tier != tier or row.key == exclude:
+            if busy or row is None or row.tier != tier or row.key in protect:
                 continue
-            if tier == TIER_DISK or not self._demote(row):
+            if tier == TIER_DISK or not self._demote(row, protect):
                 if tier != TIER_DISK:
                     log.warning("cache row %s could not be demoted; deleting", row.key.hex())
                 self._count("evictions")
                 self._remove(row)
         return self._usage[tier] + size <= quota
 
-    def _demote(self, row: Row) -> bool:
-        if self._relocate(row, TIER_DISK) is None:
+    def _demote(self, row: Row, protect: frozenset[bytes] = frozenset()) -> bool:
+        if self._relocate(row, TIER_DISK, protect) is None:
             return False
         self._count("demotions")
         return True
 
-    def _relocate(self, row: Row, dest: str) -> Row | None:
+    def _relocate(self, row: Row, dest: str, protect: frozenset[bytes] = frozenset()) -> Row | None:
         """Copy a row's blob to ``dest`` (validated), switch the row over, drop the old copy."""
         try:
             data = self._tiers[row.tier].read(row.key)
@@ -576,7 +580,7 @@ class CacheStore:
             self._count("corrupt_files")
             self._remove(row)
             return None
-        if not self._make_room(dest, row.size, exclude=row.key):
+        if not self._make_room(dest, row.size, protect | {row.key}):
             return None
         try:
             location = self._tiers[dest].write(row.key, data[: meta.payload_offset], payload)

@@ -230,3 +230,21 @@ def test_quotas_hold_under_many_saves(store: CacheStore) -> None:
     assert_within_quota(store)
     assert len(store.rows()) == 10
     assert store.counters()["demotions"] >= 5 and store.counters()["evictions"] >= 5
+
+
+def test_moving_a_row_never_evicts_the_row_being_moved(store: CacheStore) -> None:
+    """Moving R (disk) into a full RAM tier demotes C to disk, which needs room on a full
+    disk whose only row is R itself: R must not be evicted by its own move (it once was,
+    and the tier byte counts then drifted from the rows)."""
+    size = blob_size(store)
+    store.set_quota("ram", size + size // 2)
+    store.set_quota("disk", size + size // 2)
+    save(store, CONV["A"], tier="disk")
+    save(store, CONV["B"], tier="ram")
+    row_a = store.lookup_exact(META, CONV["A"])
+    assert row_a is not None and store.move(row_a.key, "ram")
+    assert tier_of(store, "A") == "ram"
+    assert sum(r.size for r in store.rows()) == sum(u for u, _ in store.tier_usage().values())
+    assert_within_quota(store)
+    row_a = store.lookup_exact(META, CONV["A"])
+    assert row_a is not None and store.load(row_a) == payload_for(CONV["A"])
