@@ -4,19 +4,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from PySide6.QtCore import QAbstractTableModel, QModelIndex, QPersistentModelIndex, Qt
+from PySide6.QtCore import Qt
 
 from app.models.hub import RepoInfo
 from app.ui.models.format import human_count, human_date
-
-Index = QModelIndex | QPersistentModelIndex
+from app.ui.qt_models.flat_table import FlatTableModel, Index
 
 REPO_ID_ROLE = Qt.ItemDataRole.UserRole + 1
 COLUMNS = ("Repository", "Downloads", "Likes", "Updated")
 
 
-class HubResultsModel(QAbstractTableModel):
+class HubResultsModel(FlatTableModel):
     """Holds the last search's results; ``set_results`` replaces them (a model reset)."""
+
+    columns = COLUMNS
 
     def __init__(self) -> None:
         super().__init__()
@@ -30,25 +31,8 @@ class HubResultsModel(QAbstractTableModel):
     def result(self, row: int) -> RepoInfo:
         return self._results[row]
 
-    def rowCount(self, parent: Index = QModelIndex()) -> int:  # noqa: B008, N802
-        return 0 if parent.isValid() else len(self._results)
-
-    def columnCount(self, parent: Index = QModelIndex()) -> int:  # noqa: B008, N802
-        return 0 if parent.isValid() else len(COLUMNS)
-
-    def headerData(  # noqa: N802
-        self, section: int, orientation: Qt.Orientation, role: int = Qt.ItemDataRole.DisplayRole
-    ) -> Any:
-        if (orientation == Qt.Orientation.Horizontal and role == Qt.ItemDataRole.DisplayRole
-                and 0 <= section < len(COLUMNS)):
-            return COLUMNS[section]
-        return None
-
-    def flags(self, index: Index) -> Qt.ItemFlag:
-        if not index.isValid():
-            return Qt.ItemFlag.NoItemFlags
-        return Qt.ItemFlag.ItemIsEnabled | Qt.ItemFlag.ItemIsSelectable | \
-            Qt.ItemFlag.ItemNeverHasChildren
+    def num_rows(self) -> int:
+        return len(self._results)
 
     def data(self, index: Index, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
         if not index.isValid() or not 0 <= index.row() < len(self._results):

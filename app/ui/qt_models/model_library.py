@@ -4,13 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from PySide6.QtCore import QAbstractTableModel, QModelIndex, QPersistentModelIndex, Qt
+from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor, QPainter, QPixmap
 
 from app.ui.models.format import human_bytes
 from app.ui.models.library_state import LibraryCatalog, LibraryRow
-
-Index = QModelIndex | QPersistentModelIndex
+from app.ui.qt_models.flat_table import FlatTableModel, Index
 
 ROW_ROLE = Qt.ItemDataRole.UserRole + 1  # the LibraryRow
 PATH_ROLE = Qt.ItemDataRole.UserRole + 2  # str path of the file
@@ -22,7 +21,9 @@ _STATUS_COLORS = {"loaded": "#16a34a", "broken": "#dc2626", "busy": "#f59e0b",
                   "failed": "#dc2626", "idle": "#9ca3af"}
 
 
-class LibraryTableModel(QAbstractTableModel):
+class LibraryTableModel(FlatTableModel):
+    columns = COLUMNS
+
     def __init__(self, catalog: LibraryCatalog) -> None:
         super().__init__()
         self._catalog = catalog
@@ -41,25 +42,8 @@ class LibraryTableModel(QAbstractTableModel):
 
     # -- QAbstractTableModel ----------------------------------------------------------------
 
-    def rowCount(self, parent: Index = QModelIndex()) -> int:  # noqa: B008, N802
-        return 0 if parent.isValid() else len(self._catalog)
-
-    def columnCount(self, parent: Index = QModelIndex()) -> int:  # noqa: B008, N802
-        return 0 if parent.isValid() else len(COLUMNS)
-
-    def headerData(  # noqa: N802
-        self, section: int, orientation: Qt.Orientation, role: int = Qt.ItemDataRole.DisplayRole
-    ) -> Any:
-        if (orientation == Qt.Orientation.Horizontal and role == Qt.ItemDataRole.DisplayRole
-                and 0 <= section < len(COLUMNS)):
-            return COLUMNS[section]
-        return None
-
-    def flags(self, index: Index) -> Qt.ItemFlag:
-        if not index.isValid():
-            return Qt.ItemFlag.NoItemFlags
-        return Qt.ItemFlag.ItemIsEnabled | Qt.ItemFlag.ItemIsSelectable | \
-            Qt.ItemFlag.ItemNeverHasChildren
+    def num_rows(self) -> int:
+        return len(self._catalog)
 
     def data(self, index: Index, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
         if not index.isValid() or not 0 <= index.row() < len(self._catalog):
