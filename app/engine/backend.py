@@ -113,6 +113,10 @@ class Backend(Protocol):
         """Drop the seq's KV cells from position ``start`` on."""
         ...
 
+    def seq_cp(self, src: int, dst: int, n_tokens: int) -> None:
+        """Make ``dst`` share ``src``'s KV cells for positions ``0 .. n_tokens-1``."""
+        ...
+
     def kv_pack(self, seq_id: int) -> bytes: ...
 
     def kv_unpack(self, seq_id: int, payload: bytes) -> bool:

@@ -574,6 +574,12 @@ class LlamaBackend:
         if start <= 0:
             self._rows.pop(seq_id, None)
 
+    def seq_cp(self, src: int, dst: int, n_tokens: int) -> None:
+        """With the unified KV cache the cells are shared, not copied: no compute, no memory."""
+        self._check_seq(src)
+        self._check_seq(dst)
+        llama_cpp.llama_memory_seq_cp(self._mem, src, dst, 0, n_tokens)
+
     def seq_pos_max(self, seq_id: int) -> int:
         """Largest position held by the seq, -1 when empty (handy for invariant checks)."""
         self._check_seq(seq_id)

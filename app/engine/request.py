@@ -199,6 +199,9 @@ class Request:
     first_token_at: float | None = None
     finished_at: float | None = None
     result_future: Any = None
+    share_from: tuple[int, int] | None = None
+    """(donor request ref, n tokens): waiting for another in-flight request to prefill a
+    shared prompt head, which is then shared into this seq instead of prefilled again."""
     # text pipeline
     spans: SpanTracker | None = None
     stop: StopScanner = field(default_factory=lambda: StopScanner(()))
@@ -232,11 +235,11 @@ class Request:
 
     @property
     def is_prefilling(self) -> bool:
-        return bool(self.prefill_cursor)
+        return bool(self.prefill_cursor) or self.share_from is not None
 
     @property
     def wants_decode(self) -> bool:
-        return not self.prefill_cursor and self.mode is not Mode.PREFILL_ONLY and not self.finishing
+        return not self.is_prefilling and self.mode is not Mode.PREFILL_ONLY and not self.finishing
 
     @property
     def in_tool_syntax(self) -> bool:

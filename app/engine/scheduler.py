@@ -270,9 +270,12 @@ class Scheduler:
             self.cache.count_sticky()
 
     def _setup_lookup(self, req: Request) -> None:
-        """Warm path (exact → parent_key → longest prefix) or cold path with its split."""
+        """Shared head of another seq, else warm path (exact → parent_key → longest prefix),
+        else cold path with its split."""
         self.backend.seq_rm(req.seq_id, 0)
         prompt = req.prompt_tokens
+        if self._setup_share(req):
+            return
         hit = None
         if self.meta is not None:
             hit = self.cache.lookup(self.meta, prompt, req.options.parent_key)
@@ -299,6 +302,59 @@ class Scheduler:
         else:
             req.prefill_cursor = list(prompt)
 
+    # ------------------------------------------------------------------ shared prompt heads
+
+    def _setup_share(self, req: Request) -> bool:
+        """Beyond the seed: reuse the KV of another live seq whose prompt starts the same way.
+
+        NOTE: when several conversations with one system prompt start together, none of them
+        is in the cache yet; the first prefills the shared head and the others share its
+        cells (``llama_memory_seq_cp``: with the unified KV cache nothing is copied) instead
+        of prefilling it again. An idle session's seq is a donor too.
+        """
+        prompt = req.prompt_tokens
+        best_n, donor_seq, donor_req = 0, -1, None
+        for other in self.reqs.values():
+            n = _common_prefix_len(other.prompt_tokens, prompt)
+            if n > best_n and not other.finishing:
+                best_n, donor_seq, donor_req = n, other.seq_id, other
+        for session in self.sessions.values():
+            n = _common_prefix_len(session.tokens, prompt)
+            if n > best_n:
+                best_n, donor_seq, donor_req = n, session.seq_id, None
+        n = min(best_n, len(prompt) - 1)  # the last prompt token is prefilled for logits
+        if n < SHARE_MIN_TOKENS:
+            return False
+        req.cache_hit_kind = "partial"
+        req.cache_hit_prefix_len = n
+        req.last_save_at = n
+        if donor_req is None or len(donor_req.context_tokens) >= n:
+            self._take_share(req, donor_seq, n)
+        else:
+            req.share_from = (donor_req.ref, n)
+        return True
+
+    def _take_share(self, req: Request, src_seq: int, n: int) -> None:
+        self.backend.seq_cp(src_seq, req.seq_id, n)
+        req.context_tokens = list(req.prompt_tokens[:n])
+        req.prefill_cursor = list(req.prompt_tokens[n:])
+        req.share_from = None
+
+    def _resolve_shares(self) -> None:
+        """Waiting requests take their shared head once the donor's KV holds it; if the donor
+        went away first, they prefill the whole prompt themselves."""
+        for req in self.reqs.values():
+            if req.share_from is None:
+                continue
+            ref, n = req.share_from
+            donor = next((r for r in self.reqs.values() if r.ref == ref), None)
+            if donor is not None and len(donor.context_tokens) >= n:
+                self._take_share(req, donor.seq_id, n)
+            elif donor is None or donor.finishing or not donor.prefill_cursor:
+                req.share_from = None
+                req.prefill_cursor = list(req.prompt_tokens)
+                req.cache_hit_kind, req.cache_hit_prefix_len, req.last_save_at = "cold", 0, 0
+
     # ------------------------------------------------------------------ the tick
 
     def tick(self) -> None:
@@ -310,6 +366,7 @@ class Scheduler:
         if not self.reqs:
             self._dispatch_pending()
             return
+        self._resolve_shares()
         try:
             ops = build_ops(self.reqs.values(), self.config.n_batch, self.config.chunk_size)
         except EngineError as exc:
@@ -332,6 +389,7 @@ class Scheduler:
             n_prefill = sum(len(o.tokens) for o in ops if isinstance(o, PrefillOp))
             n_decode = sum(1 for o in ops if isinstance(o, DecodeOp))
             self._ticks.append(TickInfo(n_prefill, n_decode, (time.perf_counter() - t0) * 1000))
+            self._resolve_shares()  # before a donor that finishes now releases its seq
         self._finish_marked()
         self._dispatch_pending()
 
@@ -578,6 +636,23 @@ class Scheduler:
     def set_meta(self, meta: KeyMeta | None) -> None:
         """New cache identity (adapters changed). In-flight requests keep their own meta."""
         self.meta = meta
+
+
+SHARE_MIN_TOKENS = 32
+
+
+def _common_prefix_len(a: list[int], b: list[int]) -> int:
+    n = min(len(a), len(b))
+    if a[:n] == b[:n]:
+        return n
+    lo, hi = 0, n  # a[:lo] == b[:lo], a[:hi] != b[:hi]: binary search on slice equality
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if a[:mid] == b[:mid]:
+            lo = mid
+        else:
+            hi = mid
+    return lo
 
 
 def _is_prefix(prefix: list[int], tokens: list[int]) -> bool:

@@ -124,6 +124,11 @@ class StubBackend:
         del seq[start:]
         self.has_logits[seq_id] = False
 
+    def seq_cp(self, src: int, dst: int, n_tokens: int) -> None:
+        assert len(self.kv.get(src, [])) >= n_tokens, "copying positions the source does not hold"
+        self.kv[dst] = list(self.kv[src][:n_tokens])
+        self.has_logits[dst] = False
+
     def kv_pack(self, seq_id: int) -> bytes:
         return ",".join(map(str, self.kv.get(seq_id, []))).encode()
 

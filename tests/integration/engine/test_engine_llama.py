@@ -165,3 +165,38 @@ def test_model_file_is_hashed_once_per_data_dir(tmp_path, tiny_model_path):
         again = e.load_model("c", _config(tiny_model_path, n_seq_max=1)).model_info().fingerprint
         assert e._fingerprints.num_hashed == 0  # remembered across restarts
     assert first == again == file_sha256(tiny_model_path).hex()
+
+
+SYSTEM = (
+    "You are Hearth, a friendly assistant running on this computer. You answer questions "
+    "about cooking, baking and bread clearly and briefly, in plain English, without lists."
+)
+
+
+def _shared_head_equals_solo(tmp_path, path: Path) -> None:
+    """Four chats with one system prompt start together: three share the first one's KV
+    for the head (llama_memory_seq_cp) and still produce exactly the solo greedy tokens."""
+    questions = ["How long should dough rise?", "Which flour for rye bread?",
+                 "What oven temperature?", "Why did my loaf collapse?"]
+    with Engine(tmp_path / "solo") as e:
+        m = e.load_model("m", _config(path, n_seq_max=1))
+        chats = [m.apply_chat_template({"messages": [{"role": "user", "content": q}], "system": SYSTEM})
+                 for q in questions]
+        solo = [_ids(m.infer(c, response_tokens=12)) for c in chats]
+    with Engine(tmp_path / "together") as e:
+        m = e.load_model("m", _config(path, n_seq_max=4))
+        streams = [m.infer(c, response_tokens=12) for c in chats]
+        events = [list(s) for s in streams]
+    stats = [ev[-1].stats for ev in events]
+    assert sorted(s.cache_hit_kind for s in stats) == ["cold", "partial", "partial", "partial"]
+    assert all(s.cache_delta.read >= 30 for s in stats if s.cache_hit_kind == "partial")
+    assert [[x.id for x in ev if isinstance(x, TokenId)] for ev in events] == solo
+
+
+def test_shared_prompt_head_equals_solo_tiny(tmp_path, tiny_model_path):
+    _shared_head_equals_solo(tmp_path, tiny_model_path)
+
+
+@pytest.mark.smollm2
+def test_shared_prompt_head_equals_solo_smollm2(tmp_path, smollm2_path):
+    _shared_head_equals_solo(tmp_path, smollm2_path)

@@ -444,3 +444,45 @@ def test_ignore_eos_keeps_generating(make_model):
     assert len(model.complete("Q:", response_tokens=10).generated) == 3  # "h", "i", end
     res = model.complete("Q:", response_tokens=10, ignore_eos=True)
     assert len(res.generated) == 10 and res.finish_reason == "length"
+
+
+HEAD = "You are a careful assistant. Answer briefly and kindly. "  # > SHARE_MIN_TOKENS chars
+
+
+def test_requests_starting_together_share_the_prompt_head(make_model):
+    model, stub = make_model(StubBackend(n_seq_max=3, step_delay=0.002), n_batch=64, prefill_chunk_size=16)
+    prompts = [tok(HEAD + q) for q in ("Q1?", "Question two?", "3?")]
+    solo = [list(model.complete(model.detokenize(p), response_tokens=6).generated) for p in prompts]
+    stub.prefilled.clear()
+    streams = [model.infer(p, response_tokens=6) for p in prompts]
+    events = [list(s) for s in streams]
+    stats = [ev[-1].stats for ev in events]
+    assert stats[0].cache_hit_kind == "cold"
+    assert [s.cache_hit_kind for s in stats[1:]] == ["partial", "partial"]
+    assert [s.cache_delta.read for s in stats[1:]] == [len(HEAD) + 1, len(HEAD)]  # "Q" is shared too
+    # Only the first seq prefilled the head; the others prefilled what follows it.
+    assert sum(stub.prefilled.values()) == len(prompts[0]) + sum(
+        len(p) - s.cache_delta.read for p, s in zip(prompts[1:], stats[1:], strict=True)
+    )
+    assert [[e.id for e in ev if isinstance(e, TokenId)] for ev in events] == solo
+
+
+def test_an_idle_session_shares_its_head_with_a_new_conversation(make_model):
+    model, stub = make_model(StubBackend(n_seq_max=2))
+    model.complete(HEAD + "first chat", response_tokens=3, session_id="a")
+    stub.prefilled.clear()
+    res = model.complete(HEAD + "second chat", response_tokens=3)
+    assert (res.cache_hit_kind, res.cache_delta.read) == ("partial", len(HEAD))
+    assert sum(stub.prefilled.values()) == len("second chat")
+    assert model.snapshot().slots[0].state == "pinned"  # the donor session keeps its KV
+
+
+def test_share_falls_back_to_a_full_prefill_when_the_donor_goes_away(make_model):
+    model, stub = make_model(StubBackend(n_seq_max=2, step_delay=0.005), n_batch=8, prefill_chunk_size=4)
+    donor = model.infer(tok(HEAD + "donor"), response_tokens=50)
+    waiter = model.infer(tok(HEAD + "waiter"), response_tokens=3)
+    donor.cancel()
+    assert donor.result(timeout=10).cancelled
+    stats = waiter.result(timeout=10)
+    assert stats.completion_tokens == 3
+    assert stats.cache_hit_kind in ("partial", "cold")  # shared if the donor got far enough
