@@ -312,13 +312,10 @@ class Model:
         )
 
     def _apply_adapters(self) -> None:
-        """Runs on the scheduler thread. Idle sessions hold KV computed under the old set,
-        so they are released (their saves stay valid under the old fingerprint)."""
+        """Runs on the scheduler thread (see ``Scheduler.adapters_changed``)."""
         self.backend.set_adapters([(e.native, e.scale) for e in self._adapters.values()])
-        self.scheduler.drop_idle_sessions()
-        if self.scheduler.meta is not None:
-            info = self.backend.info
-            self.scheduler.set_meta(KeyMeta(self.effective_fingerprint(), info.quant_type, info.ctx_params_hash))
+        info = self.backend.info
+        self.scheduler.adapters_changed(KeyMeta(self.effective_fingerprint(), info.quant_type, info.ctx_params_hash))
 
     # ------------------------------------------------------------------ speculative decoding
 

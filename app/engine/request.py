@@ -199,6 +199,8 @@ class Request:
     first_token_at: float | None = None
     finished_at: float | None = None
     result_future: Any = None
+    weights_epoch: int = 0
+    """Which adapter set the request's KV is computed with (Scheduler.weights_epoch)."""
     share_from: tuple[int, int] | None = None
     """(donor request ref, n tokens): waiting for another in-flight request to prefill a
     shared prompt head, which is then shared into this seq instead of prefilled again."""

@@ -110,6 +110,7 @@ class Scheduler:
         self._last_hit: LastCacheHit | None = None
         self._num_generated = 0
         self._stopped = False
+        self.weights_epoch = 0
 
     # ------------------------------------------------------------------ thread plumbing
 
@@ -236,6 +237,7 @@ class Scheduler:
             spans=self._span_tracker(),
             result_future=adm.result,
             submitted_at=adm.submitted_at,
+            weights_epoch=self.weights_epoch,
         )
         req.prefill_started_at = time.perf_counter()
         if kind == "normal":
@@ -315,8 +317,10 @@ class Scheduler:
         prompt = req.prompt_tokens
         best_n, donor_seq, donor_req = 0, -1, None
         for other in self.reqs.values():
+            if other.finishing or other.weights_epoch != self.weights_epoch:
+                continue
             n = _common_prefix_len(other.prompt_tokens, prompt)
-            if n > best_n and not other.finishing:
+            if n > best_n:
                 best_n, donor_seq, donor_req = n, other.seq_id, other
         for session in self.sessions.values():
             n = _common_prefix_len(session.tokens, prompt)
@@ -581,9 +585,16 @@ class Scheduler:
         if session is not None and session.seq_id not in self.reqs:
             self._drop_session(sid)
 
-    def drop_idle_sessions(self) -> None:
+    def adapters_changed(self, meta: KeyMeta | None) -> None:
+        """The model's weights changed (LoRA set or scale): KV computed before is no longer
+        what this model would compute. Idle sessions are released (their saves stay valid
+        under the old fingerprint), new requests get the new cache identity, and in-flight
+        requests keep theirs — and are no donors of shared prompt heads for new ones."""
+        self.weights_epoch += 1
         for sid in [s for s, v in self.sessions.items() if v.seq_id not in self.reqs]:
             self._drop_session(sid)
+        if self.meta is not None:
+            self.meta = meta
 
     def cancel(self, ref: int) -> None:
         for req in self.reqs.values():
@@ -632,10 +643,6 @@ class Scheduler:
             recent_ticks=tuple(self._ticks),
             num_tokens_generated=self._num_generated,
         )
-
-    def set_meta(self, meta: KeyMeta | None) -> None:
-        """New cache identity (adapters changed). In-flight requests keep their own meta."""
-        self.meta = meta
 
 
 SHARE_MIN_TOKENS = 32

@@ -486,3 +486,16 @@ def test_share_falls_back_to_a_full_prefill_when_the_donor_goes_away(make_model)
     stats = waiter.result(timeout=10)
     assert stats.completion_tokens == 3
     assert stats.cache_hit_kind in ("partial", "cold")  # shared if the donor got far enough
+
+
+def test_no_head_sharing_across_an_adapter_change(make_model, tmp_path):
+    model, _ = make_model(StubBackend(n_seq_max=3, step_delay=0.003), n_batch=64)
+    lora = tmp_path / "adapter.gguf"
+    lora.write_bytes(b"GGUF stub adapter")
+    donor = model.infer(tok(HEAD + "donor"), response_tokens=300)
+    assert model.infer(tok(HEAD + "same weights"), response_tokens=2).result(timeout=10).cache_hit_kind == "partial"
+    model.load_adapter(str(lora))  # the donor's KV was computed with the old weights
+    after = model.infer(tok(HEAD + "new weights"), response_tokens=2).result(timeout=10)
+    assert (after.cache_hit_kind, after.cache_delta.read) == ("cold", 0)
+    donor.cancel()
+    donor.result(timeout=10)
