@@ -24,7 +24,7 @@ from app.ui.models.download_delegate import DownloadDelegate
 from app.ui.models.downloads import DownloadItem, DownloadManager
 from app.ui.models.format import human_bytes
 from app.ui.models.tasks import TaskRunner
-from app.ui.models.widgets import MessageCard, button, caption, section
+from app.ui.models.widgets import MessageCard, button, caption, section, side_card
 from app.ui.qt_models.download_list import ITEM_ROLE, DownloadListModel
 from app.ui.qt_models.model_hub import HubResultsModel
 
@@ -135,12 +135,7 @@ class HubPage(QWidget):
         self._refresh_actions()
 
     def _build_files_card(self) -> QFrame:
-        card = QFrame()
-        card.setObjectName("card")
-        card.setFixedWidth(300)
-        v = QVBoxLayout(card)
-        v.setContentsMargins(16, 16, 16, 16)
-        v.setSpacing(8)
+        card, v = side_card()
         self.repo_title = QLabel("No repository selected")
         self.repo_title.setObjectName("cardTitle")
         self.repo_title.setWordWrap(True)

@@ -27,7 +27,7 @@ from app.models.library import ModelEntry, ModelLibrary, estimate_memory
 from app.ui.models.format import human_bytes
 from app.ui.models.library_state import LibraryCatalog, LibraryRow
 from app.ui.models.settings import LoadSettings, load_settings_for, save_settings_for
-from app.ui.models.widgets import MessageCard, button, caption, section
+from app.ui.models.widgets import MessageCard, button, caption, section, side_card
 from app.ui.qt_models.model_library import COL_NAME, LibraryTableModel
 
 logger = logging.getLogger(__name__)
@@ -114,12 +114,7 @@ class LibraryPage(QWidget):
     # -- construction -------------------------------------------------------------------------
 
     def _build_details(self) -> QFrame:
-        card = QFrame()
-        card.setObjectName("card")
-        card.setFixedWidth(300)
-        v = QVBoxLayout(card)
-        v.setContentsMargins(16, 16, 16, 16)
-        v.setSpacing(8)
+        card, v = side_card()
         self.details_title = QLabel("No model selected")
         self.details_title.setObjectName("cardTitle")
         self.details_sub = QLabel("")  # no word wrap: explicit lines keep its height right

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QWidget
+from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
 
 def caption(text: str, name: str = "caption") -> QLabel:
@@ -18,6 +18,17 @@ def section(text: str) -> QLabel:
     label = QLabel(text.upper())
     label.setObjectName("sectionLabel")
     return label
+
+
+def side_card(width: int = 300) -> tuple[QFrame, QVBoxLayout]:
+    """The fixed-width details card at the right of the library and Hub pages."""
+    card = QFrame()
+    card.setObjectName("card")
+    card.setFixedWidth(width)
+    layout = QVBoxLayout(card)
+    layout.setContentsMargins(16, 16, 16, 16)
+    layout.setSpacing(8)
+    return card, layout
 
 
 def button(text: str, name: str, *, primary: bool = False) -> QPushButton:
