@@ -38,9 +38,8 @@ def raw_decode_throughput(
     each = sample every seq in C + one ``llama_decode`` of N rows. EOG is ignored.
 
     NOTE: flash attention is set explicitly rather than left to llama.cpp's "auto" (which
-    turns it on for CPU), so both sides of B1 run the same attention kernel. Measured here
-    it is ~10-15 % faster at decode, but it makes greedy tokens depend on the batch's
-    composition (a seq alone vs in a batch of 8 can differ, even on the tiny model).
+    turns it on for CPU), so both sides of B1 run the same attention kernel as Hearth's
+    default (``ModelConfig.flash_attn``; see there for why it is on).
     """
     if not 1 <= n_streams <= len(PROMPTS):
         raise ValueError(f"n_streams must be in 1..{len(PROMPTS)}")

@@ -15,11 +15,13 @@ A tick's ops, built by ``app.engine.batch``:
   scheduler has recorded for it (the cache-key invariant, SPEC §2).
 
 ``step`` returns one result per op, in op order: ``Prefilled()`` or ``Sampled(token, is_eog)``.
+When ``on_sampled`` is given, ``step`` calls it with those results after sampling and before
+``llama_decode``, so the scheduler can stream a tick's tokens while the tick's decode runs.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -97,7 +99,9 @@ class Backend(Protocol):
 
     info: BackendInfo
 
-    def step(self, ops: Sequence[Op]) -> list[StepResult]: ...
+    def step(
+        self, ops: Sequence[Op], on_sampled: Callable[[list[StepResult]], None] | None = None
+    ) -> list[StepResult]: ...
 
     def new_sampler(self, params: SamplingParams) -> Any:
         """Build a sampler chain; raises GrammarFailed for a malformed grammar."""

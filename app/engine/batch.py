@@ -3,6 +3,10 @@
 Decode rows are kept whole; prefill rows are sliced head-first, each capped by
 ``prefill_chunk_size``, until the total fits ``n_batch``. If the decode rows alone do not
 fit, that is ``n_batch_too_small`` rather than a stall.
+
+Beyond the seed, ``max_prefill_seqs`` limits how many prefilling requests get a slice in one
+tick, the shortest remaining prefill first (see ``ModelConfig.prefill_seqs_per_tick``);
+``None`` keeps the seed's rule: every prefilling request, in admission order.
 """
 
 from __future__ import annotations
@@ -14,8 +18,10 @@ from app.engine.errors import NBatchTooSmall
 from app.engine.request import Mode, Request
 
 
-def build_ops(requests: Iterable[Request], n_batch: int, chunk_size: int | None) -> list[Op]:
-    """One tick: a decode row per decoding request, then prefill slices in admission order."""
+def build_ops(
+    requests: Iterable[Request], n_batch: int, chunk_size: int | None, max_prefill_seqs: int | None = None
+) -> list[Op]:
+    """One tick: a decode row per decoding request, then prefill slices."""
     reqs = list(requests)
     decoders = [r for r in reqs if r.wants_decode]
     if len(decoders) > n_batch:
@@ -27,11 +33,14 @@ def build_ops(requests: Iterable[Request], n_batch: int, chunk_size: int | None)
         DecodeOp(r.seq_id, r.sampler, len(r.context_tokens), r.in_tool_syntax) for r in decoders
     ]
     budget = n_batch - len(decoders)
-    for r in reqs:
+    prefilling = [r for r in reqs if r.prefill_cursor and not r.finishing]
+    if max_prefill_seqs is not None:
+        # Stable sort: equal remainders keep admission order.
+        prefilling.sort(key=lambda r: len(r.prefill_cursor) + len(r.cold_save_remaining or ()))
+        del prefilling[max_prefill_seqs:]
+    for r in prefilling:
         if budget <= 0:
             break
-        if not r.prefill_cursor or r.finishing:
-            continue
         cap = min(len(r.prefill_cursor), budget)
         if chunk_size is not None:
             cap = min(cap, chunk_size)

@@ -446,8 +446,13 @@ class LlamaBackend:
 
     # ----------------------------------------------------------------- the tick
 
-    def step(self, ops: Sequence[Op]) -> list[StepResult]:
+    def step(
+        self, ops: Sequence[Op], on_sampled: Callable[[list[StepResult]], None] | None = None
+    ) -> list[StepResult]:
         """Sample every decode row from the last tick's logits, then one ``llama_decode``.
+
+        ``on_sampled(results)`` runs between the two, so sampled tokens can be streamed
+        while the decode that pushes them into the KV runs.
 
         Raises before touching any sampler for a malformed tick (``NBatchTooSmall``,
         ``ContextOverflow``, ``InvalidRequest``). ``DecodeFailed`` comes after sampling, so the
@@ -485,6 +490,8 @@ class LlamaBackend:
                     if prefill.want_logits:
                         batch.logits[row - 1] = 1
                         new_rows[prefill.seq_id] = row - 1
+        if on_sampled is not None:
+            on_sampled(results)
         self._decode(ctx, batch, row)
         self._rows = new_rows
         return results

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.cache.keys import KeyMeta
-from app.engine.backend import Backend, DecodeOp, Prefilled, PrefillOp, Sampled
+from app.engine.backend import Backend, DecodeOp, Op, Prefilled, PrefillOp, Sampled, StepResult
 from app.engine.batch import build_ops
 from app.engine.cache_hooks import CacheHooks, SaveReason
 from app.engine.config import ModelConfig
@@ -372,24 +372,23 @@ class Scheduler:
             return
         self._resolve_shares()
         try:
-            ops = build_ops(self.reqs.values(), self.config.n_batch, self.config.chunk_size)
+            ops = build_ops(
+                self.reqs.values(), self.config.n_batch, self.config.chunk_size, self.config.prefill_seqs_per_tick
+            )
         except EngineError as exc:
             self._fail_all(exc)
             return
         if ops:
-            results = self.backend.step(ops)
+            results = self.backend.step(ops, lambda sampled: self._apply_sampled(ops, sampled))
             for op, res in zip(ops, results, strict=True):
                 req = self.reqs[op.seq_id]
                 if isinstance(op, PrefillOp):
                     assert isinstance(res, Prefilled)
                     self._apply_prefill(req, op)
-                else:
-                    assert isinstance(res, Sampled)
-                    if op.greedy and req.sampler is not None:
-                        # Chosen outside the request's chain (tool-call syntax): keep the
-                        # chain's history (repetition penalty, grammar) in step.
-                        self.backend.accept(req.sampler, res.token)
-                    self._apply_token(req, res.token, res.is_eog)
+                elif not req.finishing and self.cache.wants_continued(len(req.context_tokens), req.last_save_at):
+                    # After the decode: the KV holds the token now (the cache-key invariant).
+                    self._fire_save(req, "continued", req.context_tokens)
+                    req.last_save_at = len(req.context_tokens)
             n_prefill = sum(len(o.tokens) for o in ops if isinstance(o, PrefillOp))
             n_decode = sum(1 for o in ops if isinstance(o, DecodeOp))
             self._ticks.append(TickInfo(n_prefill, n_decode, (time.perf_counter() - t0) * 1000))
@@ -413,6 +412,22 @@ class Scheduler:
         if req.mode is Mode.PREFILL_ONLY:
             self._mark(req, "stop")
 
+    def _apply_sampled(self, ops: list[Op], results: list[StepResult]) -> None:
+        """Between sampling and ``llama_decode``: stream this tick's tokens right away.
+
+        NOTE: a token reaches its stream one decode earlier than it would after the step,
+        which for a first token behind another request's prefill is that whole prefill.
+        """
+        for op, res in zip(ops, results, strict=True):
+            if isinstance(op, DecodeOp):
+                assert isinstance(res, Sampled)
+                req = self.reqs[op.seq_id]
+                if op.greedy and req.sampler is not None:
+                    # Chosen outside the request's chain (tool-call syntax): keep the
+                    # chain's history (repetition penalty, grammar) in step.
+                    self.backend.accept(req.sampler, res.token)
+                self._apply_token(req, res.token, res.is_eog)
+
     def _apply_token(self, req: Request, token: int, is_eog: bool) -> None:
         req.generated.append(token)
         req.context_tokens.append(token)
@@ -428,9 +443,6 @@ class Scheduler:
             self._mark(req, "stop")
         elif req.num_generated >= req.options.response_tokens or len(req.context_tokens) >= self.config.n_ctx:
             self._mark(req, "length")
-        elif self.cache.wants_continued(len(req.context_tokens), req.last_save_at):
-            self._fire_save(req, "continued", req.context_tokens)
-            req.last_save_at = len(req.context_tokens)
 
     # ------------------------------------------------------------------ finishing
 

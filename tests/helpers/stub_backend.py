@@ -12,7 +12,7 @@ letter derived from the last tokens, forever.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,6 +51,8 @@ class StubBackend:
     samplers_alive: int = 0
     samplers: list[StubSampler] = field(default_factory=list)
     closed: bool = False
+    decoded_ticks: int = 0
+    """Ticks whose "llama_decode" has completed."""
 
     def __post_init__(self) -> None:
         self.info = BackendInfo(
@@ -67,25 +69,35 @@ class StubBackend:
         )
 
     # -- the tick
-    def step(self, ops: Sequence[Op]) -> list[StepResult]:
-        if self.step_delay:
-            time.sleep(self.step_delay)
+    def step(
+        self, ops: Sequence[Op], on_sampled: Callable[[list[StepResult]], None] | None = None
+    ) -> list[StepResult]:
         self.steps.append(list(ops))
         out: list[StepResult] = []
-        for op in ops:
+        for op in ops:  # sample every decode row first, like the real backend
             seq = self.kv.setdefault(op.seq_id, [])
             assert op.pos == len(seq), f"seq {op.seq_id}: pos {op.pos} but KV holds {len(seq)}"
             if isinstance(op, PrefillOp):
-                seq.extend(op.tokens)
-                self.prefilled[op.seq_id] = self.prefilled.get(op.seq_id, 0) + len(op.tokens)
-                self.has_logits[op.seq_id] = op.want_logits
                 out.append(Prefilled())
             else:
                 assert isinstance(op, DecodeOp)
                 assert self.has_logits.get(op.seq_id), f"seq {op.seq_id} decoded without logits"
                 tok = self.next_token(seq)
-                seq.append(tok)
                 out.append(Sampled(tok, tok == EOG))
+        if on_sampled is not None:
+            on_sampled(out)
+        if self.step_delay:  # "llama_decode"
+            time.sleep(self.step_delay)
+        for op, res in zip(ops, out, strict=True):
+            seq = self.kv[op.seq_id]
+            if isinstance(op, PrefillOp):
+                seq.extend(op.tokens)
+                self.prefilled[op.seq_id] = self.prefilled.get(op.seq_id, 0) + len(op.tokens)
+                self.has_logits[op.seq_id] = op.want_logits
+            else:
+                assert isinstance(res, Sampled)
+                seq.append(res.token)
+        self.decoded_ticks += 1
         return out
 
     def next_token(self, seq: list[int]) -> int:

@@ -499,3 +499,50 @@ def test_no_head_sharing_across_an_adapter_change(make_model, tmp_path):
     assert (after.cache_hit_kind, after.cache_delta.read) == ("cold", 0)
     donor.cancel()
     donor.result(timeout=10)
+
+
+def test_a_token_streams_before_the_decode_that_pushes_it(make_model):
+    model, stub = make_model(StubBackend(step_delay=0.002))
+    seen: list[tuple[int, int]] = []  # (ticks decoded when the token arrived, ticks started)
+
+    def on(ev):
+        if isinstance(ev, TokenId):
+            seen.append((stub.decoded_ticks, len(stub.steps)))
+
+    model.infer(tok("Q:"), response_tokens=5, on_event=on).result(timeout=10)
+    assert len(seen) == 5
+    # Each token arrives while the tick that sampled it is still decoding.
+    assert all(decoded == started - 1 for decoded, started in seen)
+
+
+def test_one_prefill_per_tick_shortest_first(make_model):
+    model, stub = make_model(StubBackend(n_seq_max=3, step_delay=0.002), n_batch=64, prefill_chunk_size=8)
+    long_ = model.infer(tok("a long prompt that takes several chunks to prefill"), response_tokens=2)
+    while not stub.steps:
+        time.sleep(0.001)
+    short = model.infer(tok("hi?"), response_tokens=2)
+    long_.result(timeout=10)
+    short.result(timeout=10)
+    prefills = [[o for o in step if isinstance(o, PrefillOp)] for step in stub.steps]
+    assert all(len(p) <= 1 for p in prefills), "one prefilling request per tick by default"
+    long_seq = prefills[0][0].seq_id
+    short_ticks = [i for i, p in enumerate(prefills) if p and p[0].seq_id != long_seq]
+    long_ticks = [i for i, p in enumerate(prefills) if p and p[0].seq_id == long_seq]
+    # The short prompt went in one tick, ahead of the long prompt's remaining chunks.
+    assert len(short_ticks) == 1 and short_ticks[0] < long_ticks[-1]
+
+
+def test_every_prefill_in_every_tick_like_the_seed(make_model):
+    model, stub = make_model(
+        StubBackend(n_seq_max=3, step_delay=0.002), n_batch=64, prefill_chunk_size=4, prefill_seqs_per_tick=None
+    )
+    first = model.infer(tok("a first prompt of several chunks"), response_tokens=2)
+    second = model.infer(tok("second prompt"), response_tokens=2)
+    first.result(timeout=10)
+    second.result(timeout=10)
+    assert max(sum(isinstance(o, PrefillOp) for o in step) for step in stub.steps) == 2
+
+
+def test_prefill_seqs_per_tick_must_be_positive():
+    with pytest.raises(ValueError, match="prefill_seqs_per_tick"):
+        ModelConfig(path="m.gguf", prefill_seqs_per_tick=0)
