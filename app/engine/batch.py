@@ -6,7 +6,8 @@ fit, that is ``n_batch_too_small`` rather than a stall.
 
 Beyond the seed, ``max_prefill_seqs`` limits how many prefilling requests get a slice in one
 tick, the shortest remaining prefill first (see ``ModelConfig.prefill_seqs_per_tick``);
-``None`` keeps the seed's rule: every prefilling request, in admission order.
+``None`` keeps the seed's rule: every prefilling request, in admission order; ``0`` makes a
+decode-only tick.
 """
 
 from __future__ import annotations

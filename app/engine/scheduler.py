@@ -101,12 +101,14 @@ class Scheduler:
         self.tool_markers = tool_markers
         self.reqs: dict[int, Request] = {}
         self.free_seqs: deque[int] = deque(range(config.n_seq_max))
+        self.stale_seqs: set[int] = set()  # free, but still holding a finished request's cells
         self.pending: deque[Admission] = deque()
         self.sessions: OrderedDict[str, Session] = OrderedDict()
         self.inbox: queue.SimpleQueue[tuple[Callable[[], Any], Future[Any]] | None] = queue.SimpleQueue()
         self.router = TokenRouter(backend.token_piece, config.thinking_signing_key)
         self.snapshot = SchedulerSnapshot(slots=self._slots())
         self._ticks: deque[TickInfo] = deque(maxlen=120)
+        self._decode_ticks_since_prefill = config.decode_ticks_between_prefills
         self._last_hit: LastCacheHit | None = None
         self._num_generated = 0
         self._stopped = False
@@ -141,6 +143,8 @@ class Scheduler:
                 except Exception as exc:  # a bug or a fatal backend error: fail loudly, keep serving
                     log.exception("scheduler tick failed")
                     self._fail_all(exc)
+            if not self.reqs and self.stale_seqs:
+                self._clear_stale_seqs()
             self._publish()
 
     def _drain_inbox(self, block: bool) -> None:
@@ -275,6 +279,7 @@ class Scheduler:
         """Shared head of another seq, else warm path (exact → parent_key → longest prefix),
         else cold path with its split."""
         self.backend.seq_rm(req.seq_id, 0)
+        self.stale_seqs.discard(req.seq_id)
         prompt = req.prompt_tokens
         if self._setup_share(req):
             return
@@ -354,7 +359,7 @@ class Scheduler:
             donor = next((r for r in self.reqs.values() if r.ref == ref), None)
             if donor is not None and len(donor.context_tokens) >= n:
                 self._take_share(req, donor.seq_id, n)
-            elif donor is None or donor.finishing or not donor.prefill_cursor:
+            elif donor is None or donor.finishing or not donor.is_prefilling:  # a waiting donor still comes
                 req.share_from = None
                 req.prefill_cursor = list(req.prompt_tokens)
                 req.cache_hit_kind, req.cache_hit_prefix_len, req.last_save_at = "cold", 0, 0
@@ -371,10 +376,13 @@ class Scheduler:
             self._dispatch_pending()
             return
         self._resolve_shares()
+        max_prefill_seqs = self.config.prefill_seqs_per_tick
+        if self._decode_ticks_since_prefill < self.config.decode_ticks_between_prefills and any(
+            r.wants_decode for r in self.reqs.values()
+        ):
+            max_prefill_seqs = 0  # streaming replies get a decode-only tick first
         try:
-            ops = build_ops(
-                self.reqs.values(), self.config.n_batch, self.config.chunk_size, self.config.prefill_seqs_per_tick
-            )
+            ops = build_ops(self.reqs.values(), self.config.n_batch, self.config.chunk_size, max_prefill_seqs)
         except EngineError as exc:
             self._fail_all(exc)
             return
@@ -391,6 +399,7 @@ class Scheduler:
                     req.last_save_at = len(req.context_tokens)
             n_prefill = sum(len(o.tokens) for o in ops if isinstance(o, PrefillOp))
             n_decode = sum(1 for o in ops if isinstance(o, DecodeOp))
+            self._decode_ticks_since_prefill = 0 if n_prefill else self._decode_ticks_since_prefill + 1
             self._ticks.append(TickInfo(n_prefill, n_decode, (time.perf_counter() - t0) * 1000))
             self._resolve_shares()  # before a donor that finishes now releases its seq
         self._finish_marked()
@@ -524,8 +533,24 @@ class Scheduler:
             self.sessions[sid] = Session(req.seq_id, list(req.context_tokens))
             self.sessions.move_to_end(sid)
         else:
-            self.backend.seq_rm(req.seq_id, 0)
+            if self.reqs:
+                # NOTE: clearing the seq now would leave a hole in the unified KV buffer that
+                # the running seqs' next tokens fill, ahead of their earlier cells; with
+                # llama.cpp's f16 attention accumulators the order of a seq's cells changes
+                # its logits (by up to ~0.7 on SmolLM2), so batched could differ from solo.
+                # Its cells stay until the scheduler is idle or the seq is taken again
+                # (admission clears it first).
+                self.stale_seqs.add(req.seq_id)
+            else:
+                self.backend.seq_rm(req.seq_id, 0)
             self.free_seqs.append(req.seq_id)
+
+    def _clear_stale_seqs(self) -> None:
+        """Idle: drop the cells of seqs released while others were running."""
+        for seq_id in self.stale_seqs:
+            if seq_id not in self.reqs:
+                self.backend.seq_rm(seq_id, 0)
+        self.stale_seqs.clear()
 
     def _fail(self, req: Request, exc: BaseException) -> None:
         req.error = exc if isinstance(exc, Exception) else EngineError(str(exc))

@@ -546,3 +546,74 @@ def test_every_prefill_in_every_tick_like_the_seed(make_model):
 def test_prefill_seqs_per_tick_must_be_positive():
     with pytest.raises(ValueError, match="prefill_seqs_per_tick"):
         ModelConfig(path="m.gguf", prefill_seqs_per_tick=0)
+
+
+def _back_to_back_prefills_while_decoding(steps) -> int:
+    has_prefill = [any(isinstance(o, PrefillOp) for o in s) for s in steps]
+    has_decode = [any(isinstance(o, DecodeOp) for o in s) for s in steps]
+    return sum(1 for i in range(1, len(steps)) if has_prefill[i - 1] and has_prefill[i] and has_decode[i])
+
+
+@pytest.mark.parametrize("gap", [1, 0])
+def test_a_decode_tick_between_prefill_ticks_while_streaming(make_model, gap):
+    model, stub = make_model(
+        StubBackend(n_seq_max=4, step_delay=0.002), n_batch=64, prefill_chunk_size=4, decode_ticks_between_prefills=gap
+    )
+    streaming = model.infer(tok("x"), response_tokens=40)
+    while not model.snapshot().num_tokens_generated:
+        time.sleep(0.001)
+    prompts = [model.infer(tok(f"prompt number {i}"), response_tokens=2) for i in range(2)]
+    for s in [streaming, *prompts]:
+        s.result(timeout=10)
+    if gap:
+        assert _back_to_back_prefills_while_decoding(stub.steps) == 0
+    else:
+        assert _back_to_back_prefills_while_decoding(stub.steps) > 0
+
+
+def test_prefills_run_back_to_back_when_nothing_streams(make_model):
+    model, stub = make_model(StubBackend(step_delay=0.002), n_batch=64, prefill_chunk_size=4)
+    model.complete("a prompt of several chunks", response_tokens=1)
+    prefill_ticks = [i for i, s in enumerate(stub.steps) if any(isinstance(o, PrefillOp) for o in s)]
+    assert prefill_ticks == list(range(len(prefill_ticks)))  # no decode-only ticks between chunks
+
+
+def test_decode_ticks_between_prefills_must_not_be_negative():
+    with pytest.raises(ValueError, match="decode_ticks_between_prefills"):
+        ModelConfig(path="m.gguf", decode_ticks_between_prefills=-1)
+
+
+def test_a_request_can_share_the_head_of_one_that_is_itself_waiting_to_share(make_model):
+    model, stub = make_model(StubBackend(n_seq_max=3, step_delay=0.002), n_batch=64, prefill_chunk_size=16)
+    prompts = [tok(HEAD + q) for q in ("Why?", "How do I bake bread?", "How do I sort a list?")]
+    streams = [model.infer(p, response_tokens=3) for p in prompts]
+    stats = [s.result(timeout=10) for s in streams]
+    assert [s.cache_hit_kind for s in stats] == ["cold", "partial", "partial"]
+    # The third shares the second's longer head ("...How do I "), not just the first's.
+    assert stats[2].cache_delta.read == len(HEAD + "How do I ")
+
+
+def test_a_seq_released_while_others_run_keeps_its_cells_until_idle(make_model):
+    model, stub = make_model(StubBackend(n_seq_max=2, step_delay=0.002))
+    long_ = model.infer(tok("long"), response_tokens=40)
+    short = model.complete("short", response_tokens=2)
+    short_seq = next(s for s, kv in stub.kv.items() if kv[: len("short")] == tok("short"))
+    assert stub.kv[short_seq], "no hole while the other request is still decoding"
+    long_.result(timeout=10)
+    deadline = time.time() + 5
+    while stub.kv[short_seq] and time.time() < deadline:
+        time.sleep(0.002)
+    assert stub.kv[short_seq] == []  # cleared once idle
+    assert len(short.generated) == 2
+
+
+def test_a_stale_seq_is_cleared_before_it_is_reused(make_model):
+    model, stub = make_model(StubBackend(n_seq_max=2, step_delay=0.002))
+    long_ = model.infer(tok("long"), response_tokens=60)
+    model.complete("first", response_tokens=2)
+    # The stub asserts every op's position against what the seq holds: a reused seq that
+    # still held "first..." would fail here.
+    again = model.complete("second", response_tokens=2)
+    assert len(again.generated) == 2 and again.finish_reason == "length"
+    long_.cancel()
+    long_.result(timeout=10)
