@@ -375,8 +375,21 @@ def parse(data: bytes | memoryview, expected_key: bytes) -> tuple[BlobMeta, byte
     # NOTE: one copy of the payload, then the CRC over it: google_crc32c takes only bytes,
     # so checking a memoryview first would copy tens of MB twice on the restore path.
     payload = bytes(memoryview(data)[meta.payload_offset : meta.payload_offset + meta.payload_length])
+    _check_payload(meta, payload, expected_key)
+    return meta, payload
+
+
+def parse_parts(prefix: bytes, payload: bytes, expected_key: bytes) -> BlobMeta:
+    """``parse`` for a blob held as its prefix and its payload: the same checks, no copy."""
+    meta = parse_meta(prefix, total_size=len(prefix) + len(payload))
+    if meta.payload_offset != len(prefix) or meta.payload_length != len(payload):
+        raise CorruptBlob("the payload does not fit the prefix's lengths")
+    _check_payload(meta, payload, expected_key)
+    return meta
+
+
+def _check_payload(meta: BlobMeta, payload: bytes, expected_key: bytes) -> None:
     if crc32c(payload) != meta.payload_crc32c:
         raise CorruptBlob("payload CRC32C mismatch")
     if meta.key != expected_key:
         raise CorruptBlob("key mismatch: the file describes other tokens or another model")
-    return meta, payload

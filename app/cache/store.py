@@ -360,7 +360,8 @@ class CacheStore:
         """Read and fully validate a row's blob; drop it as corrupt if that fails."""
         for _ in range(3):  # a concurrent move changes the tier under us: follow it
             try:
-                _meta, payload = kvc.parse(self._tiers[row.tier].read(row.key), row.key)
+                prefix, payload = self._tiers[row.tier].read_parts(row.key)
+                kvc.parse_parts(prefix, payload, row.key)
                 return payload
             except (OSError, kvc.CorruptBlob) as exc:
                 with self._lock:
@@ -573,8 +574,8 @@ class CacheStore:
     def _relocate(self, row: Row, dest: str, protect: frozenset[bytes] = frozenset()) -> Row | None:
         """Copy a row's blob to ``dest`` (validated), switch the row over, drop the old copy."""
         try:
-            data = self._tiers[row.tier].read(row.key)
-            meta, payload = kvc.parse(data, row.key)
+            prefix, payload = self._tiers[row.tier].read_parts(row.key)
+            kvc.parse_parts(prefix, payload, row.key)
         except (OSError, kvc.CorruptBlob) as exc:
             log.warning("dropping corrupt cache blob %s: %s", row.key.hex(), exc)
             self._count("corrupt_files")
@@ -583,7 +584,7 @@ class CacheStore:
         if not self._make_room(dest, row.size, protect | {row.key}):
             return None
         try:
-            location = self._tiers[dest].write(row.key, data[: meta.payload_offset], payload)
+            location = self._tiers[dest].write(row.key, prefix, payload)
         except (OSError, kvc.CorruptBlob) as exc:
             log.error("moving cache row %s to %s failed: %s", row.key.hex(), dest, exc)
             self._count("save_errors")

@@ -1,7 +1,9 @@
 """Where blob bytes live: ``ram`` (a dict in this process), ``ram_file`` (files on a tmpfs)
 and ``disk`` (files under ``<data_dir>/kv/``).
 
-Every tier stores whole KVC files, so a load validates RAM and file blobs the same way.
+Every tier stores whole KVC blobs (the RAM tier keeps the prefix and the payload as two
+objects, so neither saving nor loading copies the payload), and a load validates RAM and
+file blobs the same way.
 File tiers publish atomically: an exclusive temp file (``O_EXCL``) is written, fsynced,
 renamed onto ``<hex key>.kvc``, the directory is fsynced, and the file is read back and
 validated. A crash can leave only temp files (``*.kvc-tmp``), which ``remove_temp_files``
@@ -46,6 +48,10 @@ class Tier(Protocol):
         """The whole blob; ``FileNotFoundError`` when absent."""
         ...
 
+    def read_parts(self, key: bytes) -> tuple[bytes, bytes]:
+        """The blob as (prefix, payload), unvalidated; ``FileNotFoundError`` when absent."""
+        ...
+
     def read_prefix(self, key: bytes) -> tuple[bytes, int]:
         """The bytes before the payload and the blob's total size (for re-registration)."""
         ...
@@ -64,31 +70,38 @@ class Tier(Protocol):
 
 
 class RamTier:
-    """Blobs as bytes in a dict; lost when the process exits."""
+    """Blobs as (prefix, payload) pairs of bytes in a dict; lost when the process exits."""
 
     name = TIER_RAM
 
     def __init__(self) -> None:
-        self._blobs: dict[bytes, bytes] = {}
+        self._blobs: dict[bytes, tuple[bytes, bytes]] = {}
         self._lock = threading.Lock()
 
     def write(self, key: bytes, prefix: bytes, payload: bytes) -> str:
-        data = prefix + payload
-        kvc.parse(data, key)  # same guarantee as the file tiers: never publish a bad blob
+        # Framing, lengths and key, as the file tiers' read-back checks. NOTE: not the payload
+        # CRC again: kvc.build computed it from this very (immutable) payload a moment ago.
+        meta = kvc.parse_meta(prefix, total_size=len(prefix) + len(payload))
+        if meta.payload_offset != len(prefix) or meta.key != key:
+            raise kvc.CorruptBlob("the prefix does not describe this payload or key")
         with self._lock:
-            self._blobs[key] = data
+            self._blobs[key] = (prefix, payload)
         return TIER_RAM
 
-    def read(self, key: bytes) -> bytes:
+    def read_parts(self, key: bytes) -> tuple[bytes, bytes]:
         with self._lock:
-            data = self._blobs.get(key)
-        if data is None:
+            parts = self._blobs.get(key)
+        if parts is None:
             raise FileNotFoundError(f"no RAM blob {key.hex()}")
-        return data
+        return parts
+
+    def read(self, key: bytes) -> bytes:
+        prefix, payload = self.read_parts(key)
+        return prefix + payload
 
     def read_prefix(self, key: bytes) -> tuple[bytes, int]:
-        data = self.read(key)
-        return data, len(data)
+        prefix, payload = self.read_parts(key)
+        return prefix, len(prefix) + len(payload)
 
     def delete(self, key: bytes) -> None:
         with self._lock:
@@ -168,6 +181,11 @@ class FileTier:
 
     def read(self, key: bytes) -> bytes:
         return self.path(key).read_bytes()
+
+    def read_parts(self, key: bytes) -> tuple[bytes, bytes]:
+        data = self.read(key)
+        offset = kvc.payload_offset_of(data[: kvc.FIXED_SIZE])
+        return data[:offset], data[offset:]
 
     def read_prefix(self, key: bytes) -> tuple[bytes, int]:
         with open(self.path(key), "rb") as f:

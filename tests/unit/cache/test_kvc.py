@@ -160,3 +160,15 @@ def test_random_garbage_raises_only_corrupt_blob() -> None:
             kvc.parse(os.urandom(n), KEY)
         with pytest.raises(kvc.CorruptBlob):
             kvc.parse(b"KVC\x01" + os.urandom(n), KEY)
+
+
+def test_parse_parts_checks_what_parse_checks() -> None:
+    prefix = kvc.build(meta(), PAYLOAD)
+    assert kvc.parse_parts(prefix, PAYLOAD, KEY) == kvc.parse(prefix + PAYLOAD, KEY)[0]
+    flipped = bytes([PAYLOAD[0] ^ 1]) + PAYLOAD[1:]
+    with pytest.raises(kvc.CorruptBlob, match="CRC"):
+        kvc.parse_parts(prefix, flipped, KEY)
+    with pytest.raises(kvc.CorruptBlob):
+        kvc.parse_parts(prefix, PAYLOAD[:-1], KEY)
+    with pytest.raises(kvc.CorruptBlob, match="key"):
+        kvc.parse_parts(prefix, PAYLOAD, b"\x00" * 32)

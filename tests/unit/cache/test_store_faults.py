@@ -142,9 +142,10 @@ def test_corrupt_blob_is_a_miss_and_removed(store: CacheStore, tier: str, damage
 def test_corrupt_ram_blob_is_a_miss(store: CacheStore) -> None:
     save(store, PROMPT, tier="ram")
     key = META.key(PROMPT)
-    data = bytearray(store._ram._blobs[key])
+    prefix, payload = store._ram._blobs[key]
+    data = bytearray(payload)
     data[-1] ^= 1
-    store._ram._blobs[key] = bytes(data)
+    store._ram._blobs[key] = (prefix, bytes(data))
     row = store.get(key)
     assert row is not None and store.load(row) is None
     assert store.counters()["corrupt_files"] == 1 and store.get(key) is None
