@@ -52,7 +52,8 @@ class ModelConfig:
     cache_enabled: bool = True
     flash_attn: bool = True
     """On by default: the CPU flash-attention kernel skips masked cells, so greedy output does
-    not depend on where a sequence sits in the unified KV buffer (warm == cold, solo == batched)."""
+    not depend on where a sequence sits in the unified KV buffer (warm == cold, solo == batched)
+    as long as its cells stay in position order (see ``Scheduler._release``)."""
     type_k: str = "f16"
     type_v: str = "f16"
     thinking_signing_key: bytes | None = None
