@@ -66,6 +66,21 @@ def test_eight_streams_equal_solo_smollm2(engine, smollm2_path):
     _batched_equals_solo(model, 16)
 
 
+@pytest.mark.smollm2
+def test_streams_ending_at_different_times_equal_solo_smollm2(engine, smollm2_path):
+    """Requests that finish while others still decode free their seqs mid-run: the survivors'
+    next cells must not land ahead of their earlier ones (that changes the logits)."""
+    model = engine.load_model("smol", _config(smollm2_path))
+    prompts = [model.tokenize(p) for p in PROMPTS]
+    lengths = [4 + 3 * i for i in range(len(prompts))]
+    solo = [_ids(model.infer(p, response_tokens=n)) for p, n in zip(prompts, lengths, strict=True)]
+    streams = [model.infer(p, response_tokens=n) for p, n in zip(prompts, lengths, strict=True)]
+    assert [_ids(s) for s in streams] == solo
+    # and again, now that every seq holds a finished request's cells
+    streams = [model.infer(p, response_tokens=n) for p, n in zip(reversed(prompts), reversed(lengths), strict=True)]
+    assert [_ids(s) for s in streams] == list(reversed(solo))
+
+
 def _chunked_equals_unchunked(tmp_path, path: Path) -> None:
     prompt_text = " ".join(PROMPTS) * 3
     results = []
