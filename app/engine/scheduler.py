@@ -134,9 +134,12 @@ class Scheduler:
     def run(self) -> None:
         """The scheduler loop; returns after ``stop()``."""
         while not self._stopped:
-            self._drain_inbox(block=not self.reqs)
+            idle = not self.reqs
+            self._drain_inbox(block=idle)
             if self._stopped:
                 break
+            if idle and self.reqs:
+                self._gather_burst()
             if self.reqs:
                 try:
                     self.tick()
@@ -147,16 +150,32 @@ class Scheduler:
                 self._clear_stale_seqs()
             self._publish()
 
-    def _drain_inbox(self, block: bool) -> None:
+    def _gather_burst(self) -> None:
+        """Woken from idle: let the rest of a burst arrive before the first tick.
+
+        Each ``infer`` waits for its admission, so a loop of calls arrives one call at a time;
+        while calls keep coming (within ``BURST_GAP_S`` of each other, ``BURST_MAX_S`` in
+        all), they are admitted together and the first tick prefills them as one burst.
+        """
+        deadline = time.perf_counter() + BURST_MAX_S
+        while not self._stopped and time.perf_counter() < deadline:
+            time.sleep(BURST_GAP_S)
+            if not self._drain_inbox(block=False):
+                return
+
+    def _drain_inbox(self, block: bool) -> int:
+        """Run every queued call (waiting for the first one when ``block``); how many ran."""
         try:
             item = self.inbox.get(block=block)
         except queue.Empty:
-            return
+            return 0
+        n = 0
         while True:
             if item is None:
                 self._stopped = True
-                return
+                return n
             fn, fut = item
+            n += 1
             if fut.set_running_or_notify_cancel():
                 try:
                     fut.set_result(fn())
@@ -165,7 +184,7 @@ class Scheduler:
             try:
                 item = self.inbox.get_nowait()
             except queue.Empty:
-                return
+                return n
 
     # ------------------------------------------------------------------ admission
 
@@ -376,11 +395,14 @@ class Scheduler:
             self._dispatch_pending()
             return
         self._resolve_shares()
-        max_prefill_seqs = self.config.prefill_seqs_per_tick
-        if self._decode_ticks_since_prefill < self.config.decode_ticks_between_prefills and any(
-            r.wants_decode for r in self.reqs.values()
-        ):
+        if not any(r.wants_decode for r in self.reqs.values()):
+            # Nothing streams yet: prefill the whole burst together, so its replies start in
+            # the same tick and decode in full batches (B1); one at a time would only stagger them.
+            max_prefill_seqs = None
+        elif self._decode_ticks_since_prefill < self.config.decode_ticks_between_prefills:
             max_prefill_seqs = 0  # streaming replies get a decode-only tick first
+        else:
+            max_prefill_seqs = self.config.prefill_seqs_per_tick
         try:
             ops = build_ops(self.reqs.values(), self.config.n_batch, self.config.chunk_size, max_prefill_seqs)
         except EngineError as exc:
@@ -683,6 +705,8 @@ class Scheduler:
 
 
 SHARE_MIN_TOKENS = 32
+BURST_GAP_S = 0.0005
+BURST_MAX_S = 0.005
 
 
 def _common_prefix_len(a: list[int], b: list[int]) -> int:

@@ -517,15 +517,21 @@ def test_a_token_streams_before_the_decode_that_pushes_it(make_model):
 
 def test_one_prefill_per_tick_shortest_first(make_model):
     model, stub = make_model(StubBackend(n_seq_max=3, step_delay=0.002), n_batch=64, prefill_chunk_size=8)
+    streaming = model.infer(tok("x"), response_tokens=60)
+    while not model.snapshot().num_tokens_generated:
+        time.sleep(0.001)
+    first_tick = len(stub.steps)
     long_ = model.infer(tok("a long prompt that takes several chunks to prefill"), response_tokens=2)
-    while not stub.steps:
+    while not any(isinstance(o, PrefillOp) for s in stub.steps[first_tick:] for o in s):
         time.sleep(0.001)
     short = model.infer(tok("hi?"), response_tokens=2)
     long_.result(timeout=10)
     short.result(timeout=10)
-    prefills = [[o for o in step if isinstance(o, PrefillOp)] for step in stub.steps]
-    assert all(len(p) <= 1 for p in prefills), "one prefilling request per tick by default"
-    long_seq = prefills[0][0].seq_id
+    streaming.cancel()
+    streaming.result(timeout=10)
+    prefills = [[o for o in step if isinstance(o, PrefillOp)] for step in stub.steps[first_tick:]]
+    assert all(len(p) <= 1 for p in prefills), "one prefilling request per tick while replies stream"
+    long_seq = next(p for p in prefills if p)[0].seq_id
     short_ticks = [i for i, p in enumerate(prefills) if p and p[0].seq_id != long_seq]
     long_ticks = [i for i, p in enumerate(prefills) if p and p[0].seq_id == long_seq]
     # The short prompt went in one tick, ahead of the long prompt's remaining chunks.
@@ -617,3 +623,28 @@ def test_a_stale_seq_is_cleared_before_it_is_reused(make_model):
     assert len(again.generated) == 2 and again.finish_reason == "length"
     long_.cancel()
     long_.result(timeout=10)
+
+
+def test_a_burst_at_an_idle_engine_is_prefilled_in_one_tick(make_model):
+    model, stub = make_model(StubBackend(n_seq_max=4, step_delay=0.002), n_batch=64)
+    gate = threading.Event()
+    model.scheduler.post(gate.wait)  # hold the scheduler while the four calls queue up
+    streams: list = [None] * 4
+
+    def send(i: int) -> None:
+        streams[i] = model.infer(tok(f"prompt {i}"), response_tokens=3)
+
+    senders = [threading.Thread(target=send, args=(i,)) for i in range(4)]
+    for t in senders:
+        t.start()
+    while model.scheduler.inbox.qsize() < 4:
+        time.sleep(0.001)
+    gate.set()
+    for t in senders:
+        t.join(timeout=10)
+    for s in streams:
+        s.result(timeout=10)
+    first = stub.steps[0]
+    assert sorted(o.seq_id for o in first if isinstance(o, PrefillOp)) == [0, 1, 2, 3]
+    # ...so the four replies decode in the same ticks
+    assert max(sum(isinstance(o, DecodeOp) for o in step) for step in stub.steps) == 4
