@@ -5,8 +5,8 @@ Every tier stores whole KVC blobs (the RAM tier keeps the prefix and the payload
 objects, so neither saving nor loading copies the payload), and a load validates RAM and
 file blobs the same way.
 File tiers publish atomically: an exclusive temp file (``O_EXCL``) is written, fsynced,
-renamed onto ``<hex key>.kvc``, the directory is fsynced, and the file is read back and
-validated. A crash can leave only temp files (``*.kvc-tmp``), which ``remove_temp_files``
+renamed onto ``<hex key>.kvc``, the directory is fsynced, and the file's size and prefix are
+read back and checked (the payload's CRC32C is checked on every load). A crash can leave only temp files (``*.kvc-tmp``), which ``remove_temp_files``
 deletes at start-up, so a torn ``.kvc`` never appears under its final name.
 
 Tiers are not thread-safe on their own for the same key; the store serialises writers.
@@ -171,8 +171,15 @@ class FileTier:
                 tmp.unlink()
             raise
         _fsync_dir(self.dir)
+        # NOTE: the size and the prefix are read back, not the whole payload: re-reading and
+        # re-checking 14 MB took ~16 ms of CPU per save on this machine, next to the decode
+        # threads. The payload's CRC32C (in the prefix) is checked on every load.
         try:
-            kvc.parse(final.read_bytes(), key)
+            with open(final, "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                head = f.read(len(prefix))
+            if size != len(prefix) + len(payload) or head != prefix:
+                raise kvc.CorruptBlob(f"{final} does not read back as written")
         except (OSError, kvc.CorruptBlob):
             with contextlib.suppress(OSError):
                 final.unlink()
