@@ -168,7 +168,7 @@ def llama_cpp_python_b2(path: str, ram_cache: bool) -> dict[str, Any]:
     return {"wall_s": wall, "median_ttft_ms": statistics.median(ttfts)}
 
 
-def b2_chats(path: str, llama_server: str | None = None, rounds: int = 3) -> Result:
+def b2_chats(path: str, llama_server: str | None = None, rounds: int = 5) -> Result:
     res = Result(
         "B2",
         "4 chats × 5 turns, clients in parallel, ≈330-token system prompt, 32 new tokens a turn",
