@@ -395,14 +395,15 @@ class Scheduler:
             self._dispatch_pending()
             return
         self._resolve_shares()
-        if not any(r.wants_decode for r in self.reqs.values()):
-            # Nothing streams yet: prefill the whole burst together, so its replies start in
-            # the same tick and decode in full batches (B1); one at a time would only stagger them.
+        streaming = any(r.wants_decode for r in self.reqs.values())
+        max_prefill_seqs = self.config.prefill_seqs_per_tick
+        if not streaming and self._prompts_fit_one_tick():
+            # A burst whose prompts all end in this tick: prefill them together, so their
+            # replies start together and decode in full batches (B1); one at a time would
+            # only stagger them.
             max_prefill_seqs = None
-        elif self._decode_ticks_since_prefill < self.config.decode_ticks_between_prefills:
+        elif streaming and self._decode_ticks_since_prefill < self.config.decode_ticks_between_prefills:
             max_prefill_seqs = 0  # streaming replies get a decode-only tick first
-        else:
-            max_prefill_seqs = self.config.prefill_seqs_per_tick
         try:
             ops = build_ops(self.reqs.values(), self.config.n_batch, self.config.chunk_size, max_prefill_seqs)
         except EngineError as exc:
@@ -426,6 +427,18 @@ class Scheduler:
             self._resolve_shares()  # before a donor that finishes now releases its seq
         self._finish_marked()
         self._dispatch_pending()
+
+    def _prompts_fit_one_tick(self) -> bool:
+        """Would every prefilling request finish its prompt in one tick (chunk cap, n_batch)?"""
+        chunk = self.config.chunk_size
+        total = 0
+        for r in self.reqs.values():
+            if r.prefill_cursor and not r.finishing:
+                n = len(r.prefill_cursor)
+                if chunk is not None and n > chunk:
+                    return False
+                total += n
+        return total <= self.config.n_batch
 
     def _apply_prefill(self, req: Request, op: PrefillOp) -> None:
         n = len(op.tokens)

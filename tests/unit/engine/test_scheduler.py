@@ -648,3 +648,16 @@ def test_a_burst_at_an_idle_engine_is_prefilled_in_one_tick(make_model):
     assert sorted(o.seq_id for o in first if isinstance(o, PrefillOp)) == [0, 1, 2, 3]
     # ...so the four replies decode in the same ticks
     assert max(sum(isinstance(o, DecodeOp) for o in step) for step in stub.steps) == 4
+
+
+def test_a_short_prompt_is_not_held_behind_a_long_one_when_nothing_streams(make_model):
+    model, stub = make_model(StubBackend(n_seq_max=2, step_delay=0.002), n_batch=64, prefill_chunk_size=8)
+    long_ = model.infer(tok("a long prompt that takes several chunks to prefill"), response_tokens=1)
+    while not stub.steps:
+        time.sleep(0.001)
+    short = model.complete("hi?", response_tokens=1)
+    long_.result(timeout=10)
+    prefills = [[o for o in step if isinstance(o, PrefillOp)] for step in stub.steps]
+    short_tick = next(i for i, p in enumerate(prefills) if any(o.tokens == tuple(tok("hi?")) for o in p))
+    assert len(prefills[short_tick]) == 1  # alone, not next to the long prompt's chunk
+    assert len(short.generated) == 1
