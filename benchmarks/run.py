@@ -25,8 +25,18 @@ def _scenarios(path: str, args: argparse.Namespace) -> dict[str, Callable[[], Re
         "B3": lambda: b3_restart(path),
         "B4": lambda: b4_saves(path),
         "B5": lambda: b5_prefix(),
-        "B7": lambda: b7_memory(path),
+        "B7": lambda: _in_fresh_process(b7_memory, path),
     }
+
+
+def _in_fresh_process(fn: Callable[[str], Result], path: str) -> Result:
+    """B7 measures RSS: run it in a new interpreter, so the baseline is the model alone and not
+    whatever the scenarios before it left in this process's heap."""
+    import multiprocessing
+
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        result: Result = pool.apply(fn, (path,))
+    return result
 
 
 def main(argv: list[str] | None = None) -> int:
