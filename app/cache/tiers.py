@@ -4,10 +4,12 @@ and ``disk`` (files under ``<data_dir>/kv/``).
 Every tier stores whole KVC blobs (the RAM tier keeps the prefix and the payload as two
 objects, so neither saving nor loading copies the payload), and a load validates RAM and
 file blobs the same way.
+
 File tiers publish atomically: an exclusive temp file (``O_EXCL``) is written, fsynced,
 renamed onto ``<hex key>.kvc``, the directory is fsynced, and the file's size and prefix are
-read back and checked (the payload's CRC32C is checked on every load). A crash can leave only temp files (``*.kvc-tmp``), which ``remove_temp_files``
-deletes at start-up, so a torn ``.kvc`` never appears under its final name.
+read back and checked (the payload's CRC32C is checked on every load). A crash can leave
+only temp files (``*.kvc-tmp``), which ``remove_temp_files`` deletes at start-up, so a torn
+``.kvc`` never appears under its final name.
 
 Tiers are not thread-safe on their own for the same key; the store serialises writers.
 """

@@ -583,8 +583,7 @@ class Scheduler:
     def _clear_stale_seqs(self) -> None:
         """Idle: drop the cells of seqs released while others were running."""
         for seq_id in self.stale_seqs:
-            if seq_id not in self.reqs:
-                self.backend.seq_rm(seq_id, 0)
+            self.backend.seq_rm(seq_id, 0)
         self.stale_seqs.clear()
 
     def _fail(self, req: Request, exc: BaseException) -> None:
