@@ -37,7 +37,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any, BinaryIO, TypeVar
 
 import huggingface_hub
-from huggingface_hub import HfApi, get_session, hf_hub_url
+from huggingface_hub import HfApi, ModelInfo, get_session, hf_hub_url
 from huggingface_hub.errors import HfHubHTTPError
 from huggingface_hub.utils import (  # type: ignore[attr-defined]  # public, lazily exported
     build_hf_headers,
@@ -177,18 +177,27 @@ class HubClient:
         if limit <= 0:
             return []
 
+        params: dict[str, Any] = {"filter": "gguf", "sort": "downloads", "limit": limit,
+                                  "expand": ["downloads", "likes", "lastModified", "tags"]}
+        if query:
+            params["search"] = query
+
         def call() -> list[RepoInfo]:
-            models = self._api.list_models(
-                search=query or None, filter="gguf", sort="downloads", limit=limit,
-                expand=["downloads", "likes", "lastModified", "tags"], token=self._auth(),
-            )
+            # NOTE: the same request as HfApi.list_models (one page), on the client's session,
+            # because list_models retries a failed connection five times with back-off of its
+            # own: with no network a search took 23 s to fail. A search is interactive: one
+            # retry after ``backoff_base_s``, then a clear "could not reach the Hub" (0.5 s).
+            r = get_session().get(f"{self.endpoint}/api/models", params=params,
+                                  headers=build_hf_headers(token=self._auth(), library_name="hearth"),
+                                  timeout=self.timeout_s)
+            hf_raise_for_status(r)
+            models = [ModelInfo(**item) for item in r.json()]  # type: ignore[no-untyped-call]
             return [
                 RepoInfo(m.id, m.downloads or 0, m.likes or 0, m.last_modified, tuple(m.tags or ()))
                 for m in models
             ]
 
-        # NOTE: list_models already retries network errors with back-off (http_backoff).
-        return self._with_retries(call, what=f"search for {query!r}", max_retries=0)
+        return self._with_retries(call, what=f"search for {query!r}", max_retries=min(self.max_retries, 1))
 
     def list_files(self, repo_id: str) -> list[RemoteFile]:
         """The repo's GGUF files with size, LFS sha256 and the quantisation in the name."""

@@ -335,3 +335,37 @@ def test_cdn_redirect_is_followed_and_resumed(
 
     cdn_gets = [r for r in hub.file_requests(REPO, FILE, "GET") if r.path.startswith("/cdn/")]
     assert len(cdn_gets) == 2 and cdn_gets[1].range == f"bytes={cdn_gets[0].num_body_bytes}-"
+
+
+def test_a_search_that_cannot_connect_gives_up_after_one_retry(tmp_path: Path) -> None:
+    """huggingface_hub's list_models retries a failed connection five times with its own
+    back-off (23 s with no network); a search here tries twice, then says so."""
+    attempts = 0
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(0.2)
+    stop = threading.Event()
+
+    def refuse() -> None:  # accept and drop every connection, counting them
+        nonlocal attempts
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except TimeoutError:
+                continue
+            attempts += 1
+            conn.close()
+
+    thread = threading.Thread(target=refuse, daemon=True)
+    thread.start()
+    try:
+        client = HubClient(endpoint=f"http://127.0.0.1:{listener.getsockname()[1]}", models_dir=tmp_path,
+                           backoff_base_s=0.01)
+        with pytest.raises(HubError) as err:
+            client.search("smol")
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+        listener.close()
+    assert err.value.kind == "network"
+    assert "could not reach the Hub" in str(err.value)
+    assert attempts == 2
