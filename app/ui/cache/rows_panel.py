@@ -17,8 +17,6 @@ from PySide6.QtWidgets import (
     QLabel,
     QLineEdit,
     QMenu,
-    QPlainTextEdit,
-    QSplitter,
     QTableView,
     QToolButton,
     QVBoxLayout,
@@ -28,6 +26,7 @@ from PySide6.QtWidgets import (
 from app.cache.index import Row
 from app.ui.cache import fmt
 from app.ui.cache.actions import CacheActions
+from app.ui.cache.detail_split import detail_split
 from app.ui.cache.previews import PreviewCache
 from app.ui.qt_models.cache_rows import (
     COL_PREVIEW,
@@ -117,16 +116,7 @@ class RowsPanel(QWidget):
         self.table.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
         self.table.customContextMenuRequested.connect(self._on_context_menu)
 
-        self.detail = QPlainTextEdit()
-        self.detail.setObjectName("cacheText")
-        self.detail.setReadOnly(True)
-        self.detail.setPlaceholderText("Select an entry to see what it remembers.")
-
-        split = QSplitter(Qt.Orientation.Vertical)
-        split.addWidget(self.table)
-        split.addWidget(self.detail)
-        split.setStretchFactor(0, 4)
-        split.setStretchFactor(1, 1)
+        self.detail, split = detail_split(self.table, "Select an entry to see what it remembers.", 4)
 
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 8, 0, 0)

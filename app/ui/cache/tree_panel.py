@@ -4,21 +4,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QComboBox,
     QHBoxLayout,
     QHeaderView,
     QLabel,
-    QPlainTextEdit,
-    QSplitter,
     QTreeView,
     QVBoxLayout,
     QWidget,
 )
 
 from app.ui.cache import fmt
+from app.ui.cache.detail_split import detail_split
 from app.ui.cache.prefix_tree import TreeNode, build_prefix_tree
 from app.ui.cache.previews import PreviewCache
 from app.ui.cache.row_state import CacheRowState
@@ -69,15 +67,7 @@ class TreePanel(QWidget):
             header.resizeSection(col, w)
         self.view.selectionModel().currentChanged.connect(self._on_current_changed)
 
-        self.detail = QPlainTextEdit()
-        self.detail.setObjectName("cacheText")
-        self.detail.setReadOnly(True)
-        self.detail.setPlaceholderText("Select a line to see what it remembers.")
-        split = QSplitter(Qt.Orientation.Vertical)
-        split.addWidget(self.view)
-        split.addWidget(self.detail)
-        split.setStretchFactor(0, 3)
-        split.setStretchFactor(1, 1)
+        self.detail, split = detail_split(self.view, "Select a line to see what it remembers.", 3)
 
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 8, 0, 0)
