@@ -7,6 +7,10 @@ from typing import Literal
 
 CacheHitKind = Literal["exact", "partial", "cold", "sticky", "continuation"]
 FinishReason = Literal["stop", "length", "cancelled"]
+ReuseSource = Literal["none", "cache", "session", "live"]
+"""Where a request's reused KV came from: nothing, a saved cache row, the request's own sticky
+session seq, or another live seq (a running request or an idle session)."""
+MissReason = Literal["nothing_shared", "evicted", "other_identity", "corrupt", "too_short"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -15,6 +19,25 @@ class CacheDelta:
 
     read: int = 0
     created: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Reuse:
+    """What a request reused at admission, and why (beyond SPEC: the "say why" record).
+
+    ``tokens_reused`` prompt tokens came from ``source`` instead of being prefilled;
+    ``tokens_shared`` is how many leading tokens the prompt shares with the best candidate
+    held anywhere (so ``tokens_shared - tokens_reused`` is what could not be reused, e.g. the
+    last prompt token, which is always prefilled for fresh logits). On a miss
+    (``source == "none"``) ``miss_reason`` says why. ``origin_session`` is the session id of
+    the conversation whose KV was reused (None when unknown or when nothing was reused).
+    """
+
+    source: ReuseSource = "none"
+    tokens_reused: int = 0
+    tokens_shared: int = 0
+    miss_reason: MissReason | None = None
+    origin_session: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +54,19 @@ class Stats:
     committed_tokens: int
     cache_delta: CacheDelta = field(default_factory=CacheDelta)
     stop_sequence: str | None = None
+    context_full: bool = False
+    """Beyond SPEC: the reply stopped because the sequence's context is full (its
+    ``finish_reason`` is ``length``), not because ``response_tokens`` was reached."""
+    reuse: Reuse = field(default_factory=Reuse)
+
+
+@dataclass(frozen=True, slots=True)
+class PrefillProgress:
+    """Beyond SPEC: while a prompt is read, after each prefill slice (and once at admission):
+    ``done`` of ``total`` prompt tokens are in the sequence's KV (restored ones included)."""
+
+    done: int
+    total: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +110,10 @@ class Error:
     code: str = "engine_error"
 
 
-Event = Token | TokenId | ThinkingDelta | ThinkingEnd | ToolCallDelta | ToolCallEnd | Done | Error
+Event = (
+    Token | TokenId | ThinkingDelta | ThinkingEnd | ToolCallDelta | ToolCallEnd | PrefillProgress
+    | Done | Error
+)
 
 
 @dataclass(frozen=True, slots=True)

@@ -190,6 +190,7 @@ class Request:
     cache_created: int = 0
     finish_key: bytes | None = None
     cancel_pending: bool = False
+    context_full: bool = False
     finishing: bool = False
     finish_reason: FinishReason | None = None
     error: Exception | None = None

@@ -45,6 +45,7 @@ from app.engine.events import (
     Event,
     FinishReason,
     LastCacheHit,
+    PrefillProgress,
     PrefillResult,
     SchedulerSnapshot,
     SlotInfo,
@@ -271,6 +272,7 @@ class Scheduler:
             self.sessions.pop(req.options.session_id, None)
         self.reqs[seq_id] = req
         self._last_hit = LastCacheHit(req.cache_hit_kind, req.cache_hit_prefix_len)
+        req.emit(PrefillProgress(len(req.context_tokens), req.num_prompt_tokens))
         if not adm.accepted.done():
             adm.accepted.set_result(adm.ref)
 
@@ -444,6 +446,7 @@ class Scheduler:
         n = len(op.tokens)
         req.context_tokens.extend(op.tokens)
         del req.prefill_cursor[:n]
+        req.emit(PrefillProgress(len(req.context_tokens), req.num_prompt_tokens))
         if req.prefill_cursor:
             return
         if req.cold_save_remaining is not None:
@@ -485,7 +488,10 @@ class Scheduler:
             return
         if (is_eog and not req.options.ignore_eos) or req.stop.matched is not None:
             self._mark(req, "stop")
-        elif req.num_generated >= req.options.response_tokens or len(req.context_tokens) >= self.config.n_ctx:
+        elif len(req.context_tokens) >= self.config.n_ctx:
+            req.context_full = True
+            self._mark(req, "length")
+        elif req.num_generated >= req.options.response_tokens:
             self._mark(req, "length")
 
     # ------------------------------------------------------------------ finishing
@@ -527,6 +533,7 @@ class Scheduler:
             committed_tokens=len(req.context_tokens),
             cache_delta=CacheDelta(req.cache_hit_prefix_len, req.cache_created),
             stop_sequence=req.stop.matched,
+            context_full=req.context_full,
         )
 
     def _resolve(self, req: Request, stats: Stats) -> None:
