@@ -15,7 +15,7 @@ from typing import Any
 
 import llama_cpp
 
-from app.engine.llama_backend import init_llama
+from app.engine.native_log import init_llama
 
 PROMPTS = [
     "Tell me a short story about a lighthouse keeper.",

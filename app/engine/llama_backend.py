@@ -2,41 +2,30 @@
 
 Owns every native handle of a loaded model (model, context, lazily an embeddings context,
 LoRA adapters) and implements ``app.engine.backend.Backend`` on llama-cpp-python's low-level
-bindings. Only the scheduler thread calls it. Also here: llama.cpp's log bridge, the model
-fingerprint hook, and sandboxed rendering of the GGUF's chat template.
+bindings. Only the scheduler thread calls it. Its neighbours: ``llama_handles`` (the batch
+buffers, adapter handles, context parameters), ``native_log`` (llama.cpp's log bridge) and
+``chat_template`` (the sandboxed template renderer).
 
-Batch layout. The tick batch is preallocated once (``n_batch`` rows) in numpy buffers that a
-``llama_batch`` struct points into, so filling a tick is a few slice assignments:
-
-    row:       0      1      2   ...   k-1    k   ...
-    token:   [ t0 ] [ t1 ] [ t2 ]     [..]  [ d0 ]      rows in op order: a prefill slice, a decode row
-    pos:     [ p  ] [ p+1] [ p+2]     [..]  [ q  ]
-    seq_id:  ptr ──► seq[row]  (one seq per row; n_seq_id is always 1)
-    logits:  [ 0  ] [ 0  ] [ 0  ]     [1?]  [ 1  ]      1 = keep this row's logits
-
-After a decode, ``_rows[seq_id]`` is the row holding that seq's newest logits; the next
-``step`` samples every ``DecodeOp`` from it *before* overwriting the batch.
+The tick batch is a preallocated ``Batch`` (``app.engine.llama_handles``). After a decode,
+``_rows[seq_id]`` is the row holding that seq's newest logits; the next ``step`` samples every
+``DecodeOp`` from it *before* overwriting the batch.
 """
 
 from __future__ import annotations
 
-import collections
 import ctypes
 import hashlib
 import json
 import logging
 import os
-import threading
-import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import ExitStack, contextmanager
+from collections.abc import Callable, Sequence
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, cast
 
 import jinja2
 import llama_cpp
 import numpy as np
-from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from app.cache.keys import file_sha256
 from app.engine.backend import (
@@ -49,6 +38,7 @@ from app.engine.backend import (
     SamplingParams,
     StepResult,
 )
+from app.engine.chat_template import CHATML_TEMPLATE, render_chat_template
 from app.engine.errors import (
     AdapterLoadFailed,
     ContextOverflow,
@@ -58,212 +48,24 @@ from app.engine.errors import (
     NBatchTooSmall,
     NotSupported,
 )
+from app.engine.llama_handles import (
+    FTYPE_NAMES,
+    KV_TYPES,
+    Batch,
+    LoraAdapter,
+    check_gguf,
+    ctx_params,
+)
+from app.engine.native_log import detail, init_llama, native_errors
 from app.engine.sampling import SamplerChain, build_chain
 
 log = logging.getLogger(__name__)
 
-_I32P = ctypes.POINTER(ctypes.c_int32)
 _PREFILLED = Prefilled()
-
-# llama_ftype → (name as SPEC §4 spells it, bits per weight of the dominant type).
-FTYPE_NAMES: dict[int, tuple[str, int]] = {
-    0: ("f32", 32), 1: ("f16", 16), 2: ("q4_0", 4), 3: ("q4_1", 4), 7: ("q8_0", 8),
-    8: ("q5_0", 5), 9: ("q5_1", 5), 10: ("q2_k", 2), 11: ("q3_k_s", 3), 12: ("q3_k_m", 3),
-    13: ("q3_k_l", 3), 14: ("q4_k_s", 4), 15: ("q4_k_m", 4), 16: ("q5_k_s", 5),
-    17: ("q5_k_m", 5), 18: ("q6_k", 6), 19: ("iq2_xxs", 2), 20: ("iq2_xs", 2),
-    21: ("q2_k_s", 2), 22: ("iq3_xs", 3), 23: ("iq3_xxs", 3), 24: ("iq1_s", 1),
-    25: ("iq4_nl", 4), 26: ("iq3_s", 3), 27: ("iq3_m", 3), 28: ("iq2_s", 2), 29: ("iq2_m", 2),
-    30: ("iq4_xs", 4), 31: ("iq1_m", 1), 32: ("bf16", 16), 36: ("tq1_0", 1), 37: ("tq2_0", 2),
-    38: ("mxfp4_moe", 4), 39: ("nvfp4", 4), 40: ("q1_0", 1), 41: ("q2_0", 2),
-}
-
-KV_TYPES: dict[str, int] = {
-    "f32": llama_cpp.GGML_TYPE_F32, "f16": llama_cpp.GGML_TYPE_F16,
-    "q8_0": llama_cpp.GGML_TYPE_Q8_0, "q4_0": llama_cpp.GGML_TYPE_Q4_0,
-    "q4_1": llama_cpp.GGML_TYPE_Q4_1, "q5_0": llama_cpp.GGML_TYPE_Q5_0,
-    "q5_1": llama_cpp.GGML_TYPE_Q5_1,
-}
 
 # The embeddings context holds one sequence of at most this many tokens in one ubatch.
 EMBED_MAX_TOKENS = 2048
 
-# A rendered prompt longer than this is a runaway (hostile) template, not a conversation.
-MAX_TEMPLATE_OUTPUT = 16 * 1024 * 1024
-
-# Used when a GGUF carries no chat template.
-CHATML_TEMPLATE = (
-    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + "
-    "message['content'] + '<|im_end|>\n' }}{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
-)
-
-
-# --------------------------------------------------------------------------- llama.cpp logs
-
-# ggml_log_level: 1 debug, 2 info, 3 warn, 4 error, 5 = continues the previous record.
-_LOG_ERROR = 4
-_LOG_CONT = 5
-_RECENT_LOG: collections.deque[tuple[int, str]] = collections.deque(maxlen=64)
-_log_line: list[str] = []
-_log_level = [0]
-_log_lock = threading.Lock()
-_log_count = [0]
-_native_log = logging.getLogger("app.engine.llama_cpp")
-
-
-@llama_cpp.llama_log_callback  # type: ignore[untyped-decorator]
-def _on_llama_log(level: int, text: bytes, user_data: Any) -> None:
-    # NOTE: llama.cpp logs in pieces (progress dots, CONT records); lines are assembled here,
-    # remembered for error messages and sent to Python logging at DEBUG, never to stderr.
-    piece = text.decode("utf-8", "replace") if text else ""
-    with _log_lock:
-        if not _log_line and level != _LOG_CONT:
-            _log_level[0] = level
-        _log_line.append(piece)
-        if not piece.endswith("\n"):
-            return
-        line = "".join(_log_line).rstrip()
-        _log_line.clear()
-        if line:
-            _RECENT_LOG.append((_log_level[0], line))
-            _log_count[0] += 1
-    if line:
-        _native_log.debug("%s", line)
-
-
-_initialised = False
-
-
-def init_llama() -> None:
-    """Route llama.cpp's logs to Python logging and initialise its backend (once per process)."""
-    global _initialised
-    if not _initialised:
-        llama_cpp.llama_log_set(_on_llama_log, ctypes.c_void_p(0))
-        llama_cpp.llama_backend_init()
-        _initialised = True
-
-
-@contextmanager
-def _native_errors() -> Iterator[list[str]]:
-    """Collect the error lines llama.cpp logs inside the block (for readable messages)."""
-    start = _log_count[0]
-    found: list[str] = []
-    try:
-        yield found
-    finally:
-        with _log_lock:
-            n_new = min(_log_count[0] - start, len(_RECENT_LOG))
-            recent = list(_RECENT_LOG)[len(_RECENT_LOG) - n_new :] if n_new else []
-        found.extend(line for level, line in recent if level == _LOG_ERROR)
-
-
-def _detail(lines: list[str]) -> str:
-    """The first (most specific) native error line, without its function-name prefix."""
-    if not lines:
-        return ""
-    text = lines[0]
-    for prefix in ("llama_model_load: ", "error loading model: "):
-        text = text.split(prefix, 1)[-1]
-    return f" ({text.split(': ', 1)[-1] if text.startswith(('llama_', 'gguf_')) else text})"
-
-
-# --------------------------------------------------------------------------- small helpers
-
-
-def _check_gguf(path: str, what: str, error: type[Exception]) -> None:
-    p = Path(path)
-    if not p.exists():
-        raise error(f"{what} not found: {path}")
-    if not p.is_file():
-        raise error(f"{what} is not a file: {path}")
-    with open(p, "rb") as f:
-        magic = f.read(4)
-    if magic != b"GGUF":
-        raise error(f"{what} is not a GGUF file (bad magic {magic!r}): {path}")
-
-
-class _Batch:
-    """A preallocated ``llama_batch`` over numpy buffers (see the module docstring)."""
-
-    def __init__(self, capacity: int) -> None:
-        self.capacity = capacity
-        self.token = np.zeros(capacity, dtype=np.int32)
-        self.pos = np.zeros(capacity, dtype=np.int32)
-        self.n_seq_id = np.ones(capacity, dtype=np.int32)
-        self.seq = np.zeros(capacity, dtype=np.int32)
-        self.logits = np.zeros(capacity, dtype=np.int8)
-        self.arange = np.arange(capacity, dtype=np.int32)
-        base = self.seq.ctypes.data
-        self._seq_ptrs = (ctypes.c_void_p * capacity)(*range(base, base + 4 * capacity, 4))
-        struct: Any = llama_cpp.llama_batch()
-        struct.token = self.token.ctypes.data_as(_I32P)
-        struct.embd = ctypes.POINTER(ctypes.c_float)()
-        struct.pos = self.pos.ctypes.data_as(_I32P)
-        struct.n_seq_id = self.n_seq_id.ctypes.data_as(_I32P)
-        struct.seq_id = ctypes.cast(self._seq_ptrs, ctypes.POINTER(_I32P))
-        struct.logits = self.logits.ctypes.data_as(ctypes.POINTER(ctypes.c_int8))
-        self.struct = struct
-
-    def put(self, row: int, tokens: Sequence[int], pos: int, seq_id: int) -> int:
-        """Write a run of tokens of one seq from ``row``, logits off; returns the next row."""
-        end = row + len(tokens)
-        self.token[row:end] = tokens
-        self.pos[row:end] = self.arange[: end - row] + pos
-        self.seq[row:end] = seq_id
-        self.logits[row:end] = 0
-        return end
-
-
-class LoraAdapter:
-    """A loaded LoRA adapter. Freed by ``LlamaBackend.free_adapter`` (or with the model)."""
-
-    def __init__(self, ptr: Any, path: str, sha256: bytes) -> None:
-        self._ptr: Any = ptr
-        self.path = path
-        self.sha256 = sha256
-
-    @property
-    def ptr(self) -> Any:
-        if self._ptr is None:
-            raise InvalidRequest(f"adapter {self.path} was unloaded")
-        return self._ptr
-
-    @property
-    def is_closed(self) -> bool:
-        return self._ptr is None
-
-    def close(self) -> None:
-        if self._ptr is not None:
-            llama_cpp.llama_adapter_lora_free(self._ptr)
-            self._ptr = None
-
-    def __repr__(self) -> str:
-        return f"LoraAdapter({self.path!r})"
-
-
-def _ctx_params(
-    *, n_ctx: int, n_seq_max: int, n_batch: int, n_ubatch: int, n_threads: int,
-    flash_attn: bool, type_k: int, type_v: int, embeddings: bool = False,
-) -> Any:
-    p = llama_cpp.llama_context_default_params()
-    p.n_ctx = n_ctx
-    p.n_batch = n_batch
-    p.n_ubatch = n_ubatch
-    p.n_seq_max = n_seq_max
-    p.n_threads = n_threads
-    p.n_threads_batch = n_threads
-    p.flash_attn_type = (
-        llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED if flash_attn else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
-    )
-    p.type_k = type_k
-    p.type_v = type_v
-    p.kv_unified = True
-    p.swa_full = True  # part of ctx_params_hash: it changes what a SWA model's state holds
-    p.no_perf = True
-    p.embeddings = embeddings
-    if embeddings:
-        p.pooling_type = llama_cpp.LLAMA_POOLING_TYPE_MEAN
-    return p
 
 
 # --------------------------------------------------------------------------- the backend
@@ -305,7 +107,7 @@ class LlamaBackend:
         self._stack = ExitStack()
         self._closed = False
         self._embed_ctx: Any = None
-        self._embed_batch: _Batch | None = None
+        self._embed_batch: Batch | None = None
         self._adapters: list[LoraAdapter] = []
         self._active: list[tuple[LoraAdapter, float]] = []
         self._eog: dict[int, bool] = {}
@@ -321,13 +123,13 @@ class LlamaBackend:
     # ----------------------------------------------------------------- load / close
 
     def _load(self, n_gpu_layers: int) -> None:
-        _check_gguf(self.path, "model file", ModelLoadFailed)
+        check_gguf(self.path, "model file", ModelLoadFailed)
         mparams = llama_cpp.llama_model_default_params()
         mparams.n_gpu_layers = 999 if n_gpu_layers < 0 else n_gpu_layers
-        with _native_errors() as errors:
+        with native_errors() as errors:
             model = llama_cpp.llama_model_load_from_file(self.path.encode(), mparams)
         if not model:
-            raise ModelLoadFailed(f"llama.cpp could not load {self.path}{_detail(errors)}")
+            raise ModelLoadFailed(f"llama.cpp could not load {self.path}{detail(errors)}")
         self._model = model
         self._stack.callback(llama_cpp.llama_model_free, model)
         # Adapters die before the model (llama.cpp would free them with it otherwise).
@@ -336,19 +138,19 @@ class LlamaBackend:
         self._n_vocab = llama_cpp.llama_vocab_n_tokens(self._vocab)
         self._n_embd = llama_cpp.llama_model_n_embd(model)
         self._logits_row_type: Any = ctypes.c_float * int(self._n_vocab)
-        cparams = _ctx_params(
+        cparams = ctx_params(
             n_ctx=self.n_ctx_per_seq * self.n_seq_max, n_seq_max=self.n_seq_max,
             n_batch=self.n_batch, n_ubatch=min(self.n_batch, 512), n_threads=self.n_threads,
             flash_attn=self._flash_attn, type_k=self._type_k, type_v=self._type_v,
         )
-        with _native_errors() as errors:
+        with native_errors() as errors:
             ctx = llama_cpp.llama_init_from_model(model, cparams)
         if not ctx:
-            raise ModelLoadFailed(f"llama.cpp could not create a context for {self.path}{_detail(errors)}")
+            raise ModelLoadFailed(f"llama.cpp could not create a context for {self.path}{detail(errors)}")
         self._ctx = ctx
         self._stack.callback(llama_cpp.llama_free, ctx)
         self._mem = llama_cpp.llama_get_memory(ctx)
-        self._batch = _Batch(self.n_batch)
+        self._batch = Batch(self.n_batch)
 
     def close(self) -> None:
         """Free every native handle: contexts, then adapters, then the model. Idempotent."""
@@ -552,7 +354,7 @@ class LlamaBackend:
             raise RuntimeError(f"llama.cpp has no logits for batch row {row}")
         return np.frombuffer(self._logits_row_type.from_address(address), dtype=np.float32)
 
-    def _decode(self, ctx: Any, batch: _Batch, n_tokens: int) -> None:
+    def _decode(self, ctx: Any, batch: Batch, n_tokens: int) -> None:
         self._rows = {}
         batch.struct.n_tokens = n_tokens
         rc = llama_cpp.llama_decode(ctx, batch.struct)
@@ -613,10 +415,10 @@ class LlamaBackend:
             return False
         data = payload if isinstance(payload, bytes) else bytes(payload)
         src = ctypes.cast(ctypes.c_char_p(data), ctypes.POINTER(ctypes.c_uint8))
-        with _native_errors() as errors:
+        with native_errors() as errors:
             n = llama_cpp.llama_state_seq_set_data(self._ctx, src, len(data), seq_id)
         if n == 0:
-            log.info("seq state refused by llama.cpp%s", _detail(errors))
+            log.info("seq state refused by llama.cpp%s", detail(errors))
             llama_cpp.llama_memory_seq_rm(self._mem, seq_id, -1, -1)
             return False
         return True
@@ -695,10 +497,10 @@ class LlamaBackend:
             raise NotSupported("this model produced no pooled embedding")
         return [float(x) for x in ptr[: self._n_embd]]
 
-    def _embedding_context(self) -> tuple[Any, _Batch]:
+    def _embedding_context(self) -> tuple[Any, Batch]:
         if self._embed_ctx is None:
             n = min(self.n_ctx_per_seq, EMBED_MAX_TOKENS)
-            cparams = _ctx_params(
+            cparams = ctx_params(
                 n_ctx=n, n_seq_max=1, n_batch=n, n_ubatch=n, n_threads=self.n_threads,
                 flash_attn=self._flash_attn, type_k=self._type_k, type_v=self._type_v,
                 embeddings=True,
@@ -707,7 +509,7 @@ class LlamaBackend:
             if not ctx:
                 raise NotSupported("llama.cpp could not create an embeddings context")
             self._stack.callback(llama_cpp.llama_free, ctx)
-            self._embed_ctx, self._embed_batch = ctx, _Batch(n)
+            self._embed_ctx, self._embed_batch = ctx, Batch(n)
             self._apply_adapters(ctx, self._active)
         assert self._embed_batch is not None
         return self._embed_ctx, self._embed_batch
@@ -716,11 +518,11 @@ class LlamaBackend:
 
     def load_adapter(self, path: str) -> LoraAdapter:
         path = str(path)
-        _check_gguf(path, "adapter file", AdapterLoadFailed)
-        with _native_errors() as errors:
+        check_gguf(path, "adapter file", AdapterLoadFailed)
+        with native_errors() as errors:
             ptr = llama_cpp.llama_adapter_lora_init(self._model, path.encode())
         if not ptr:
-            raise AdapterLoadFailed(f"llama.cpp refused adapter {path}{_detail(errors)}")
+            raise AdapterLoadFailed(f"llama.cpp refused adapter {path}{detail(errors)}")
         adapter = LoraAdapter(ptr, path, file_sha256(path))
         self._adapters.append(adapter)
         return adapter
@@ -786,69 +588,3 @@ class LlamaBackend:
             accepted += 1
         following = argmax[accepted]
         return accepted, None if self.is_eog(following) else following
-
-
-# --------------------------------------------------------------------------- chat templates
-
-
-def _raise_exception(message: str) -> None:
-    raise jinja2.TemplateError(message)
-
-
-def _strftime_now(fmt: str) -> str:
-    return time.strftime(fmt)
-
-
-def _tojson(value: Any, indent: int | None = None, **_: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, indent=indent)
-
-
-def _sandbox() -> ImmutableSandboxedEnvironment:
-    env = ImmutableSandboxedEnvironment(
-        trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"]
-    )
-    env.filters["tojson"] = _tojson
-    env.globals["raise_exception"] = _raise_exception
-    env.globals["strftime_now"] = _strftime_now
-    return env
-
-
-_ENV = _sandbox()
-
-
-def render_chat_template(
-    source: str,
-    messages: list[dict[str, Any]],
-    *,
-    bos_token: str = "",
-    eos_token: str = "",
-    add_generation_prompt: bool = True,
-    tools: list[Any] | None = None,
-    cache: dict[str, jinja2.Template] | None = None,
-) -> str:
-    """Render a GGUF chat template (Hugging Face conventions) in a sandbox.
-
-    Any template failure — syntax, ``raise_exception``, a sandbox violation by a hostile
-    template, or runaway output — becomes ``InvalidRequest``.
-    """
-    try:
-        template = cache.get(source) if cache is not None else None
-        if template is None:
-            template = _ENV.from_string(source)
-            if cache is not None:
-                cache[source] = template
-        pieces: list[str] = []
-        size = 0
-        for piece in template.generate(
-            messages=messages, bos_token=bos_token, eos_token=eos_token,
-            add_generation_prompt=add_generation_prompt, tools=tools,
-        ):
-            size += len(piece)
-            if size > MAX_TEMPLATE_OUTPUT:
-                raise InvalidRequest(f"chat template output exceeds {MAX_TEMPLATE_OUTPUT} characters")
-            pieces.append(piece)
-        return "".join(pieces)
-    except jinja2.TemplateError as exc:
-        raise InvalidRequest(f"chat template failed: {exc}") from exc
-    except (TypeError, ValueError, KeyError, AttributeError, IndexError, OverflowError, RecursionError) as exc:
-        raise InvalidRequest(f"chat template failed: {type(exc).__name__}: {exc}") from exc

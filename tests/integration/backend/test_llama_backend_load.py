@@ -8,8 +8,9 @@ import math
 import pytest
 
 from app.engine.backend import PrefillOp, SamplingParams
+from app.engine.chat_template import render_chat_template
 from app.engine.errors import GrammarFailed, InvalidRequest, ModelLoadFailed
-from app.engine.llama_backend import LlamaBackend, render_chat_template
+from app.engine.llama_backend import LlamaBackend
 from tests.integration.backend.driver import decode, prefill
 
 
