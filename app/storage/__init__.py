@@ -1,12 +1,14 @@
 """The app database (conversations, message trees, settings). No Qt here."""
 
+from app.storage.errors import InvalidTextError, StorageError
 from app.storage.paths import data_dir, database_path
 from app.storage.records import Conversation, Message, ReplyStats, SamplingSettings, Siblings
-from app.storage.storage import DEFAULT_TITLE, Storage, StorageError, session_key
+from app.storage.storage import DEFAULT_TITLE, Storage, session_key
 
 __all__ = [
     "DEFAULT_TITLE",
     "Conversation",
+    "InvalidTextError",
     "Message",
     "ReplyStats",
     "SamplingSettings",

@@ -2,12 +2,14 @@
 
 SQLite in WAL mode through SQLAlchemy 2.0. Every public method opens a short session and
 returns frozen records (``app.storage.records``), so callers never hold ORM objects. Any
-database failure surfaces as :class:`StorageError` carrying a readable message.
+database failure surfaces as :class:`StorageError` carrying a readable message; a value that
+is not storable text (``bytes``, an unpaired surrogate) is refused before anything is written
+with ``InvalidTextError`` (a ``StorageError``), see ``app.storage.text``. Export lives in
+``app.storage.export``.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 import uuid
@@ -20,8 +22,11 @@ from sqlalchemy import create_engine, delete, event, or_, select
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
+from app.storage.errors import StorageError
+from app.storage.export import conversation_json, conversation_markdown
 from app.storage.records import Conversation, Message, ReplyStats, SamplingSettings, Siblings
 from app.storage.schema import Base, ConversationRow, MessageRow, SettingRow
+from app.storage.text import as_text, check_json, check_text
 
 log = logging.getLogger(__name__)
 
@@ -31,10 +36,6 @@ DEFAULT_TITLE = "New chat"
 def session_key(conversation_id: str) -> str:
     """Settings key of a conversation's engine-session state (the tokens its KV holds)."""
     return f"session/{conversation_id}"
-
-
-class StorageError(Exception):
-    """The database could not do what was asked (locked, full disk, corrupt, unknown id)."""
 
 
 class Storage:
@@ -79,12 +80,12 @@ class Storage:
         now = time.time()
         row = ConversationRow(
             id=str(uuid.uuid4()),
-            title=title,
+            title=check_text("the title", title),
             created=now,
             updated=now,
-            system_prompt=system_prompt,
-            model_id=model_id,
-            sampling=(sampling or SamplingSettings()).to_dict(),
+            system_prompt=check_text("the system prompt", system_prompt),
+            model_id=check_text("the model id", model_id),
+            sampling=_sampling_dict(sampling or SamplingSettings()),
             active_leaf_id=None,
             deleted_at=None,
         )
@@ -105,7 +106,7 @@ class Storage:
             return [_conversation(r) for r in s.scalars(stmt)]
 
     def rename_conversation(self, conversation_id: str, title: str) -> Conversation:
-        title = title.strip() or DEFAULT_TITLE
+        title = check_text("the title", title).strip() or DEFAULT_TITLE
         with self._session() as s:
             row = self._row(s, conversation_id)
             row.title = title
@@ -119,14 +120,19 @@ class Storage:
         model_id: str | None = None,
         sampling: SamplingSettings | None = None,
     ) -> Conversation:
+        if system_prompt is not None:
+            check_text("the system prompt", system_prompt)
+        if model_id is not None:
+            check_text("the model id", model_id)
+        sampling_data = _sampling_dict(sampling) if sampling is not None else None
         with self._session() as s:
             row = self._row(s, conversation_id)
             if system_prompt is not None:
                 row.system_prompt = system_prompt
             if model_id is not None:
                 row.model_id = model_id
-            if sampling is not None:
-                row.sampling = sampling.to_dict()
+            if sampling_data is not None:
+                row.sampling = sampling_data
             return _conversation(row)
 
     def delete_conversation(self, conversation_id: str) -> None:
@@ -156,7 +162,7 @@ class Storage:
 
     def search(self, query: str) -> list[Conversation]:
         """Conversations whose title or any message contains ``query`` (case-insensitive)."""
-        query = query.strip()
+        query = check_text("the search text", query).strip()
         if not query:
             return self.list_conversations()
         pattern = f"%{_escape_like(query)}%"
@@ -194,6 +200,10 @@ class Storage:
         """Append a message under ``parent_id`` (None = a root); by default it becomes the leaf."""
         if role not in ("user", "assistant", "system"):
             raise ValueError(f"unknown role {role!r}")
+        check_text("the message text", content)
+        check_text("the thinking text", thinking)
+        check_text("the error text", error)
+        stats_data = check_json("the reply stats", stats.to_dict()) if stats else None
         now = time.time()
         with self._session() as s:
             conv = self._row(s, conversation_id)
@@ -208,7 +218,7 @@ class Storage:
                 role=role,
                 content=content,
                 thinking=thinking,
-                stats=stats.to_dict() if stats else None,
+                stats=stats_data,
                 error=error,
                 created=_monotonic_after(s, conversation_id, now),
             )
@@ -331,22 +341,7 @@ class Storage:
     def export_markdown(self, conversation_id: str) -> str:
         """The active branch as a Markdown document."""
         conv = self.get_conversation(conversation_id)
-        lines = [f"# {conv.title}", ""]
-        if conv.system_prompt:
-            lines += ["> **System:** " + conv.system_prompt.replace("\n", "\n> "), ""]
-        for msg in self.active_branch(conversation_id):
-            lines += [f"## {msg.role.capitalize()}", ""]
-            if msg.thinking:
-                lines += [
-                    "<details><summary>Thinking</summary>",
-                    "",
-                    msg.thinking,
-                    "",
-                    "</details>",
-                    "",
-                ]
-            lines += [msg.content, ""]
-        return "\n".join(lines).rstrip() + "\n"
+        return conversation_markdown(conv, self.active_branch(conversation_id))
 
     def export_json(self, conversation_id: str) -> str:
         """The whole conversation (every branch) and its active path as JSON text."""
@@ -359,21 +354,9 @@ class Storage:
                     .order_by(MessageRow.created)
                 )
             )
-            messages = [_message_dict(r) for r in rows]
-        doc = {
-            "format": "hearth-conversation/1",
-            "id": conv.id,
-            "title": conv.title,
-            "created": conv.created,
-            "updated": conv.updated,
-            "system_prompt": conv.system_prompt,
-            "model_id": conv.model_id,
-            "sampling": conv.sampling.to_dict(),
-            "active_leaf_id": conv.active_leaf_id,
-            "active_path": [m.id for m in self.active_branch(conversation_id)],
-            "messages": messages,
-        }
-        return json.dumps(doc, indent=2, ensure_ascii=False)
+            messages = [_message(r) for r in rows]
+        active = [m.id for m in self.active_branch(conversation_id)]
+        return conversation_json(conv, messages, active)
 
     # -- settings ------------------------------------------------------------------------
 
@@ -383,6 +366,9 @@ class Storage:
             return default if row is None else row.value
 
     def set_setting(self, key: str, value: Any) -> None:
+        """Store ``value`` (JSON data) under ``key``; bad text raises :class:`InvalidTextError`."""
+        check_text("the setting name", key)
+        check_json(f"the setting {key!r}", value)
         with self._session() as s:
             row = s.get(SettingRow, key)
             if row is None:
@@ -431,11 +417,11 @@ def _escape_like(text: str) -> str:
 def _conversation(row: ConversationRow) -> Conversation:
     return Conversation(
         id=row.id,
-        title=row.title,
+        title=as_text(row.title),
         created=row.created,
         updated=row.updated,
-        system_prompt=row.system_prompt,
-        model_id=row.model_id,
+        system_prompt=as_text(row.system_prompt),
+        model_id=as_text(row.model_id),
         sampling=SamplingSettings.from_dict(row.sampling),
         active_leaf_id=row.active_leaf_id,
         deleted=row.deleted_at is not None,
@@ -448,21 +434,13 @@ def _message(row: MessageRow) -> Message:
         conversation_id=row.conversation_id,
         parent_id=row.parent_id,
         role=row.role,
-        content=row.content,
-        thinking=row.thinking,
+        content=as_text(row.content),
+        thinking=as_text(row.thinking),
         stats=ReplyStats.from_dict(row.stats),
-        error=row.error,
+        error=as_text(row.error),
         created=row.created,
     )
 
 
-def _message_dict(row: MessageRow) -> dict[str, Any]:
-    return {
-        "id": row.id,
-        "parent_id": row.parent_id,
-        "role": row.role,
-        "content": row.content,
-        "thinking": row.thinking,
-        "stats": row.stats,
-        "created": row.created,
-    }
+def _sampling_dict(sampling: SamplingSettings) -> dict[str, Any]:
+    return dict(check_json("the sampling settings", sampling.to_dict()))

@@ -1,0 +1,62 @@
+"""A conversation as a Markdown document or as JSON text (``hearth-conversation/1``). No Qt.
+
+Both take frozen records, so they never touch the database; the text they return always
+encodes to UTF-8 (see :func:`app.storage.text.encodable`), so writing it cannot fail on
+its content.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from app.storage.records import Conversation, Message
+from app.storage.text import encodable
+
+FORMAT = "hearth-conversation/1"
+
+
+def conversation_markdown(conv: Conversation, branch: Sequence[Message]) -> str:
+    """``branch`` (root first) under the conversation's title and system prompt."""
+    lines = [f"# {conv.title}", ""]
+    if conv.system_prompt:
+        lines += ["> **System:** " + conv.system_prompt.replace("\n", "\n> "), ""]
+    for msg in branch:
+        lines += [f"## {msg.role.capitalize()}", ""]
+        if msg.thinking:
+            lines += ["<details><summary>Thinking</summary>", "", msg.thinking, "", "</details>", ""]
+        lines += [msg.content, ""]
+    return encodable("\n".join(lines).rstrip() + "\n")
+
+
+def conversation_json(
+    conv: Conversation, messages: Sequence[Message], active_path: Sequence[str]
+) -> str:
+    """Every message (all branches, oldest first) and the active path, as indented JSON."""
+    doc = {
+        "format": FORMAT,
+        "id": conv.id,
+        "title": conv.title,
+        "created": conv.created,
+        "updated": conv.updated,
+        "system_prompt": conv.system_prompt,
+        "model_id": conv.model_id,
+        "sampling": conv.sampling.to_dict(),
+        "active_leaf_id": conv.active_leaf_id,
+        "active_path": list(active_path),
+        "messages": [_message_dict(m) for m in messages],
+    }
+    return encodable(json.dumps(doc, indent=2, ensure_ascii=False))
+
+
+def _message_dict(msg: Message) -> dict[str, Any]:
+    return {
+        "id": msg.id,
+        "parent_id": msg.parent_id,
+        "role": msg.role,
+        "content": msg.content,
+        "thinking": msg.thinking,
+        "stats": msg.stats.to_dict() if msg.stats else None,
+        "created": msg.created,
+    }
