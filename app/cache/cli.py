@@ -16,16 +16,9 @@ from pathlib import Path
 from typing import TextIO
 
 from app.cache.store import COUNTER_NAMES, CacheStore
+from app.units import human_bytes
 
 VERBS = ("ls", "stats", "gc", "verify")
-
-
-def human_bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(n) < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    raise AssertionError("unreachable")
 
 
 def human_age(seconds: float) -> str:

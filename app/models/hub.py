@@ -45,6 +45,7 @@ from huggingface_hub.utils import (  # type: ignore[attr-defined]  # public, laz
 )
 
 from app.models.library import quant_from_filename
+from app.units import human_bytes
 
 try:  # huggingface_hub >= 1.0 talks HTTP through httpx (2.x: the httpx2 fork)
     import httpx2 as _httpx
@@ -481,13 +482,13 @@ class HubClient:
         if free < need:
             raise HubError(
                 f"not enough disk space in {self.downloads_dir}: the download needs "
-                f"{_human(need)} and only {_human(free)} is free", "insufficient_space")
+                f"{human_bytes(need)} and only {human_bytes(free)} is free", "insufficient_space")
         if _device(install_dir) != _device(self.downloads_dir):  # install will copy
             free = self._free_space(install_dir)
             if free < size + SPACE_MARGIN_BYTES:
                 raise HubError(
                     f"not enough disk space in {install_dir}: the model needs "
-                    f"{_human(size)} and only {_human(free)} is free", "insufficient_space")
+                    f"{human_bytes(size)} and only {human_bytes(free)} is free", "insufficient_space")
 
     def _backoff(self, failures: int, cancel: Any) -> None:
         delay = min(self.backoff_max_s, self.backoff_base_s * 2 ** (failures - 1))
@@ -671,15 +672,6 @@ def _device(p: Path) -> int | None:
         return p.stat().st_dev
     except OSError:
         return None
-
-
-def _human(n: int) -> str:
-    size = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(size) < 1024 or unit == "GiB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{size:.1f} TiB"
 
 
 def _stored_token() -> str | None:

@@ -15,6 +15,7 @@ from typing import Any
 from PySide6.QtCore import QObject, QRunnable, QThreadPool, Signal
 
 from app.ui.cache import fmt
+from app.units import human_bytes
 
 log = logging.getLogger(__name__)
 
@@ -117,7 +118,7 @@ class CacheActions(QObject):
     def set_quota(self, tier: str, quota: int) -> None:
         def job(progress: Progress) -> str:
             self._store.set_quota(tier, quota)
-            return f"{fmt.TIER_LABELS.get(tier, tier)} limit set to {fmt.size(quota)}."
+            return f"{fmt.TIER_LABELS.get(tier, tier)} limit set to {human_bytes(quota)}."
 
         self.run("quota", job)
 

@@ -27,14 +27,6 @@ REASON_HELP = {
 }
 
 
-def size(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(n) < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} TiB"  # pragma: no cover
-
-
 def age(ts: float, now: float | None = None) -> str:
     if ts <= 0:
         return "—"

@@ -35,6 +35,7 @@ from app.ui.qt_models.cache_rows import (
     CacheRowsModel,
     CacheRowsProxy,
 )
+from app.units import human_bytes
 
 ALL = "All"
 COLUMN_WIDTHS = (110, 70, 80, 90, 125, 95, 95, 70, 70, 360)
@@ -254,7 +255,7 @@ class RowsPanel(QWidget):
         elif rows:
             total = sum(r.n_tokens for r in rows)
             size = sum(r.size for r in rows)
-            self.detail.setPlainText(f"{len(rows)} entries selected: {total:,} tokens, {fmt.size(size)}.")
+            self.detail.setPlainText(f"{len(rows)} entries selected: {total:,} tokens, {human_bytes(size)}.")
         else:
             self.detail.clear()
         self.row_selected.emit(rows[0] if len(rows) == 1 else None)
@@ -278,7 +279,7 @@ def describe(row: Row, previews: PreviewCache) -> str:
     text = previews.text(row)
     lines = [
         f"{row.n_tokens:,} tokens of a conversation with {row.model_id}, "
-        f"kept in {fmt.TIER_LABELS.get(row.tier, row.tier)} ({fmt.size(row.size)}).",
+        f"kept in {fmt.TIER_LABELS.get(row.tier, row.tier)} ({human_bytes(row.size)}).",
         f"Saved {fmt.age(row.created)} because: {fmt.REASON_HELP.get(row.save_reason, row.save_reason)}",
         f"Reused {row.hits} time(s), last {fmt.age(row.last_used)}."
         + (" Pinned: never removed to make room." if row.pinned else ""),

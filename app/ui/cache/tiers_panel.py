@@ -17,6 +17,7 @@ from PySide6.QtWidgets import (
 from app.cache.tiers import TIERS
 from app.ui.cache import fmt
 from app.ui.cache.actions import CacheActions
+from app.units import human_bytes
 
 UNITS = {"MiB": 1 << 20, "GiB": 1 << 30}
 
@@ -71,7 +72,7 @@ class TierRow:
             self.bar.setValue(min(1000, max(round(used * 1000 / quota), 6 if used else 0)))
             share = 100 * used / quota
             pct = f"{share:.1f} %" if share >= 0.1 or not used else "< 0.1 %"
-        self.usage.setText(f"{fmt.size(used)} of {fmt.size(quota)} ({pct})")
+        self.usage.setText(f"{human_bytes(used)} of {human_bytes(quota)} ({pct})")
         if quota != self._quota_shown and not self.quota.hasFocus():
             self._quota_shown = quota
             unit = "GiB" if quota >= UNITS["GiB"] else "MiB"

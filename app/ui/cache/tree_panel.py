@@ -21,6 +21,7 @@ from app.ui.cache.prefix_tree import TreeNode, build_prefix_tree
 from app.ui.cache.previews import PreviewCache
 from app.ui.cache.row_state import CacheRowState
 from app.ui.qt_models.cache_tree import KEY_ROLE, NODE_ROLE, CachePrefixTreeModel
+from app.units import human_bytes
 
 AUTO_EXPAND_ROWS = 500
 
@@ -131,7 +132,7 @@ class TreePanel(QWidget):
         shared = node.parent.n_tokens if node.parent is not None else 0
         head = (
             f"{row.n_tokens:,} tokens · {fmt.TIER_LABELS.get(row.tier, row.tier)} · "
-            f"{fmt.size(row.size)} · saved {fmt.age(row.created)} "
+            f"{human_bytes(row.size)} · saved {fmt.age(row.created)} "
             f"({fmt.REASON_LABELS.get(row.save_reason, row.save_reason)}) · reused {row.hits}×\n"
         )
         if shared:

@@ -25,7 +25,8 @@ from PySide6.QtCore import QObject, QRunnable, QThreadPool, Signal
 
 from app.models.hub import HubClient, HubError
 from app.models.library import quant_from_filename
-from app.ui.models.format import human_bytes, human_duration, human_rate
+from app.ui.models.format import human_duration, human_rate
+from app.units import human_bytes
 
 logger = logging.getLogger(__name__)
 

@@ -1,20 +1,13 @@
-"""Short human-readable strings for sizes, rates, durations and counts (no Qt)."""
+"""Short human-readable strings for rates, durations, counts and dates (no Qt); sizes come
+from :func:`app.units.human_bytes`."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from app.units import human_bytes
 
-def human_bytes(n: int | float | None) -> str:
-    """``5408928`` → ``"5.2 MiB"``; ``None`` → ``"–"``."""
-    if n is None:
-        return "–"
-    size = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(size) < 1024 or unit == "TiB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{size:.1f} TiB"  # pragma: no cover - loop always returns
+__all__ = ["human_bytes", "human_count", "human_date", "human_duration", "human_rate", "short_hex"]
 
 
 def human_rate(bytes_per_s: float) -> str:

@@ -24,11 +24,11 @@ from PySide6.QtWidgets import (
 )
 
 from app.models.library import ModelEntry, ModelLibrary, estimate_memory
-from app.ui.models.format import human_bytes
 from app.ui.models.library_state import LibraryCatalog, LibraryRow
 from app.ui.models.settings import LoadSettings, load_settings_for, save_settings_for
 from app.ui.models.widgets import MessageCard, button, caption, section, side_card
 from app.ui.qt_models.model_library import COL_NAME, LibraryTableModel
+from app.units import human_bytes
 
 logger = logging.getLogger(__name__)
 

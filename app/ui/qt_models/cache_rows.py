@@ -25,6 +25,7 @@ from app.cache.index import Row
 from app.ui.cache import fmt
 from app.ui.cache.previews import PreviewCache
 from app.ui.cache.row_state import TIER_ORDER, CacheRowState
+from app.units import human_bytes
 
 Index = QModelIndex | QPersistentModelIndex
 
@@ -174,7 +175,7 @@ class CacheRowsModel(QAbstractTableModel):
         if col == COL_TOKENS:
             return f"{row.n_tokens:,}"
         if col == COL_SIZE:
-            return fmt.size(row.size)
+            return human_bytes(row.size)
         if col == COL_TIER:
             return fmt.TIER_LABELS.get(row.tier, row.tier) + (
                 " (saving…)" if row.status != "available" else ""
@@ -202,7 +203,7 @@ class CacheRowsModel(QAbstractTableModel):
             return fmt.stamp(row.created if col == COL_CREATED else row.last_used)
         if col == COL_PREVIEW:
             return self._previews.tail(row)
-        return f"key {row.key_hex[:16]}…  ·  {row.n_tokens:,} tokens  ·  {fmt.size(row.size)}"
+        return f"key {row.key_hex[:16]}…  ·  {row.n_tokens:,} tokens  ·  {human_bytes(row.size)}"
 
     def sort(self, column: int, order: Qt.SortOrder = Qt.SortOrder.AscendingOrder) -> None:
         # NOTE: QTableView.sortByColumn asks twice (header indicator, then the view); the

@@ -7,9 +7,9 @@ from typing import Any
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor, QPainter, QPixmap
 
-from app.ui.models.format import human_bytes
 from app.ui.models.library_state import LibraryCatalog, LibraryRow
 from app.ui.qt_models.flat_table import FlatTableModel, Index
+from app.units import human_bytes
 
 ROW_ROLE = Qt.ItemDataRole.UserRole + 1  # the LibraryRow
 PATH_ROLE = Qt.ItemDataRole.UserRole + 2  # str path of the file
