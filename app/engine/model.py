@@ -17,10 +17,10 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
-from app.cache.keys import KeyMeta, effective_fingerprint, file_sha256
+from app.cache.keys import KeyMeta, effective_fingerprint
 from app.engine.backend import Backend
 from app.engine.config import ModelConfig
-from app.engine.errors import Busy, EngineError, InvalidRequest, NotFound
+from app.engine.errors import Busy, EngineError, NotFound
 from app.engine.events import (
     CompletionResult,
     Done,
@@ -33,7 +33,17 @@ from app.engine.events import (
 )
 from app.engine.request import Mode
 from app.engine.scheduler import Admission, Scheduler
-from app.engine.validation import parse_options
+from app.engine.validation import (
+    adapter_sha256,
+    check_adapter_scale,
+    check_chat_request,
+    check_handle,
+    check_session_id,
+    check_text,
+    check_tokens,
+    check_verify,
+    parse_options,
+)
 
 log = logging.getLogger(__name__)
 
@@ -157,7 +167,7 @@ class Model:
         stream = Stream(ref, self.cancel, on_event)
         params = {**params, "session_id": session_id}
         adm = self._admission(Mode.STREAM, [], params, default_tokens=64, emit=stream._push, ref=ref)
-        adm.continue_suffix = [int(t) for t in suffix_tokens]
+        adm.continue_suffix = check_tokens(suffix_tokens, self.backend.info.n_vocab, what="suffix_tokens")
         self._post_admit(adm)
         return stream
 
@@ -165,8 +175,9 @@ class Model:
         self, mode: Mode, tokens: Sequence[int], opts: dict[str, Any], *, default_tokens: int,
         emit: Callable[[Event], None], ref: int | None = None,
     ) -> Admission:
+        self._check_open()
         options = parse_options(opts, default_tokens)
-        prompt = [int(t) for t in tokens]
+        prompt = check_tokens(tokens, self.backend.info.n_vocab)
         return Admission(next(_refs) if ref is None else ref, mode, prompt, options, emit, Future())
 
     def _post_admit(self, adm: Admission) -> None:
@@ -177,6 +188,7 @@ class Model:
         self.scheduler.post(lambda: self.scheduler.cancel(ref))
 
     def end_session(self, session_id: str) -> None:
+        session_id = check_session_id(session_id)
         self.scheduler.call(lambda: self.scheduler.end_session(session_id))
 
     def evict(self) -> None:
@@ -233,11 +245,11 @@ class Model:
 
     def tokenize(self, text: str) -> list[int]:
         self._check_open()
-        return self.backend.tokenize(text)
+        return self.backend.tokenize(check_text(text))
 
     def detokenize(self, tokens: Sequence[int]) -> str:
         self._check_open()
-        return self.backend.detokenize(tokens)
+        return self.backend.detokenize(check_tokens(tokens, self.backend.info.n_vocab, what="tokens"))
 
     def _check_open(self) -> None:
         """The vocabulary is freed with the model: refuse instead of touching freed memory."""
@@ -246,25 +258,21 @@ class Model:
 
     def apply_chat_template(self, request: dict[str, Any]) -> list[int]:
         """Render ``{"messages", "system"?, "tools"?}`` with the GGUF's own template."""
-        if not isinstance(request, dict) or not isinstance(request.get("messages"), list):
-            raise InvalidRequest("a chat request needs a 'messages' list")
-        messages = list(request["messages"])
-        system = request.get("system")
-        if system:
-            messages = [{"role": "system", "content": system}, *messages]
+        messages, tools = check_chat_request(request)
         self._check_open()
-        text = self.backend.apply_chat_template(messages, True, request.get("tools"))
+        text = self.backend.apply_chat_template(messages, True, tools)
         return self.backend.tokenize(text, add_special=False, parse_special=True)
 
     def embed(self, tokens: Sequence[int]) -> list[float]:
-        result: list[float] = self.scheduler.call(lambda: self.backend.embed(list(tokens)))
+        tokens = check_tokens(tokens, self.backend.info.n_vocab, what="tokens")
+        result: list[float] = self.scheduler.call(lambda: self.backend.embed(tokens))
         return result
 
     # ------------------------------------------------------------------ adapters
 
     def load_adapter(self, path: str) -> int:
         """Attach a LoRA at scale 1.0; the effective fingerprint changes for new requests."""
-        sha = file_sha256(path)
+        sha = adapter_sha256(path)
 
         def attach() -> int:
             native = self.backend.load_adapter(path)
@@ -277,6 +285,8 @@ class Model:
         return handle
 
     def unload_adapter(self, handle: int) -> None:
+        handle = check_handle(handle)
+
         def detach() -> None:
             entry = self._adapters.pop(handle, None)
             if entry is not None:
@@ -286,6 +296,8 @@ class Model:
         self.scheduler.call(detach)
 
     def set_adapter_scale(self, handle: int, scale: float) -> None:
+        handle, scale = check_handle(handle), check_adapter_scale(scale)  # before llama.cpp sees them
+
         def rescale() -> None:
             entry = self._adapters.get(handle)
             if entry is None:
@@ -316,13 +328,14 @@ class Model:
 
     def verify(self, prefix: Sequence[int], candidates: Sequence[int], k: int) -> tuple[int, int | str]:
         """Greedy check of up to ``k`` draft tokens; ``Busy`` unless the model is idle."""
+        drafts = check_verify(prefix, candidates, k, self.backend.info.n_vocab)
 
         def run() -> tuple[int, int | str]:
             sch = self.scheduler
             if sch.reqs or sch.pending or not sch.free_seqs:
                 raise Busy("verify needs an idle model")
             seq = sch.free_seqs[0]
-            accepted, nxt = self.backend.verify(seq, list(prefix), list(candidates)[: max(0, k)])
+            accepted, nxt = self.backend.verify(seq, drafts[0], drafts[1])
             return accepted, "eos" if nxt is None else nxt
 
         result: tuple[int, int | str] = self.scheduler.call(run)

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
 from typing import Any
 
 import llama_cpp
 
 from app.engine.backend import SamplingParams
-from app.engine.errors import GrammarFailed, InvalidRequest
+from app.engine.errors import GrammarFailed
+from app.engine.validation import check_sampling
 
 log = logging.getLogger(__name__)
 
@@ -77,21 +77,12 @@ class SamplerChain:
 
 
 def validate(params: SamplingParams) -> None:
-    """Raise ``InvalidRequest`` for settings llama.cpp would silently misread."""
-    checks: list[tuple[bool, str]] = [
-        (math.isfinite(params.temperature), "temperature must be a finite number"),
-        (isinstance(params.top_k, int) and params.top_k >= 0, "top_k must be an integer >= 0"),
-        (0.0 < params.top_p <= 1.0, "top_p must be in (0, 1]"),
-        (0.0 <= params.min_p <= 1.0, "min_p must be in [0, 1]"),
-        (
-            math.isfinite(params.repetition_penalty) and params.repetition_penalty > 0.0,
-            "repetition_penalty must be > 0",
-        ),
-        (isinstance(params.seed, int) and 0 <= params.seed <= 0xFFFFFFFF, "seed must fit in u32"),
-    ]
-    for ok, message in checks:
-        if not ok:
-            raise InvalidRequest(message)
+    """Raise ``InvalidRequest`` for settings llama.cpp would silently misread.
+
+    ``Model`` checks options at admission (``app.engine.validation``); this second check keeps
+    the backend safe for callers that build ``SamplingParams`` themselves.
+    """
+    check_sampling(params)
 
 
 def build_chain(vocab: Any, params: SamplingParams) -> SamplerChain:
