@@ -14,50 +14,11 @@ from __future__ import annotations
 import bisect
 from collections import Counter
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
-from app.cache.keys import decode_tokens, quant_byte
+from app.cache.rows import Namespace, Row
 
-Namespace = tuple[str, int, str]  # (fingerprint hex, quant byte, ctx hash hex)
-
-
-@dataclass(frozen=True, slots=True)
-class Row:
-    """An immutable snapshot of one cache entry; safe to hand to any thread."""
-
-    key: bytes
-    model_id: str
-    fingerprint: str  # hex
-    quant_type: str
-    ctx_hash: str  # hex
-    n_tokens: int
-    tokens_le: bytes = field(repr=False)  # the token ids, u32 little-endian
-    tier: str
-    size: int  # bytes of the whole blob file
-    save_reason: str
-    created: float  # unix seconds
-    last_used: float
-    hits: int = 0
-    pinned: bool = False  # user pin: never evicted or demoted by quotas
-    status: str = "available"
-    location: str = ""
-    checksum: int = 0  # CRC32C of the payload
-    context_size: int = 0
-    prompt_preview: str = ""
-
-    @property
-    def tokens(self) -> tuple[int, ...]:
-        """The token ids (decoded on demand: a row may hold tens of thousands)."""
-        return tuple(decode_tokens(self.tokens_le))
-
-    @property
-    def key_hex(self) -> str:
-        return self.key.hex()
-
-    @property
-    def namespace(self) -> Namespace:
-        return (self.fingerprint, quant_byte(self.quant_type), self.ctx_hash)
+__all__ = ["Namespace", "Row", "RowIndex", "prefix_keys"]
 
 
 class _Lengths:

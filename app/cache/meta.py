@@ -33,7 +33,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
 from sqlalchemy.pool import StaticPool
 
-from app.cache.index import Row
+from app.cache.rows import Row, make_row
 
 log = logging.getLogger(__name__)
 
@@ -220,12 +220,11 @@ def row_fields(row: Row) -> dict[str, Any]:
 
 def row_from_fields(f: dict[str, Any]) -> Row:
     """Inverse of ``row_fields``."""
-    return Row(
+    return make_row(
         key=bytes.fromhex(f["key"]), model_id=f["model_id"], fingerprint=f["fingerprint"],
-        quant_type=f["quant_type"], ctx_hash=f["ctx_hash"], n_tokens=f["n_tokens"],
-        tokens_le=f["tokens"], tier=f["tier"], size=f["size"], save_reason=f["save_reason"],
-        created=f["created"], last_used=f["last_used"], hits=f["hits"],
-        pinned=bool(f["pinned"]), status=f["status"], location=f["location"],
-        checksum=f["checksum"], context_size=f["context_size"],
-        prompt_preview=f["prompt_preview"],
+        quant_type=f["quant_type"], ctx_hash=f["ctx_hash"], tokens_le=f["tokens"],
+        tier=f["tier"], size=f["size"], save_reason=f["save_reason"], created=f["created"],
+        last_used=f["last_used"], hits=f["hits"], pinned=bool(f["pinned"]),
+        status=f["status"], location=f["location"], checksum=f["checksum"],
+        context_size=f["context_size"], prompt_text=f["prompt_preview"],
     )  # fmt: skip

@@ -14,9 +14,10 @@ from typing import TYPE_CHECKING, Literal, Protocol
 
 from app.cache.keys import KeyMeta
 from app.cache.policy import CachePolicy, cold_save_split, should_continued_save, should_finish_save
+from app.cache.prefix import is_prefix
 
 if TYPE_CHECKING:
-    from app.cache.index import Row
+    from app.cache.rows import Row
     from app.cache.store import CacheStore
 
 log = logging.getLogger(__name__)
@@ -116,7 +117,7 @@ class StoreCache:
                 return hit
         if parent_key is not None:
             row = self.store.wait_for(parent_key, self.policy.session_resume_wait_ms)
-            if row is not None and _is_prefix(row.tokens, prompt):
+            if row is not None and is_prefix(row.tokens, prompt):
                 hit = self._restore(row, "resume", prompt)
                 if hit is not None:
                     return hit
@@ -164,8 +165,4 @@ class StoreCache:
 
     def wants_finish(self, live: int) -> bool:
         return should_finish_save(live, self.policy)
-
-
-def _is_prefix(prefix: Sequence[int], tokens: Sequence[int]) -> bool:
-    return len(prefix) <= len(tokens) and tuple(tokens[: len(prefix)]) == tuple(prefix)
 

@@ -1,0 +1,139 @@
+"""Whole-row blobs (KVC v1 files): a queued ``SaveJob`` becomes a blob in a tier and a
+published row (on the writer thread), and a row's blob is read back fully validated.
+
+Order of a save, with the store's ``io_lock`` held so quotas hold: choose the tier (the
+wanted one, else disk when the blob is larger than the wanted tier's quota), make room
+there, record the row as ``writing`` in the database, write the blob atomically (the tier's
+publish protocol), then mark it ``available`` and add it to the catalog. A crash at any
+point leaves either no file (the row is dropped at start-up) or a complete one (published
+at start-up). A blob that fails validation on a read is deleted with its row and counted
+(``corrupt_files``); the read is then a miss.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, replace
+from typing import Any
+
+from app.cache import kvc
+from app.cache.catalog import Catalog
+from app.cache.counters import Counters
+from app.cache.eviction import Evictor
+from app.cache.journal import Journal
+from app.cache.keys import KeyMeta, decode_tokens
+from app.cache.meta import STATUS_AVAILABLE, STATUS_WRITING
+from app.cache.rows import Row, make_row
+from app.cache.tiers import Tier
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class SaveJob:
+    """One save, from the scheduler thread to the writer thread."""
+
+    key: bytes
+    model_id: str
+    meta: KeyMeta
+    tokens_le: bytes
+    n_tokens: int
+    payload: bytes
+    reason: str
+    tier: str
+    context_size: int
+    prompt_text: str
+    quant_bits: int
+
+    def row(self, **where: Any) -> Row:
+        """The row this job describes (``where``: tier, size, status, created, location…)."""
+        return make_row(
+            key=self.key, model_id=self.model_id, fingerprint=self.meta.fingerprint,
+            quant_type=self.meta.quant_type, ctx_hash=self.meta.ctx_params_hash,
+            tokens_le=self.tokens_le, save_reason=self.reason,
+            context_size=self.context_size, prompt_text=self.prompt_text, **where,
+        )  # fmt: skip
+
+    def pending_row(self) -> Row:
+        """The job as a ``writing`` row, for listings while it is in flight."""
+        return self.row(tier=self.tier, size=len(self.payload), status=STATUS_WRITING, created=0.0)
+
+
+class Blobs:
+    def __init__(
+        self,
+        catalog: Catalog,
+        tiers: dict[str, Tier],
+        evictor: Evictor,
+        journal: Journal,
+        counters: Counters,
+        io_lock: threading.RLock,
+    ) -> None:
+        self._catalog = catalog
+        self._tiers = tiers
+        self._evictor = evictor
+        self._journal = journal
+        self._counters = counters
+        self._io_lock = io_lock
+
+    def write(self, job: SaveJob) -> Row | None:
+        """Store ``job`` as a KVC v1 blob; the published row, or None when not stored."""
+        meta = kvc.BlobMeta(
+            fingerprint=job.meta.fingerprint,
+            quant_type=job.meta.quant_type,
+            ctx_params_hash=job.meta.ctx_params_hash,
+            tokens=tuple(decode_tokens(job.tokens_le)),
+            save_reason=job.reason,
+            quant_bits=job.quant_bits,
+            context_size=job.context_size,
+            prompt_text=job.prompt_text,
+            model_id=job.model_id,
+        )
+        prefix = kvc.build(meta, job.payload)
+        size = len(prefix) + len(job.payload)
+        with self._io_lock:
+            tier = self._evictor.tier_for(job.tier, size)
+            if tier is None or not self._evictor.make_room(tier, size):
+                log.warning("cache save of %d bytes fits no tier; not stored", size)
+                self._counters.add("saves_rejected")
+                return None
+            row = job.row(
+                tier=tier, size=size, status=STATUS_WRITING, created=time.time(),
+                location=self._tiers[tier].location(job.key), checksum=kvc.payload_crc_of(prefix),
+            )  # fmt: skip
+            self._journal.put(row)
+            try:
+                self._tiers[tier].write(job.key, prefix, job.payload)
+            except (OSError, kvc.CorruptBlob) as exc:
+                self._evictor.write_failed(exc, f"saving to the {tier} tier")
+                self._journal.delete([job.key])
+                return None
+            row = replace(row, status=STATUS_AVAILABLE)
+            self._journal.update(job.key, status=STATUS_AVAILABLE)
+            self._catalog.add(row)
+        return row
+
+    def read_valid(self, row: Row) -> bytes | None:
+        """Read and fully validate a row's blob; drop it as corrupt if that fails."""
+        for _ in range(3):  # a concurrent move changes the tier under us: follow it
+            try:
+                prefix, payload = self._tiers[row.tier].read_parts(row.key)
+                kvc.parse_parts(prefix, payload, row.key)
+                return payload
+            except (OSError, kvc.CorruptBlob) as exc:
+                now = self._catalog.get(row.key)
+                if now is None:
+                    return None  # deleted meanwhile: a plain miss
+                if now.tier != row.tier:
+                    row = now
+                    continue
+                with self._io_lock:
+                    still = self._catalog.get(row.key)
+                    if still is not None and still.tier == row.tier:
+                        log.warning("dropping corrupt cache blob %s: %s", row.key.hex(), exc)
+                        self._counters.add("corrupt_files")
+                        self._evictor.remove(still)
+                return None
+        return None
