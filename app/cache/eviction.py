@@ -141,4 +141,4 @@ class Evictor:
             self._counters.add("save_errors")
         else:
             log.error("bug while %s", doing, exc_info=exc)
-            self._counters.add("save_errors")
+            self._counters.add("internal_errors")

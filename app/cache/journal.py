@@ -46,10 +46,10 @@ class Journal:
             if is_environment_error(exc):
                 problem = self._problems.note(exc, doing)
                 log.error("cache database: %s: %s", problem.message, exc)
-                self._counters.add("save_errors")
+                self._counters.add("db_errors")
             else:
                 log.exception("bug in the cache database code while %s", doing)
-                self._counters.add("save_errors")
+                self._counters.add("internal_errors")
             return None
 
     def put(self, row: Row) -> None:

@@ -2,7 +2,8 @@
 
 ``submit`` never waits: when the queue is full it returns False and the caller counts the
 save as dropped. Each job is handed to the store's handler on the writer thread; a handler
-exception is logged and reported through ``on_error`` and never reaches the submitter.
+exception is reported through ``on_error`` (or logged with its traceback when there is no
+handler) and never reaches the submitter.
 """
 
 from __future__ import annotations
@@ -91,8 +92,9 @@ class Writer(Generic[J]):
             try:
                 self._handle(job)  # type: ignore[arg-type]
             except Exception as exc:  # a writer thread must not die
-                log.exception("cache writer job failed")
-                if self._on_error is not None:
+                if self._on_error is None:
+                    log.exception("cache writer job failed")
+                else:  # the handler tells the environment's failures from bugs, and logs
                     try:
                         self._on_error(job, exc)  # type: ignore[arg-type]
                     except Exception:

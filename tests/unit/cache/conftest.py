@@ -60,6 +60,9 @@ def open_store(tmp_path: Path) -> Iterator[Callable[..., CacheStore]]:
     yield _open
     for store in opened:
         store.close()
+    for store in opened:  # a swallowed bug anywhere in the store fails the test that hit it
+        expected = getattr(store, "expected_internal_errors", 0)
+        assert store.counters()["internal_errors"] == expected, "a bug was logged; see above"
 
 
 @pytest.fixture
