@@ -27,6 +27,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.storage import Storage
+from app.ui.app_actions import install_app_actions
 from app.ui.chat.chat_page import ChatPage
 from app.ui.chat.controller import ChatController
 from app.ui.engine_bridge import EngineBridge, StatusSnapshot
@@ -114,6 +115,8 @@ class MainWindow(QMainWindow):
             layout.setSizeConstraint(QLayout.SizeConstraint.SetNoConstraint)
         self.setMinimumSize(760, 480)
         self.resize(1280, 820)
+        # Menus, shortcuts (Ctrl+N, Ctrl+K, Esc …), theme switch and presets: app_actions.py.
+        self.app_actions = install_app_actions(self)
 
     # -- construction --------------------------------------------------------------------
 

@@ -237,6 +237,14 @@ QScrollBar::add-line, QScrollBar::sub-line { height: 0; width: 0; }
 QScrollBar::add-page, QScrollBar::sub-page { background: transparent; }
 QScrollBar:horizontal { background: transparent; height: 10px; margin: 2px; }
 QScrollBar::handle:horizontal { background: %(border)s; border-radius: 4px; min-width: 30px; }
+QMenuBar { background: %(rail)s; color: %(text)s; border-bottom: 1px solid %(border)s; }
+QMenuBar::item { background: transparent; padding: 3px 10px; }
+QMenuBar::item:selected { background: %(hover)s; border-radius: 4px; }
+QLabel#keyCap { background: %(code_bg)s; border: 1px solid %(border)s; border-radius: 5px;
+    padding: 1px 8px; font-family: monospace; color: %(text)s; }
+QPushButton[class="secondary"] { background: transparent; color: %(text)s; border: 1px solid %(border)s;
+    border-radius: 7px; padding: 4px 10px; }
+QPushButton[class="secondary"]:hover { background: %(hover)s; }
 QMenu { background: %(surface)s; border: 1px solid %(border)s; border-radius: 8px; padding: 4px; }
 QMenu::item { padding: 6px 18px; border-radius: 6px; color: %(text)s; }
 QMenu::item:selected { background: %(hover)s; }

@@ -18,15 +18,24 @@ from PySide6.QtWidgets import (
 )
 
 from app.storage import ReplyStats
+from app.ui.chat.edit_keys import EditKeys
+from app.ui.chat.highlight import highlight_html, plain_html
 from app.ui.chat.markdown import Segment, split_markdown
-from app.ui.theme import current_icon
+from app.ui.theme import colors, current_icon
 
 
 class CodeBlock(QFrame):
-    def __init__(self, segment: Segment, parent: QWidget | None = None) -> None:
+    """A fenced code block: language, Copy, and the code coloured by Pygments
+    (``app.ui.chat.highlight``); a fence still being streamed stays plain until it closes."""
+
+    def __init__(
+        self, segment: Segment, parent: QWidget | None = None, *, highlight_open: bool = True
+    ) -> None:
         super().__init__(parent)
         self.setObjectName("codeBlock")
         self._code = segment.text
+        self._segment = segment
+        self._highlight_open = highlight_open
         header = QFrame()
         header.setObjectName("codeHeader")
         self._lang = QLabel(segment.language or "code")
@@ -45,11 +54,11 @@ class CodeBlock(QFrame):
         hl.addWidget(self.copy_button)
         self._body = QLabel()
         self._body.setObjectName("codeText")
-        self._body.setTextFormat(Qt.TextFormat.PlainText)
+        self._body.setTextFormat(Qt.TextFormat.RichText)
         self._body.setFont(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont))
         self._body.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self._body.setWordWrap(True)
-        self._body.setText(segment.text)
+        self._render()
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.setSpacing(0)
@@ -60,10 +69,21 @@ class CodeBlock(QFrame):
         return self._code
 
     def update_segment(self, segment: Segment) -> None:
-        if segment.text != self._code:
+        if segment != self._segment:
             self._code = segment.text
-            self._body.setText(segment.text)
+            self._segment = segment
+            self._render()
         self._lang.setText(segment.language or "code")
+
+    def is_highlighted(self) -> bool:
+        return "<span" in self._body.text()
+
+    def _render(self) -> None:
+        seg = self._segment
+        if seg.closed or self._highlight_open:
+            self._body.setText(highlight_html(seg.text, seg.language, dark=colors().name == "dark"))
+        else:
+            self._body.setText(plain_html(seg.text))
 
     def _on_copy_clicked(self) -> None:
         QGuiApplication.clipboard().setText(self._code)
@@ -74,9 +94,12 @@ class CodeBlock(QFrame):
 class MarkdownBody(QWidget):
     """Prose as Qt Markdown labels, fenced code as :class:`CodeBlock`; updated in place."""
 
-    def __init__(self, parent: QWidget | None = None, *, markdown: bool = True) -> None:
+    def __init__(
+        self, parent: QWidget | None = None, *, markdown: bool = True, streaming: bool = False
+    ) -> None:
         super().__init__(parent)
         self._markdown = markdown
+        self._streaming = streaming
         self._layout = QVBoxLayout(self)
         self._layout.setContentsMargins(0, 0, 0, 0)
         self._layout.setSpacing(10)
@@ -112,7 +135,7 @@ class MarkdownBody(QWidget):
 
     def _create(self, seg: Segment) -> QWidget:
         if seg.kind == "code":
-            return CodeBlock(seg)
+            return CodeBlock(seg, highlight_open=not self._streaming)
         label = QLabel()
         label.setObjectName("messageText")
         label.setWordWrap(True)
@@ -219,7 +242,7 @@ class MessageWidget(QFrame):
         self.editor: QPlainTextEdit | None = None
         self.action_buttons: dict[str, QToolButton] = {}
         self.switcher: BranchSwitcher | None = None
-        self.body = MarkdownBody(markdown=role != "user")
+        self.body = MarkdownBody(markdown=role != "user", streaming=streaming)
         if role == "user":
             self._build_user(content, branch)
         else:
@@ -392,6 +415,10 @@ class MessageWidget(QFrame):
         save.setObjectName("primaryButton")
         cancel.clicked.connect(self._end_edit)
         save.clicked.connect(self._submit_edit)
+        save.setToolTip("Send as a new branch (Ctrl+Enter); Esc cancels")
+        self.editor.installEventFilter(
+            EditKeys(self.editor, submit=self._submit_edit, cancel=self._end_edit)
+        )
         buttons.addWidget(cancel)
         buttons.addWidget(save)
         bl.addWidget(self.editor)

@@ -1,27 +1,38 @@
-"""Per-conversation settings: system prompt and sampling (SPEC §1 options)."""
+"""Per-conversation settings: a preset picker, then the system prompt and sampling form.
+
+Edits are saved shortly after they stop (debounced) through ``settings_edited``. With
+:class:`~app.storage.Preferences` attached (``set_preferences``), the panel also offers the
+saved presets, "Save as preset…" and "Use for new chats".
+"""
 
 from __future__ import annotations
 
+import logging
+
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import (
-    QCheckBox,
-    QDoubleSpinBox,
-    QFormLayout,
+    QComboBox,
+    QHBoxLayout,
+    QInputDialog,
     QLabel,
-    QPlainTextEdit,
+    QPushButton,
     QScrollArea,
-    QSpinBox,
     QVBoxLayout,
     QWidget,
 )
 
-from app.storage import Conversation, SamplingSettings
+from app.storage import ChatPreset, Conversation, Preferences, SamplingSettings, StorageError
+from app.ui.chat.sampling_form import ChatSettingsForm, section
+
+log = logging.getLogger(__name__)
+
+CUSTOM = "Custom"
 
 
 class SettingsPanel(QScrollArea):
-    """Edits are saved shortly after they stop (debounced) through ``settings_edited``."""
-
     settings_edited = Signal(str, str, object)  # conversation id, system prompt, SamplingSettings
+    defaults_changed = Signal(object)  # ChatPreset: the new settings for new chats
+    error_raised = Signal(str)
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -30,7 +41,7 @@ class SettingsPanel(QScrollArea):
         self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.setMinimumWidth(260)
         self._cid: str | None = None
-        self._loading = False
+        self._prefs: Preferences | None = None
         body = QWidget()
         body.setObjectName("settingsPanel")
         layout = QVBoxLayout(body)
@@ -40,73 +51,54 @@ class SettingsPanel(QScrollArea):
         title.setObjectName("panelTitle")
         layout.addWidget(title)
 
-        layout.addWidget(_section("SYSTEM PROMPT"))
-        self.system_prompt = QPlainTextEdit()
-        self.system_prompt.setObjectName("systemPromptEdit")
-        self.system_prompt.setPlaceholderText("You are a helpful assistant.")
-        self.system_prompt.setFixedHeight(90)
-        layout.addWidget(self.system_prompt)
+        self.preset_box = QWidget()
+        pl = QVBoxLayout(self.preset_box)
+        pl.setContentsMargins(0, 0, 0, 0)
+        pl.setSpacing(6)
+        pl.addWidget(section("PRESET"))
+        self.preset_picker = QComboBox()
+        self.preset_picker.setObjectName("presetPicker")
+        self.preset_picker.setToolTip("Apply a saved system prompt and sampling to this chat.")
+        pl.addWidget(self.preset_picker)
+        buttons = QHBoxLayout()
+        self.save_preset_button = _small_button("Save as preset…", "savePresetButton")
+        self.make_default_button = _small_button("Use for new chats", "makeDefaultButton")
+        self.make_default_button.setToolTip("New chats start with this system prompt and sampling.")
+        buttons.addWidget(self.save_preset_button)
+        buttons.addWidget(self.make_default_button)
+        buttons.addStretch(1)
+        pl.addLayout(buttons)
+        self.preset_box.hide()
+        layout.addWidget(self.preset_box)
 
-        layout.addWidget(_section("SAMPLING"))
-        form = QFormLayout()
-        form.setLabelAlignment(Qt.AlignmentFlag.AlignLeft)
-        form.setHorizontalSpacing(12)
-        self.temperature = _dspin(0.0, 2.0, 0.05, 2)
-        self.top_k = _ispin(0, 1000)
-        self.top_p = _dspin(0.0, 1.0, 0.01, 2)
-        self.min_p = _dspin(0.0, 1.0, 0.01, 2)
-        self.repetition_penalty = _dspin(0.5, 2.0, 0.01, 2)
-        self.seed = _ispin(-1, 2_000_000_000)
-        self.seed.setSpecialValueText("random")
-        self.max_tokens = _ispin(1, 32768)
-        for label, widget in (
-            ("Temperature", self.temperature),
-            ("Top-k", self.top_k),
-            ("Top-p", self.top_p),
-            ("Min-p", self.min_p),
-            ("Repetition penalty", self.repetition_penalty),
-            ("Seed", self.seed),
-            ("Max tokens", self.max_tokens),
-        ):
-            form.addRow(label, widget)
-        layout.addLayout(form)
-
-        layout.addWidget(_section("STOP STRINGS (ONE PER LINE)"))
-        self.stop_strings = QPlainTextEdit()
-        self.stop_strings.setFixedHeight(54)
-        layout.addWidget(self.stop_strings)
-
-        layout.addWidget(_section("STRUCTURED OUTPUT"))
-        self.json_mode = QCheckBox("JSON mode")
-        layout.addWidget(self.json_mode)
-        self.grammar = QPlainTextEdit()
-        self.grammar.setPlaceholderText("GBNF grammar (optional)")
-        self.grammar.setFixedHeight(70)
-        layout.addWidget(self.grammar)
-
-        layout.addWidget(_section("THINKING"))
-        self.thinking = QCheckBox("Let the model think first")
-        self.thinking_budget = _ispin(0, 32768)
-        self.thinking_budget.setSpecialValueText("no limit")
-        budget = QFormLayout()
-        budget.addRow("Budget (tokens)", self.thinking_budget)
-        layout.addWidget(self.thinking)
-        layout.addLayout(budget)
+        self.form = ChatSettingsForm()
+        layout.addWidget(self.form)
         layout.addStretch(1)
         self.setWidget(body)
+        # The fields, under the names the rest of the app and the tests use.
+        f = self.form
+        self.system_prompt, self.temperature, self.top_k = f.system_prompt, f.temperature, f.top_k
+        self.top_p, self.min_p, self.repetition_penalty = f.top_p, f.min_p, f.repetition_penalty
+        self.seed, self.max_tokens, self.stop_strings = f.seed, f.max_tokens, f.stop_strings
+        self.json_mode, self.grammar, self.thinking = f.json_mode, f.grammar, f.thinking
+        self.thinking_budget = f.thinking_budget
 
         self._save_timer = QTimer(self)
         self._save_timer.setSingleShot(True)
         self._save_timer.setInterval(300)
         self._save_timer.timeout.connect(self._emit_settings)
-        for spin in (self.temperature, self.top_p, self.min_p, self.repetition_penalty):
-            spin.valueChanged.connect(self._on_edited)
-        for ispin in (self.top_k, self.seed, self.max_tokens, self.thinking_budget):
-            ispin.valueChanged.connect(self._on_edited)
-        for edit in (self.system_prompt, self.stop_strings, self.grammar):
-            edit.textChanged.connect(self._on_edited)
-        for box in (self.json_mode, self.thinking):
-            box.toggled.connect(self._on_edited)
+        self.form.edited.connect(self._on_edited)
+        self.preset_picker.activated.connect(self._on_preset_activated)
+        self.save_preset_button.clicked.connect(self._on_save_preset_clicked)
+        self.make_default_button.clicked.connect(self.use_for_new_chats)
+
+    # -- public ---------------------------------------------------------------------------
+
+    def set_preferences(self, prefs: Preferences | None) -> None:
+        """Offer ``prefs``' presets here (None hides the preset row)."""
+        self._prefs = prefs
+        self.preset_box.setVisible(prefs is not None)
+        self.reload_presets()
 
     def load(self, conv: Conversation | None) -> None:
         self.flush()
@@ -114,41 +106,11 @@ class SettingsPanel(QScrollArea):
         self.setEnabled(conv is not None)
         if conv is None:
             return
-        s = conv.sampling
-        self._loading = True
-        try:
-            self.system_prompt.setPlainText(conv.system_prompt)
-            self.temperature.setValue(s.temperature)
-            self.top_k.setValue(s.top_k)
-            self.top_p.setValue(s.top_p)
-            self.min_p.setValue(s.min_p)
-            self.repetition_penalty.setValue(s.repetition_penalty)
-            self.seed.setValue(-1 if s.seed is None else s.seed)
-            self.max_tokens.setValue(s.max_tokens)
-            self.stop_strings.setPlainText("\n".join(s.stop_sequences))
-            self.json_mode.setChecked(s.json_mode)
-            self.grammar.setPlainText(s.grammar)
-            self.thinking.setChecked(s.thinking)
-            self.thinking_budget.setValue(s.thinking_budget_tokens)
-        finally:
-            self._loading = False
+        self.form.load(conv.system_prompt, conv.sampling)
+        self._show_matching_preset()
 
     def sampling(self) -> SamplingSettings:
-        seed = self.seed.value()
-        return SamplingSettings(
-            temperature=self.temperature.value(),
-            top_k=self.top_k.value(),
-            top_p=self.top_p.value(),
-            min_p=self.min_p.value(),
-            repetition_penalty=self.repetition_penalty.value(),
-            seed=None if seed < 0 else seed,
-            max_tokens=self.max_tokens.value(),
-            stop_sequences=tuple(x for x in self.stop_strings.toPlainText().splitlines() if x),
-            grammar=self.grammar.toPlainText(),
-            json_mode=self.json_mode.isChecked(),
-            thinking=self.thinking.isChecked(),
-            thinking_budget_tokens=self.thinking_budget.value(),
-        )
+        return self.form.sampling()
 
     def flush(self) -> None:
         """Save pending edits now (before switching conversation or sending)."""
@@ -156,30 +118,100 @@ class SettingsPanel(QScrollArea):
             self._save_timer.stop()
             self._emit_settings()
 
+    def reload_presets(self) -> None:
+        """Re-read the presets (after the Settings dialog changed them)."""
+        self.preset_picker.blockSignals(True)
+        try:
+            self.preset_picker.clear()
+            self.preset_picker.addItem(CUSTOM)
+            for preset in self._presets():
+                self.preset_picker.addItem(preset.name)
+        finally:
+            self.preset_picker.blockSignals(False)
+        self._show_matching_preset()
+
+    def apply_preset(self, name: str) -> bool:
+        """Put the preset's system prompt and sampling into this chat's settings."""
+        preset = self._prefs.preset(name) if self._prefs is not None else None
+        if preset is None or self._cid is None:
+            return False
+        self.form.load(preset.system_prompt, preset.sampling)
+        self._show_matching_preset()
+        self._save_timer.stop()
+        self._emit_settings()
+        return True
+
+    def save_as_preset(self, name: str) -> ChatPreset | None:
+        """Save the form as a preset called ``name`` (replacing one of the same name)."""
+        if self._prefs is None:
+            return None
+        try:
+            preset = self._prefs.save_preset(
+                ChatPreset(name, self.form.system_prompt_text(), self.form.sampling())
+            )
+        except (ValueError, StorageError) as exc:
+            self.error_raised.emit(f"Could not save the preset: {exc}")
+            return None
+        self.reload_presets()
+        return preset
+
+    def use_for_new_chats(self) -> ChatPreset | None:
+        """Make this form the settings every new chat starts with."""
+        if self._prefs is None:
+            return None
+        try:
+            preset = self._prefs.set_chat_defaults(
+                self.form.system_prompt_text(), self.form.sampling()
+            )
+        except StorageError as exc:
+            self.error_raised.emit(f"Could not save the defaults: {exc}")
+            return None
+        self.defaults_changed.emit(preset)
+        return preset
+
+    # -- internals ------------------------------------------------------------------------
+
+    def _presets(self) -> list[ChatPreset]:
+        return self._prefs.presets() if self._prefs is not None else []
+
+    def _show_matching_preset(self) -> None:
+        """Select the preset these settings equal, or "Custom"."""
+        prompt, sampling = self.form.system_prompt_text(), self.form.sampling()
+        names = [
+            p.name
+            for p in self._presets()
+            if p.system_prompt == prompt and p.sampling == sampling
+        ]
+        index = self.preset_picker.findText(names[0]) if names else 0
+        self.preset_picker.setCurrentIndex(max(index, 0))
+
+    def _on_preset_activated(self, index: int) -> None:
+        if index > 0:
+            self.apply_preset(self.preset_picker.itemText(index))
+
+    def _on_save_preset_clicked(self) -> None:
+        current = self.preset_picker.currentText()
+        name, ok = QInputDialog.getText(
+            self, "Save as preset", "Name:", text="" if current == CUSTOM else current
+        )
+        if ok and name.strip():
+            self.save_as_preset(name)
+
     def _on_edited(self) -> None:
-        if not self._loading and self._cid is not None:
+        if self._cid is not None:
+            self._show_matching_preset()
             self._save_timer.start()
 
     def _emit_settings(self) -> None:
         if self._cid is not None:
-            self.settings_edited.emit(self._cid, self.system_prompt.toPlainText(), self.sampling())
+            self.settings_edited.emit(
+                self._cid, self.form.system_prompt_text(), self.form.sampling()
+            )
 
 
-def _section(text: str) -> QLabel:
-    label = QLabel(text)
-    label.setObjectName("sectionLabel")
-    return label
-
-
-def _dspin(lo: float, hi: float, step: float, decimals: int) -> QDoubleSpinBox:
-    spin = QDoubleSpinBox()
-    spin.setRange(lo, hi)
-    spin.setSingleStep(step)
-    spin.setDecimals(decimals)
-    return spin
-
-
-def _ispin(lo: int, hi: int) -> QSpinBox:
-    spin = QSpinBox()
-    spin.setRange(lo, hi)
-    return spin
+def _small_button(text: str, name: str) -> QPushButton:
+    b = QPushButton(text)
+    b.setObjectName(name)
+    b.setProperty("class", "secondary")
+    b.setCursor(Qt.CursorShape.PointingHandCursor)
+    return b

@@ -100,7 +100,7 @@ class Sidebar(QFrame):
         self.new_button.setObjectName("newChatButton")
         self.new_button.setIcon(current_icon("plus"))
         self.new_button.setCursor(Qt.CursorShape.PointingHandCursor)
-        self.new_button.setShortcut(QKeySequence.StandardKey.New)
+        self.new_button.setToolTip("New chat (Ctrl+N)")
         self.new_button.clicked.connect(self.new_requested)
         self.search = QLineEdit()
         self.search.setObjectName("searchField")

@@ -1,0 +1,212 @@
+"""The window's menus and keyboard shortcuts, and the app-wide preferences they open.
+
+``install_app_actions(window)`` is the one hook the main window calls. It adds the menu bar
+(Hearth · View · Help), binds every key of :data:`app.ui.shortcuts.SHORTCUTS` that belongs to
+a window action, applies the stored new-chat settings to the chat controller, and hands the
+presets to the chat's settings panel. Esc stops the open conversation's reply; it is enabled
+only while that reply runs, so everywhere else Esc keeps its usual meaning (close a popup,
+cancel an edit).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from PySide6.QtCore import QObject, Qt
+from PySide6.QtGui import QAction, QActionGroup, QKeySequence
+from PySide6.QtWidgets import QDialog, QMenu, QMessageBox
+
+from app.storage import THEMES, ChatPreset, Preferences, StorageError
+from app.ui.preferences_dialog import THEME_LABELS, PreferencesDialog
+from app.ui.shortcuts import ShortcutsDialog, shortcut
+
+if TYPE_CHECKING:
+    from app.ui.main_window import MainWindow
+
+log = logging.getLogger(__name__)
+
+AREAS = ("chat", "models", "cache")
+
+
+class AppActions(QObject):
+    """Owns the window's QActions (``actions`` by name) and the Settings dialog."""
+
+    def __init__(self, window: MainWindow) -> None:
+        super().__init__(window)
+        self.window = window
+        self.prefs = Preferences(window.storage)
+        controller = window.controller
+        self.builtin = ChatPreset(
+            "Built-in", controller.default_system_prompt, controller.default_sampling
+        )
+        stored = self.prefs.chat_defaults()
+        if stored is not None:
+            self.apply_defaults(stored)
+        self.actions: dict[str, QAction] = {}
+        self.dialog: PreferencesDialog | None = None
+        self.shortcuts_dialog: ShortcutsDialog | None = None
+        self._build_menus()
+        panel = window.chat_page.settings_panel
+        panel.set_preferences(self.prefs)
+        panel.defaults_changed.connect(self.apply_defaults)
+        panel.error_raised.connect(window.show_error)
+        controller.busy_changed.connect(lambda *_: self._update_stop())
+        window.chat_page.current_changed.connect(lambda *_: self._update_stop())
+        self._update_stop()
+
+    # -- construction ---------------------------------------------------------------------
+
+    def _build_menus(self) -> None:
+        w = self.window
+        bar = w.menuBar()
+        bar.setObjectName("menuBar")
+        app_menu = bar.addMenu("&Hearth")
+        self._add(app_menu, "new_chat", self.new_chat)
+        self._add(app_menu, "search", self.focus_search)
+        app_menu.addSeparator()
+        self._add(app_menu, "settings", self.open_settings, text="Settings…")
+        app_menu.addSeparator()
+        self._add(app_menu, "quit", w.close)
+
+        view = bar.addMenu("&View")
+        for name, area in zip(("go_chat", "go_models", "go_cache"), AREAS, strict=True):
+            self._add(view, name, self._area_slot(area))
+        view.addSeparator()
+        themes = view.addMenu("Theme")
+        themes.setObjectName("themeMenu")
+        group = QActionGroup(self)
+        group.setExclusive(True)
+        current = self.prefs.theme()
+        for scheme in THEMES:
+            act = QAction(THEME_LABELS[scheme], self)
+            act.setObjectName(f"themeAction_{scheme}")
+            act.setCheckable(True)
+            act.setChecked(scheme == current)
+            act.triggered.connect(lambda _c=False, s=scheme: self.set_theme(s))
+            group.addAction(act)
+            themes.addAction(act)
+            self.actions[f"theme_{scheme}"] = act
+
+        help_menu = bar.addMenu("&Help")
+        self._add(help_menu, "shortcuts", self.show_shortcuts, text="Keyboard shortcuts")
+        about = help_menu.addAction("About Hearth")
+        about.triggered.connect(self._on_about_triggered)
+
+        # Esc has no menu entry: it acts on the open chat, and only while it streams.
+        stop = self._action("stop", self.stop_reply)
+        stop.setShortcutContext(Qt.ShortcutContext.WindowShortcut)
+        w.addAction(stop)
+
+    def _action(self, name: str, slot: Callable[[], object], text: str | None = None) -> QAction:
+        s = shortcut(name)
+        act = QAction(text or s.label, self)
+        act.setObjectName(f"action_{name}")
+        act.setShortcut(QKeySequence(s.keys))
+        act.triggered.connect(lambda _checked=False: slot())
+        self.actions[name] = act
+        return act
+
+    def _add(self, menu: QMenu, name: str, slot: Callable[[], object], text: str | None = None) -> None:
+        menu.addAction(self._action(name, slot, text))
+
+    def _area_slot(self, area: str) -> Callable[[], None]:
+        return lambda: self.show_area(area)
+
+    # -- actions --------------------------------------------------------------------------
+
+    def show_area(self, area: str) -> None:
+        self.window.nav_buttons[area].click()
+
+    def new_chat(self) -> None:
+        self.show_area("chat")
+        self.window.chat_page.new_conversation()
+
+    def focus_search(self) -> None:
+        self.show_area("chat")
+        field = self.window.chat_page.sidebar.search
+        field.setFocus(Qt.FocusReason.ShortcutFocusReason)
+        field.selectAll()
+
+    def stop_reply(self) -> None:
+        cid = self.window.chat_page.current_id
+        if cid and self.window.controller.is_busy(cid):
+            self.window.controller.stop(cid)
+
+    def set_theme(self, scheme: str) -> None:
+        """Apply ``scheme`` and remember it for the next start."""
+        if self.dialog is not None and self.prefs.theme() != scheme:
+            self.dialog.choose_theme(scheme)  # keeps the dialog's radios in step; saves
+            return
+        self._on_theme_chosen(scheme)
+        try:
+            self.prefs.set_theme(scheme)
+        except StorageError as exc:  # the theme still applies; only remembering failed
+            self.window.show_error(f"Could not save the theme: {exc}")
+
+    def apply_defaults(self, preset: ChatPreset | None) -> None:
+        """New chats start with ``preset`` (None: the built-in settings)."""
+        chosen = preset or self.builtin
+        self.window.controller.default_system_prompt = chosen.system_prompt
+        self.window.controller.default_sampling = chosen.sampling
+
+    def open_settings(self) -> PreferencesDialog:
+        if self.dialog is None:
+            self.dialog = PreferencesDialog(
+                self.prefs, builtin_defaults=self.builtin, parent=self.window
+            )
+            self.dialog.theme_chosen.connect(self._on_theme_chosen)
+            self.dialog.defaults_changed.connect(self.apply_defaults)
+            self.dialog.presets_changed.connect(
+                self.window.chat_page.settings_panel.reload_presets
+            )
+            self.dialog.error_raised.connect(self.window.show_error)
+            self.dialog.finished.connect(self._on_dialog_finished)
+        _present(self.dialog)
+        return self.dialog
+
+    def show_shortcuts(self) -> ShortcutsDialog:
+        if self.shortcuts_dialog is None:
+            self.shortcuts_dialog = ShortcutsDialog(self.window)
+        _present(self.shortcuts_dialog)
+        return self.shortcuts_dialog
+
+    # -- slots ----------------------------------------------------------------------------
+
+    def _on_theme_chosen(self, scheme: str) -> None:
+        self.actions[f"theme_{scheme}"].setChecked(True)
+        self.window.apply_scheme(scheme)
+
+    def _on_dialog_finished(self, _result: int) -> None:
+        if self.dialog is not None:
+            self.dialog.deleteLater()
+            self.dialog = None
+
+    def _on_about_triggered(self) -> None:
+        from app import __version__
+
+        QMessageBox.about(
+            self.window,
+            "About Hearth",
+            f"Hearth {__version__}\nLocal language models that never make you wait twice "
+            "for the same prompt.",
+        )
+
+    def _update_stop(self) -> None:
+        cid = self.window.chat_page.current_id
+        self.actions["stop"].setEnabled(bool(cid) and self.window.controller.is_busy(cid or ""))
+
+
+def _present(dialog: QDialog) -> None:
+    """Show a non-modal dialog, or bring it to the front when it is already open."""
+    if dialog.isVisible():
+        dialog.raise_()
+        dialog.activateWindow()
+    else:
+        dialog.show()
+
+
+def install_app_actions(window: MainWindow) -> AppActions:
+    """Menus, shortcuts and preferences for ``window`` (call once, at the end of its setup)."""
+    return AppActions(window)

@@ -1,0 +1,160 @@
+"""The chat-settings form: a system prompt and the sampling options (SPEC §1 names).
+
+One widget serves the per-conversation panel and the Settings dialog's "new chats" page, so
+both edit the same fields the same way; ``edited`` fires on any change the user makes
+(not while :meth:`load` fills it in).
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QDoubleSpinBox,
+    QFormLayout,
+    QLabel,
+    QPlainTextEdit,
+    QSpinBox,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.storage import SamplingSettings
+
+
+class ChatSettingsForm(QWidget):
+    edited = Signal()
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("chatSettingsForm")
+        self._loading = False
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.setSpacing(8)
+
+        layout.addWidget(section("SYSTEM PROMPT"))
+        self.system_prompt = QPlainTextEdit()
+        self.system_prompt.setObjectName("systemPromptEdit")
+        self.system_prompt.setPlaceholderText("You are a helpful assistant.")
+        self.system_prompt.setFixedHeight(90)
+        layout.addWidget(self.system_prompt)
+
+        layout.addWidget(section("SAMPLING"))
+        form = QFormLayout()
+        form.setLabelAlignment(Qt.AlignmentFlag.AlignLeft)
+        form.setHorizontalSpacing(12)
+        self.temperature = _dspin(0.0, 2.0, 0.05, 2)
+        self.top_k = _ispin(0, 1000)
+        self.top_p = _dspin(0.0, 1.0, 0.01, 2)
+        self.min_p = _dspin(0.0, 1.0, 0.01, 2)
+        self.repetition_penalty = _dspin(0.5, 2.0, 0.01, 2)
+        self.seed = _ispin(-1, 2_000_000_000)
+        self.seed.setSpecialValueText("random")
+        self.max_tokens = _ispin(1, 32768)
+        for label, widget in (
+            ("Temperature", self.temperature),
+            ("Top-k", self.top_k),
+            ("Top-p", self.top_p),
+            ("Min-p", self.min_p),
+            ("Repetition penalty", self.repetition_penalty),
+            ("Seed", self.seed),
+            ("Max tokens", self.max_tokens),
+        ):
+            form.addRow(label, widget)
+        layout.addLayout(form)
+
+        layout.addWidget(section("STOP STRINGS (ONE PER LINE)"))
+        self.stop_strings = QPlainTextEdit()
+        self.stop_strings.setFixedHeight(54)
+        layout.addWidget(self.stop_strings)
+
+        layout.addWidget(section("STRUCTURED OUTPUT"))
+        self.json_mode = QCheckBox("JSON mode")
+        layout.addWidget(self.json_mode)
+        self.grammar = QPlainTextEdit()
+        self.grammar.setPlaceholderText("GBNF grammar (optional)")
+        self.grammar.setFixedHeight(70)
+        layout.addWidget(self.grammar)
+
+        layout.addWidget(section("THINKING"))
+        self.thinking = QCheckBox("Let the model think first")
+        self.thinking_budget = _ispin(0, 32768)
+        self.thinking_budget.setSpecialValueText("no limit")
+        budget = QFormLayout()
+        budget.addRow("Budget (tokens)", self.thinking_budget)
+        layout.addWidget(self.thinking)
+        layout.addLayout(budget)
+
+        for spin in (self.temperature, self.top_p, self.min_p, self.repetition_penalty):
+            spin.valueChanged.connect(self._on_changed)
+        for ispin in (self.top_k, self.seed, self.max_tokens, self.thinking_budget):
+            ispin.valueChanged.connect(self._on_changed)
+        for edit in (self.system_prompt, self.stop_strings, self.grammar):
+            edit.textChanged.connect(self._on_changed)
+        for box in (self.json_mode, self.thinking):
+            box.toggled.connect(self._on_changed)
+
+    def load(self, system_prompt: str, s: SamplingSettings) -> None:
+        """Show these values without announcing an edit."""
+        self._loading = True
+        try:
+            self.system_prompt.setPlainText(system_prompt)
+            self.temperature.setValue(s.temperature)
+            self.top_k.setValue(s.top_k)
+            self.top_p.setValue(s.top_p)
+            self.min_p.setValue(s.min_p)
+            self.repetition_penalty.setValue(s.repetition_penalty)
+            self.seed.setValue(-1 if s.seed is None else s.seed)
+            self.max_tokens.setValue(s.max_tokens)
+            self.stop_strings.setPlainText("\n".join(s.stop_sequences))
+            self.json_mode.setChecked(s.json_mode)
+            self.grammar.setPlainText(s.grammar)
+            self.thinking.setChecked(s.thinking)
+            self.thinking_budget.setValue(s.thinking_budget_tokens)
+        finally:
+            self._loading = False
+
+    def system_prompt_text(self) -> str:
+        return self.system_prompt.toPlainText()
+
+    def sampling(self) -> SamplingSettings:
+        seed = self.seed.value()
+        return SamplingSettings(
+            temperature=self.temperature.value(),
+            top_k=self.top_k.value(),
+            top_p=self.top_p.value(),
+            min_p=self.min_p.value(),
+            repetition_penalty=self.repetition_penalty.value(),
+            seed=None if seed < 0 else seed,
+            max_tokens=self.max_tokens.value(),
+            stop_sequences=tuple(x for x in self.stop_strings.toPlainText().splitlines() if x),
+            grammar=self.grammar.toPlainText(),
+            json_mode=self.json_mode.isChecked(),
+            thinking=self.thinking.isChecked(),
+            thinking_budget_tokens=self.thinking_budget.value(),
+        )
+
+    def _on_changed(self, *_args: object) -> None:
+        if not self._loading:
+            self.edited.emit()
+
+
+def section(text: str) -> QLabel:
+    label = QLabel(text)
+    label.setObjectName("sectionLabel")
+    return label
+
+
+def _dspin(lo: float, hi: float, step: float, decimals: int) -> QDoubleSpinBox:
+    spin = QDoubleSpinBox()
+    spin.setRange(lo, hi)
+    spin.setSingleStep(step)
+    spin.setDecimals(decimals)
+    return spin
+
+
+def _ispin(lo: int, hi: int) -> QSpinBox:
+    spin = QSpinBox()
+    spin.setRange(lo, hi)
+    return spin
