@@ -47,6 +47,10 @@ class CodeBlock(QFrame):
         self.copy_button.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
         self.copy_button.setCursor(Qt.CursorShape.PointingHandCursor)
         self.copy_button.clicked.connect(self._on_copy_clicked)
+        self._copied_timer = QTimer(self)
+        self._copied_timer.setSingleShot(True)
+        self._copied_timer.setInterval(1500)
+        self._copied_timer.timeout.connect(lambda: self.copy_button.setText("Copy"))
         hl = QHBoxLayout(header)
         hl.setContentsMargins(12, 4, 6, 4)
         hl.addWidget(self._lang)
@@ -88,7 +92,9 @@ class CodeBlock(QFrame):
     def _on_copy_clicked(self) -> None:
         QGuiApplication.clipboard().setText(self._code)
         self.copy_button.setText("Copied")
-        QTimer.singleShot(1500, lambda: self.copy_button.setText("Copy"))
+        # A child timer, not a free single shot: it dies with the block (a rerender within
+        # 1.5 s deletes it).
+        self._copied_timer.start()
 
 
 class MarkdownBody(QWidget):
