@@ -1,4 +1,4 @@
-"""``hearth`` / ``python -m app``: the GUI by default, or ``chat``, ``bench``, ``cache``."""
+"""``hearth`` / ``python -m app``: the GUI by default, or ``chat``, ``serve``, ``bench``, ``cache``."""
 
 from __future__ import annotations
 
@@ -97,6 +97,10 @@ def build_parser() -> argparse.ArgumentParser:
     chat.add_argument("--threads", type=int, default=None)
     chat.add_argument("-v", "--verbose", action="store_true", help="print timing and cache stats")
     chat.set_defaults(func=cmd_chat)
+
+    from app.server.cli import add_parser as add_serve_parser
+
+    add_serve_parser(sub)
 
     bench = sub.add_parser(
         "bench", add_help=False,

@@ -1,0 +1,108 @@
+"""The request log and the live requests: what the app's "Local server" panel shows.
+
+Records are frozen and replaced whole on every change (they cross from the server's thread
+to the GUI's). Listeners are called on the server's thread and must be quick: the GUI's
+adapter only re-emits them as queued Qt signals.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+import time
+from collections import OrderedDict, deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+log = logging.getLogger(__name__)
+
+RequestState = Literal["running", "done", "cancelled", "error"]
+
+
+@dataclass(frozen=True, slots=True)
+class RequestRecord:
+    id: str
+    endpoint: str
+    model: str
+    client: str
+    started_at: float
+    """Wall-clock seconds (``time.time()``)."""
+    stream: bool = False
+    state: RequestState = "running"
+    status: int = 200
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    completion_tokens: int = 0
+    ttft_ms: float | None = None
+    duration_ms: float | None = None
+    error: str | None = None
+
+
+Listener = Callable[[RequestRecord], None]
+
+
+class Activity:
+    """Live requests by id, plus the last ``capacity`` finished ones (newest last)."""
+
+    def __init__(self, capacity: int = 200) -> None:
+        self._live: OrderedDict[str, RequestRecord] = OrderedDict()
+        self._done: deque[RequestRecord] = deque(maxlen=capacity)
+        self._listeners: list[Listener] = []
+        self._lock = threading.Lock()
+        self._t0: dict[str, float] = {}
+
+    def start(self, record: RequestRecord) -> RequestRecord:
+        with self._lock:
+            self._live[record.id] = record
+            self._t0[record.id] = time.perf_counter()
+        self._notify(record)
+        return record
+
+    def update(self, request_id: str, **changes: Any) -> None:
+        with self._lock:
+            record = self._live.get(request_id)
+            if record is None:
+                return
+            record = self._live[request_id] = dataclasses.replace(record, **changes)
+        self._notify(record)
+
+    def finish(self, request_id: str, state: RequestState, **changes: Any) -> None:
+        with self._lock:
+            record = self._live.pop(request_id, None)
+            t0 = self._t0.pop(request_id, None)
+            if record is None:
+                return
+            elapsed = (time.perf_counter() - t0) * 1000 if t0 is not None else None
+            record = dataclasses.replace(record, state=state, duration_ms=elapsed, **changes)
+            self._done.append(record)
+        self._notify(record)
+
+    def live(self) -> tuple[RequestRecord, ...]:
+        with self._lock:
+            return tuple(self._live.values())
+
+    def recent(self) -> tuple[RequestRecord, ...]:
+        with self._lock:
+            return tuple(self._done)
+
+    def subscribe(self, listener: Listener) -> Callable[[], None]:
+        with self._lock:
+            self._listeners.append(listener)
+
+        def unsubscribe() -> None:
+            with self._lock:
+                if listener in self._listeners:
+                    self._listeners.remove(listener)
+
+        return unsubscribe
+
+    def _notify(self, record: RequestRecord) -> None:
+        with self._lock:
+            listeners = list(self._listeners)
+        for listener in listeners:
+            try:
+                listener(record)
+            except Exception:  # a broken listener must not fail the request it observes
+                log.exception("activity listener raised")

@@ -1,0 +1,88 @@
+"""What every route shares: the models it serves, the settings, the request log, the memos.
+
+``ModelProvider`` is all the server needs from an engine: the Engine itself fits it, so
+``hearth serve`` and the app's "Local server" switch serve whatever that engine has loaded —
+the same scheduler, the same KV cache.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import threading
+import time
+from typing import Any, Protocol
+
+from starlette.requests import Request
+
+from app.engine import Model
+from app.engine.errors import NotFound
+from app.engine.events import ModelInfo
+from app.server.activity import Activity, RequestRecord
+from app.server.alignment import TokenMemo
+from app.server.config import ServerConfig
+from app.server.errors import ApiError, model_not_found
+
+
+class ModelProvider(Protocol):
+    def list_models(self) -> list[ModelInfo]: ...
+
+    def get_model(self, model_id: str) -> Model: ...
+
+
+class ServerState:
+    def __init__(self, provider: ModelProvider, config: ServerConfig, activity: Activity | None = None) -> None:
+        self.provider = provider
+        self.config = config
+        self.activity = activity or Activity()
+        self._memos: dict[tuple[str, float], TokenMemo] = {}
+        self._lock = threading.Lock()
+
+    def model(self, model_id: str) -> Model:
+        try:
+            return self.provider.get_model(model_id)
+        except NotFound:
+            raise model_not_found(model_id) from None
+
+    def memo(self, model: Model) -> TokenMemo:
+        """One memo per loaded model (a reload under the same id starts a new one)."""
+        key = (model.id, model.loaded_at)
+        with self._lock:
+            memo = self._memos.get(key)
+            if memo is None:
+                live = {(m.id, m.loaded_at) for m in self.provider.list_models()}
+                for stale in [k for k in self._memos if k not in live]:
+                    del self._memos[stale]
+                memo = self._memos[key] = TokenMemo(model.backend.token_piece)
+            return memo
+
+    def prompt_limit(self, model: Model) -> int:
+        """Longest prompt accepted: the configured limit, and always room for one reply token."""
+        room = model.config.n_ctx - 1
+        return room if self.config.max_prompt_tokens is None else min(room, self.config.max_prompt_tokens)
+
+    def check_prompt(self, model: Model, n_tokens: int) -> None:
+        limit = self.prompt_limit(model)
+        if n_tokens > limit:
+            raise ApiError(
+                413,
+                f"The prompt is {n_tokens} tokens; this server accepts at most {limit} "
+                f"(model context: {model.config.n_ctx} tokens per conversation).",
+                param="messages", code="prompt_too_long",
+            )
+
+    def begin(self, request: Request, endpoint: str, model: str, *, stream: bool, prefix: str) -> RequestRecord:
+        client = request.client
+        record = RequestRecord(
+            id=f"{prefix}-{secrets.token_hex(12)}", endpoint=endpoint, model=model,
+            client=f"{client.host}:{client.port}" if client else "?", started_at=time.time(), stream=stream,
+        )
+        return self.activity.start(record)
+
+
+async def read_json(request: Request) -> Any:
+    body = await request.body()
+    try:
+        return json.loads(body)
+    except ValueError:
+        raise ApiError(400, "We could not parse the JSON body of your request.", code="invalid_json") from None
