@@ -25,6 +25,8 @@ DEFAULT_CAPACITY = 64
 """NOTE: an agent keeps one growing conversation per client; 64 covers dozens of clients
 while the scan over candidates stays well under a millisecond per request."""
 _PROBE = 64
+"""A remembered sequence is only considered when it shares its first 64 bytes with the
+prompt (a cheap filter; sharing less would save a few tokens at most)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,7 +81,8 @@ class TokenMemo:
         best_end = 0
         best: tuple[int, ...] = ()
         for held in candidates:
-            if held.text[:_PROBE] != text[:_PROBE]:
+            probe = min(_PROBE, len(held.text), len(text))
+            if held.text[:probe] != text[:probe]:
                 continue
             n = _common_bytes(held.text, text)
             k = bisect.bisect_right(held.ends, n)
