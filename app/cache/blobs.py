@@ -40,7 +40,7 @@ class SaveJob:
     meta: KeyMeta
     tokens_le: bytes
     n_tokens: int
-    payload: bytes
+    payload: bytes | memoryview
     reason: str
     tier: str
     context_size: int
@@ -115,7 +115,7 @@ class Blobs:
             self._catalog.add(row)
         return row
 
-    def read_valid(self, row: Row) -> bytes | None:
+    def read_valid(self, row: Row) -> bytes | memoryview | None:
         """Read and fully validate a row's blob; drop it as corrupt if that fails."""
         for _ in range(3):  # a concurrent move changes the tier under us: follow it
             try:

@@ -61,6 +61,7 @@ import time
 from dataclasses import dataclass, field
 
 import google_crc32c
+import numpy as np
 
 from app.cache.keys import (
     CTX_HASH_LEN,
@@ -114,7 +115,11 @@ class CorruptBlob(ValueError):
 
 def crc32c(data: bytes | memoryview) -> int:
     """CRC32C (Castagnoli), as stored in the trailer."""
-    return int(google_crc32c.value(bytes(data) if isinstance(data, memoryview) else data))
+    # NOTE: the C extension refuses a memoryview but takes a numpy view of it: no copy
+    # (copying a 24 MB payload first took ~20 ms; the CRC itself takes ~2 ms).
+    if isinstance(data, memoryview):
+        return int(google_crc32c.value(np.frombuffer(data, dtype=np.uint8)))
+    return int(google_crc32c.value(data))
 
 
 @dataclass(frozen=True, slots=True)
@@ -379,7 +384,7 @@ def parse(data: bytes | memoryview, expected_key: bytes) -> tuple[BlobMeta, byte
     return meta, payload
 
 
-def parse_parts(prefix: bytes, payload: bytes, expected_key: bytes) -> BlobMeta:
+def parse_parts(prefix: bytes, payload: bytes | memoryview, expected_key: bytes) -> BlobMeta:
     """``parse`` for a blob held as its prefix and its payload: the same checks, no copy."""
     meta = parse_meta(prefix, total_size=len(prefix) + len(payload))
     if meta.payload_offset != len(prefix) or meta.payload_length != len(payload):
@@ -388,7 +393,7 @@ def parse_parts(prefix: bytes, payload: bytes, expected_key: bytes) -> BlobMeta:
     return meta
 
 
-def _check_payload(meta: BlobMeta, payload: bytes, expected_key: bytes) -> None:
+def _check_payload(meta: BlobMeta, payload: bytes | memoryview, expected_key: bytes) -> None:
     if crc32c(payload) != meta.payload_crc32c:
         raise CorruptBlob("payload CRC32C mismatch")
     if meta.key != expected_key:

@@ -148,7 +148,7 @@ class CacheStore:
         model_id: str,
         meta: KeyMeta,
         tokens: Sequence[int],
-        payload: bytes,
+        payload: bytes | memoryview,
         reason: str,
         tier: str,
         context_size: int = 0,
@@ -167,7 +167,7 @@ class CacheStore:
         tokens_le = encode_tokens(tokens)
         key = meta.key(tokens_le)
         job = SaveJob(
-            key, model_id, meta, tokens_le, len(tokens_le) // 4, bytes(payload), reason,
+            key, model_id, meta, tokens_le, len(tokens_le) // 4, payload, reason,
             tier, context_size, prompt_text, quant_bits,
         )  # fmt: skip
         with self._lock:
@@ -240,7 +240,7 @@ class CacheStore:
 
     # -- loading ------------------------------------------------------------------------
 
-    def load(self, row: Row) -> bytes | None:
+    def load(self, row: Row) -> bytes | memoryview | None:
         """The row's payload, CRC- and key-checked; None (a miss) if it is gone or bad.
 
         The row is pinned against eviction while it is read. A corrupt, torn or missing

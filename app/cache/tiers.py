@@ -42,7 +42,7 @@ TEMP_SUFFIX = ".kvc-tmp"
 class Tier(Protocol):
     name: str
 
-    def write(self, key: bytes, prefix: bytes, payload: bytes) -> str:
+    def write(self, key: bytes, prefix: bytes, payload: bytes | memoryview) -> str:
         """Store a blob (``prefix + payload``) atomically and validated; return its location."""
         ...
 
@@ -50,7 +50,7 @@ class Tier(Protocol):
         """The whole blob; ``FileNotFoundError`` when absent."""
         ...
 
-    def read_parts(self, key: bytes) -> tuple[bytes, bytes]:
+    def read_parts(self, key: bytes) -> tuple[bytes, bytes | memoryview]:
         """The blob as (prefix, payload), unvalidated; ``FileNotFoundError`` when absent."""
         ...
 
@@ -77,10 +77,10 @@ class RamTier:
     name = TIER_RAM
 
     def __init__(self) -> None:
-        self._blobs: dict[bytes, tuple[bytes, bytes]] = {}
+        self._blobs: dict[bytes, tuple[bytes, bytes | memoryview]] = {}
         self._lock = threading.Lock()
 
-    def write(self, key: bytes, prefix: bytes, payload: bytes) -> str:
+    def write(self, key: bytes, prefix: bytes, payload: bytes | memoryview) -> str:
         # Framing, lengths and key, as the file tiers' read-back checks. NOTE: not the payload
         # CRC again: kvc.build computed it from this very (immutable) payload a moment ago.
         meta = kvc.parse_meta(prefix, total_size=len(prefix) + len(payload))
@@ -90,7 +90,7 @@ class RamTier:
             self._blobs[key] = (prefix, payload)
         return TIER_RAM
 
-    def read_parts(self, key: bytes) -> tuple[bytes, bytes]:
+    def read_parts(self, key: bytes) -> tuple[bytes, bytes | memoryview]:
         with self._lock:
             parts = self._blobs.get(key)
         if parts is None:
@@ -156,7 +156,7 @@ class FileTier:
     def location(self, key: bytes) -> str:
         return str(self.path(key))
 
-    def write(self, key: bytes, prefix: bytes, payload: bytes) -> str:
+    def write(self, key: bytes, prefix: bytes, payload: bytes | memoryview) -> str:
         final = self.path(key)
         tmp = self.dir / f"{key.hex()}.{os.getpid()}-{secrets.token_hex(4)}{TEMP_SUFFIX}"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
@@ -191,7 +191,7 @@ class FileTier:
     def read(self, key: bytes) -> bytes:
         return self.path(key).read_bytes()
 
-    def read_parts(self, key: bytes) -> tuple[bytes, bytes]:
+    def read_parts(self, key: bytes) -> tuple[bytes, bytes | memoryview]:
         data = self.read(key)
         offset = kvc.payload_offset_of(data[: kvc.FIXED_SIZE])
         return data[:offset], data[offset:]

@@ -121,9 +121,11 @@ class Backend(Protocol):
         """Make ``dst`` share ``src``'s KV cells for positions ``0 .. n_tokens-1``."""
         ...
 
-    def kv_pack(self, seq_id: int) -> bytes: ...
+    def kv_pack(self, seq_id: int) -> bytes | memoryview:
+        """The seq's KV as a one-stream state (``app.cache.seqstate``); may be a read-only view."""
+        ...
 
-    def kv_unpack(self, seq_id: int, payload: bytes) -> bool:
+    def kv_unpack(self, seq_id: int, payload: bytes | memoryview) -> bool:
         """Load a packed seq state; False (never an exception) when llama.cpp refuses it."""
         ...
 

@@ -32,7 +32,7 @@ class Hit:
     kind: Literal["exact", "partial"]
     source: Literal["exact", "resume", "longest_prefix"]
     tokens: tuple[int, ...]
-    payload: bytes
+    payload: bytes | memoryview
 
 
 class CacheHooks(Protocol):
@@ -46,7 +46,7 @@ class CacheHooks(Protocol):
 
     def count_load(self, ns: int) -> None: ...
 
-    def save(self, meta: KeyMeta, tokens: Sequence[int], payload: bytes, reason: SaveReason, pack_ns: int) -> bytes | None:
+    def save(self, meta: KeyMeta, tokens: Sequence[int], payload: bytes | memoryview, reason: SaveReason, pack_ns: int) -> bytes | None:
         """Queue a save; returns the key when queued or already present, None when dropped."""
         ...
 
@@ -75,7 +75,7 @@ class NullCache:
     def count_load(self, ns: int) -> None:
         pass
 
-    def save(self, meta: KeyMeta, tokens: Sequence[int], payload: bytes, reason: SaveReason, pack_ns: int) -> bytes | None:
+    def save(self, meta: KeyMeta, tokens: Sequence[int], payload: bytes | memoryview, reason: SaveReason, pack_ns: int) -> bytes | None:
         return None
 
     def cold_split(self, num_tokens: int) -> int:
@@ -144,7 +144,7 @@ class StoreCache:
     def count_load(self, ns: int) -> None:
         self.store.count("load_total_ns", ns)
 
-    def save(self, meta: KeyMeta, tokens: Sequence[int], payload: bytes, reason: SaveReason, pack_ns: int) -> bytes | None:
+    def save(self, meta: KeyMeta, tokens: Sequence[int], payload: bytes | memoryview, reason: SaveReason, pack_ns: int) -> bytes | None:
         self.store.count("pack_total_ns", pack_ns)
         return self.store.submit_save(
             model_id=self.model_id,

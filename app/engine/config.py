@@ -53,11 +53,19 @@ class ModelConfig:
     tick longer per chunk (~3 %)."""
     cache_enabled: bool = True
     flash_attn: bool = True
-    """On by default: the CPU flash-attention kernel skips masked cells, so greedy output does
-    not depend on where a sequence sits in the unified KV buffer (warm == cold, solo == batched)
-    as long as its cells stay in position order (see ``Scheduler._release``)."""
-    type_k: str = "f16"
-    type_v: str = "f16"
+    """On by default: a quantized V cache needs it, and with it the KV rows of a state are
+    cell-major (``app.cache.seqstate`` can cut them)."""
+    type_k: str = "q8_0"
+    type_v: str = "q8_0"
+    """KV cell types. NOTE (SPEC §3): with an f16 V cache the CPU flash-attention kernel picks
+    its accumulation path by ubatch shape (one f16 chunk below 64 query rows, 64-cell tiles at
+    and above, split-KV for one-token ubatches over >= 512 cells), so the same prompt
+    prefilled in other chunk sizes, or decoded next to other sequences, moves its logits (by
+    up to 0.6-0.9 on SmolLM2). A quantized V pins it to one path: with q8_0 every chunking and
+    batching tried was bit-identical, and the KV is about half the size. ``"f16"`` remains a
+    choice, documented as not bit-exact across batch shapes. Each sequence also has a KV
+    stream of its own (``kv_unified = false`` in the backend), so its cells are always in
+    position order."""
     thinking_signing_key: bytes | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 

@@ -13,6 +13,7 @@ The tick batch is a preallocated ``Batch`` (``app.engine.llama_handles``). After
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import hashlib
 import json
@@ -27,6 +28,7 @@ import jinja2
 import llama_cpp
 import numpy as np
 
+from app.cache import seqstate
 from app.cache.keys import file_sha256
 from app.engine.backend import (
     BackendInfo,
@@ -83,9 +85,10 @@ class LlamaBackend:
         n_batch: int,
         n_gpu_layers: int = 0,
         n_threads: int | None = None,
-        flash_attn: bool = False,
-        type_k: str = "f16",
-        type_v: str = "f16",
+        flash_attn: bool = True,
+        type_k: str = "q8_0",
+        type_v: str = "q8_0",
+        kv_unified: bool = False,
         fingerprint_of: Callable[[str], bytes] = file_sha256,
     ) -> None:
         """``fingerprint_of(path)`` gives the file's sha256; the engine passes its
@@ -103,7 +106,10 @@ class LlamaBackend:
         self.n_batch = n_batch
         self.n_threads = n_threads or max(1, min(os.cpu_count() or 1, 8))
         self._flash_attn = flash_attn
-        self._type_k, self._type_v = KV_TYPES[type_k], KV_TYPES[type_v]
+        self._kv_unified = kv_unified
+        # llama.cpp gives each sequence a KV stream of its own unless the KV is unified.
+        self.n_stream = 1 if kv_unified else n_seq_max
+        self.type_k, self.type_v = type_k, type_v
         self._stack = ExitStack()
         self._closed = False
         self._embed_ctx: Any = None
@@ -115,7 +121,7 @@ class LlamaBackend:
         self._template_cache: dict[str, jinja2.Template] = {}
         try:
             self._load(n_gpu_layers)
-            self.info = self._read_info(fingerprint_of(self.path), type_k, type_v, n_gpu_layers)
+            self.info = self._read_info(fingerprint_of(self.path), self.type_k, self.type_v, n_gpu_layers)
         except BaseException:
             self.close()
             raise
@@ -138,19 +144,35 @@ class LlamaBackend:
         self._n_vocab = llama_cpp.llama_vocab_n_tokens(self._vocab)
         self._n_embd = llama_cpp.llama_model_n_embd(model)
         self._logits_row_type: Any = ctypes.c_float * int(self._n_vocab)
-        cparams = ctx_params(
-            n_ctx=self.n_ctx_per_seq * self.n_seq_max, n_seq_max=self.n_seq_max,
-            n_batch=self.n_batch, n_ubatch=min(self.n_batch, 512), n_threads=self.n_threads,
-            flash_attn=self._flash_attn, type_k=self._type_k, type_v=self._type_v,
-        )
         with native_errors() as errors:
-            ctx = llama_cpp.llama_init_from_model(model, cparams)
+            ctx = self._new_context()
+        if not ctx and (self.type_k, self.type_v) != ("f16", "f16"):
+            # NOTE: a quantized KV cache needs head sizes that are multiples of its block
+            # (32 for q8_0); such a model gets an f16 cache instead of failing to load.
+            log.warning("%s: no %s/%s KV cache for this model%s; using f16", self.path, self.type_k, self.type_v, detail(errors))
+            self.type_k = self.type_v = "f16"
+            with native_errors() as errors:
+                ctx = self._new_context()
         if not ctx:
             raise ModelLoadFailed(f"llama.cpp could not create a context for {self.path}{detail(errors)}")
         self._ctx = ctx
         self._stack.callback(llama_cpp.llama_free, ctx)
         self._mem = llama_cpp.llama_get_memory(ctx)
         self._batch = Batch(self.n_batch)
+
+    def _new_context(self, *, n_ctx: int | None = None, n_seq_max: int | None = None, embeddings: bool = False) -> Any:
+        """A context of this model with this backend's KV settings (NULL when refused)."""
+        n_seq = n_seq_max or self.n_seq_max
+        n = n_ctx or self.n_ctx_per_seq * n_seq
+        cparams = ctx_params(
+            n_ctx=n, n_seq_max=n_seq,
+            n_batch=n if embeddings else self.n_batch,
+            n_ubatch=n if embeddings else min(self.n_batch, 512),
+            n_threads=self.n_threads, flash_attn=self._flash_attn,
+            type_k=KV_TYPES[self.type_k], type_v=KV_TYPES[self.type_v],
+            kv_unified=self._kv_unified, embeddings=embeddings,
+        )
+        return llama_cpp.llama_init_from_model(self._model, cparams)
 
     def close(self) -> None:
         """Free every native handle: contexts, then adapters, then the model. Idempotent."""
@@ -204,7 +226,7 @@ class LlamaBackend:
             quant_type=quant_type,
             quant_bits=quant_bits,
             fingerprint=fingerprint,
-            ctx_params_hash=self.ctx_params_hash(type_k, type_v, self._flash_attn),
+            ctx_params_hash=self.ctx_params_hash(type_k, type_v, self._flash_attn, self._kv_unified),
             chat_template=self._meta("tokenizer.chat_template"),
             bos_token=self.token_piece(bos).decode("utf-8", "replace") if bos >= 0 else "",
             eos_token=self.token_piece(eos).decode("utf-8", "replace") if eos >= 0 else "",
@@ -224,19 +246,22 @@ class LlamaBackend:
         )
 
     @staticmethod
-    def ctx_params_hash(type_k: str, type_v: str, flash_attn: bool) -> bytes:
+    def ctx_params_hash(type_k: str, type_v: str, flash_attn: bool, kv_unified: bool = False) -> bytes:
         """sha256 of the context settings that change KV contents or the state format.
 
-        Left out on purpose: n_seq_max (unified KV), n_ctx, n_batch/n_ubatch, threads.
-        RoPE settings are always "from the model" here (0 / -1 = the GGUF's own values).
+        Left out on purpose: n_seq_max (payloads are stored as one-stream states, see
+        ``kv_pack``), n_ctx, n_batch/n_ubatch, threads. RoPE settings are always "from the
+        model" here (0 / -1 = the GGUF's own values). ``kv_unified`` is in: a unified buffer
+        can hold a sequence's cells out of position order, which changes its logits, so KV
+        computed that way is not what a per-stream context would compute.
         """
         canonical = {
-            "state": "llama_state_seq/1",
+            "state": "llama_state_seq/one_stream",
             "type_k": type_k,
             "type_v": type_v,
             "flash_attn": bool(flash_attn),
             "v_trans": not flash_attn,
-            "kv_unified": True,
+            "kv_unified": bool(kv_unified),
             "rope_scaling_type": llama_cpp.LLAMA_ROPE_SCALING_TYPE_UNSPECIFIED,
             "rope_freq_base": 0.0,
             "rope_freq_scale": 0.0,
@@ -384,17 +409,40 @@ class LlamaBackend:
             self._rows.pop(seq_id, None)
 
     def seq_cp(self, src: int, dst: int, n_tokens: int) -> None:
-        """With the unified KV cache the cells are shared, not copied: no compute, no memory."""
+        """Give ``dst`` a copy of ``src``'s positions ``0 .. n_tokens-1``.
+
+        NOTE: with one KV stream per sequence, llama.cpp's ``llama_memory_seq_cp`` copies only
+        whole streams (a partial range aborts the process: "only supported for full KV
+        buffers"), so the head is packed, cut to ``n_tokens`` cells and loaded into ``dst``.
+        With a unified buffer the cells are shared instead (no compute, no memory).
+        """
         self._check_seq(src)
         self._check_seq(dst)
-        llama_cpp.llama_memory_seq_cp(self._mem, src, dst, 0, n_tokens)
+        if src == dst:
+            raise InvalidRequest("seq_cp needs two different sequences")
+        if self._kv_unified:
+            llama_cpp.llama_memory_seq_cp(self._mem, src, dst, 0, n_tokens)
+            return
+        try:
+            head = seqstate.cut(self.kv_pack(src), n_tokens)
+        except (seqstate.UnknownLayout, ValueError) as exc:
+            raise NotSupported(f"cannot copy the first {n_tokens} cells of seq {src}: {exc}") from exc
+        if not self.kv_unpack(dst, head):
+            raise NotSupported(f"llama.cpp refused the first {n_tokens} cells of seq {src}")
 
     def seq_pos_max(self, seq_id: int) -> int:
         """Largest position held by the seq, -1 when empty (handy for invariant checks)."""
         self._check_seq(seq_id)
         return int(llama_cpp.llama_memory_seq_pos_max(self._mem, seq_id))
 
-    def kv_pack(self, seq_id: int) -> bytes:
+    def kv_pack(self, seq_id: int) -> bytes | memoryview:
+        """The seq's KV as a one-stream state (``app.cache.seqstate``), loadable under any
+        ``n_seq_max``; empty when the seq holds nothing.
+
+        A layout ``seqstate`` does not recognise (recurrent or sliding-window memory) is
+        returned as llama.cpp wrote it; it then loads only into a context with the same
+        stream count (llama.cpp refuses it otherwise, and a refused payload is a miss).
+        """
         self._check_seq(seq_id)
         size = llama_cpp.llama_state_seq_get_size(self._ctx, seq_id)
         if size == 0:
@@ -407,16 +455,36 @@ class LlamaBackend:
         out = bytes(size)
         dst = ctypes.cast(ctypes.c_char_p(out), ctypes.POINTER(ctypes.c_uint8))
         n = llama_cpp.llama_state_seq_get_data(self._ctx, dst, size, seq_id)
-        return out if n == size else out[:n]
+        view = memoryview(out)[:n]
+        try:
+            st = seqstate.parse(view)
+        except seqstate.UnknownLayout as exc:
+            log.debug("seq state layout not recognised (%s); stored as written", exc)
+            return view
+        if st.n_stream == 1:
+            return view
+        # NOTE: the one-stream form without a copy (a 46 MB copy of fresh memory took
+        # 40-60 ms here): the stream's block is already contiguous, so the one-stream header
+        # is written over the bytes just before it and the payload is a view of the rest.
+        start, end = seqstate.one_stream_span(st)
+        ctypes.memmove(ctypes.addressof(dst.contents) + start, seqstate.header(st.seq_id, 1), seqstate.HEADER.size)
+        return view[start:end]
 
-    def kv_unpack(self, seq_id: int, payload: bytes) -> bool:
+    def kv_unpack(self, seq_id: int, payload: bytes | memoryview) -> bool:
+        """Load a packed seq state (one-stream, or as written by this context's layout).
+        False, never an exception, when it cannot be loaded."""
         self.seq_rm(seq_id)
         if not payload:
             return False
-        data = payload if isinstance(payload, bytes) else bytes(payload)
-        src = ctypes.cast(ctypes.c_char_p(data), ctypes.POINTER(ctypes.c_uint8))
+        data: seqstate.Buffer = payload
+        if self.n_stream > 1:
+            # A layout seqstate does not know is loaded as stored; llama.cpp checks it.
+            with contextlib.suppress(seqstate.UnknownLayout):
+                data = seqstate.to_streams(payload, self.n_stream)
+        buf = np.frombuffer(data, dtype=np.uint8)
+        src = buf.ctypes.data_as(ctypes.POINTER(ctypes.c_uint8))
         with native_errors() as errors:
-            n = llama_cpp.llama_state_seq_set_data(self._ctx, src, len(data), seq_id)
+            n = llama_cpp.llama_state_seq_set_data(self._ctx, src, len(buf), seq_id)
         if n == 0:
             log.info("seq state refused by llama.cpp%s", detail(errors))
             llama_cpp.llama_memory_seq_rm(self._mem, seq_id, -1, -1)
@@ -500,12 +568,7 @@ class LlamaBackend:
     def _embedding_context(self) -> tuple[Any, Batch]:
         if self._embed_ctx is None:
             n = min(self.n_ctx_per_seq, EMBED_MAX_TOKENS)
-            cparams = ctx_params(
-                n_ctx=n, n_seq_max=1, n_batch=n, n_ubatch=n, n_threads=self.n_threads,
-                flash_attn=self._flash_attn, type_k=self._type_k, type_v=self._type_v,
-                embeddings=True,
-            )
-            ctx = llama_cpp.llama_init_from_model(self._model, cparams)
+            ctx = self._new_context(n_ctx=n, n_seq_max=1, embeddings=True)
             if not ctx:
                 raise NotSupported("llama.cpp could not create an embeddings context")
             self._stack.callback(llama_cpp.llama_free, ctx)

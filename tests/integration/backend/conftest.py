@@ -26,6 +26,9 @@ def make_backend(tiny_model_path: Path) -> Iterator[BackendFactory]:
         options: dict[str, Any] = {"n_ctx_per_seq": 256, "n_seq_max": 8, "n_batch": 256,
                                    "n_threads": N_THREADS}
         options.update(kwargs)
+        if not options.get("flash_attn", True):  # a quantized V cache needs flash attention
+            options.setdefault("type_k", "f16")
+            options.setdefault("type_v", "f16")
         backend = LlamaBackend(str(path or tiny_model_path), **options)
         made.append(backend)
         return backend

@@ -48,12 +48,12 @@ def test_unpack_refusals_return_false(tiny, make_backend):
     assert tiny.kv_unpack(1, b"\x00garbage" * 10) is False
     assert tiny.kv_unpack(1, payload[: len(payload) // 2]) is False
     assert tiny.seq_pos_max(1) == -1
-    q8 = make_backend(type_k="q8_0")
-    assert q8.info.ctx_params_hash != tiny.info.ctx_params_hash
-    assert q8.kv_unpack(0, payload) is False
-    flash = make_backend(flash_attn=True)  # V is stored untransposed: another state layout
-    assert flash.info.ctx_params_hash != tiny.info.ctx_params_hash
-    assert flash.kv_unpack(0, payload) is False
+    f16 = make_backend(type_k="f16", type_v="f16")
+    assert f16.info.ctx_params_hash != tiny.info.ctx_params_hash
+    assert f16.kv_unpack(0, payload) is False
+    no_flash = make_backend(flash_attn=False)  # f16, V stored transposed: another layout
+    assert no_flash.info.ctx_params_hash != tiny.info.ctx_params_hash
+    assert no_flash.kv_unpack(0, payload) is False
 
 
 def test_seq_rm_drops_the_tail_only(tiny):

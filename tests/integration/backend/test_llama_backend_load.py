@@ -64,7 +64,8 @@ def test_bad_model_files_raise_model_load_failed(kind, tmp_path, tiny_model_path
 
 def test_quantized_v_cache_without_flash_attn_is_refused(tiny_model_path):
     with pytest.raises(InvalidRequest, match="flash_attn"):
-        LlamaBackend(str(tiny_model_path), n_ctx_per_seq=64, n_seq_max=1, n_batch=32, type_v="q8_0")
+        LlamaBackend(str(tiny_model_path), n_ctx_per_seq=64, n_seq_max=1, n_batch=32, type_v="q8_0",
+                     flash_attn=False)
 
 
 @pytest.mark.parametrize("grammar", ['root ::= ("yes"', "root ::= [a-", "start ::= \"x\"", "root ::= undefined_rule"])
