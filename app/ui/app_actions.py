@@ -20,6 +20,7 @@ from PySide6.QtWidgets import QDialog, QMenu, QMessageBox
 
 from app.storage import THEMES, ChatPreset, Preferences, StorageError
 from app.ui.preferences_dialog import THEME_LABELS, PreferencesDialog
+from app.ui.server import LocalServerPanel
 from app.ui.shortcuts import ShortcutsDialog, shortcut
 
 if TYPE_CHECKING:
@@ -163,6 +164,9 @@ class AppActions(QObject):
             )
             self.dialog.error_raised.connect(self.window.show_error)
             self.dialog.finished.connect(self._on_dialog_finished)
+            if self.window.local_server is not None:
+                panel = LocalServerPanel(self.window.local_server, self.window.storage)
+                self.dialog.tabs.addTab(panel, "Local server")
         _present(self.dialog)
         return self.dialog
 

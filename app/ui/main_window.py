@@ -32,6 +32,8 @@ from app.ui.chat.chat_page import ChatPage
 from app.ui.chat.controller import ChatController
 from app.ui.engine_bridge import EngineBridge, StatusSnapshot
 from app.ui.placeholders import PlaceholderArea
+from app.ui.server import LocalServer
+from app.ui.server.panel import restore_local_server
 from app.ui.theme import apply_theme, current_icon
 from app.ui.widgets.banner import NotificationBanner
 
@@ -115,8 +117,12 @@ class MainWindow(QMainWindow):
             layout.setSizeConstraint(QLayout.SizeConstraint.SetNoConstraint)
         self.setMinimumSize(760, 480)
         self.resize(1280, 820)
+        # The "Local server" switch (Settings): the OpenAI-compatible API on this engine.
+        self.local_server = LocalServer(engine, self) if engine is not None else None
         # Menus, shortcuts (Ctrl+N, Ctrl+K, Esc …), theme switch and presets: app_actions.py.
         self.app_actions = install_app_actions(self)
+        if self.local_server is not None:
+            restore_local_server(self.local_server, storage)
 
     # -- construction --------------------------------------------------------------------
 
@@ -287,6 +293,8 @@ class MainWindow(QMainWindow):
                     stop()
                 except Exception:  # noqa: BLE001 — closing must go on
                     log.exception("shutting down %s failed", area.objectName())
+        if self.local_server is not None:
+            self.local_server.shutdown()  # before the engine closes
         if self.bridge is not None:
             self.bridge.shutdown()
         if self._on_close is not None:

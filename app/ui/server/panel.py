@@ -1,0 +1,183 @@
+"""The Settings page "Local server": the switch, the address, the live requests, the log.
+
+Everything here reacts to ``LocalServer`` signals; nothing waits for the server. The switch
+and port are remembered in the app database (``local_server`` setting), so the server comes
+back on with the window next time (``restore_local_server``).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QGuiApplication
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QCheckBox,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QLineEdit,
+    QPushButton,
+    QSpinBox,
+    QTableView,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.server.activity import RequestRecord
+from app.server.config import DEFAULT_PORT
+from app.ui.chat.sampling_form import section
+from app.ui.server.local_server import LocalServer, ServerStatus
+from app.ui.server.requests_model import RequestTableModel
+
+log = logging.getLogger(__name__)
+
+SETTING = "local_server"
+STATUS_WORDS = {"off": "Off", "starting": "Starting…", "on": "On", "stopping": "Stopping…", "failed": "Off"}
+
+
+def restore_local_server(server: LocalServer, storage: Any) -> None:
+    """Start the server if it was on when the app last closed."""
+    saved = _load(storage)
+    if saved.get("enabled"):
+        server.start(int(saved.get("port", DEFAULT_PORT)), saved.get("api_key") or None)
+
+
+def _load(storage: Any) -> dict[str, Any]:
+    try:
+        value = storage.get_setting(SETTING, {}) if storage is not None else {}
+    except Exception:  # noqa: BLE001 — a broken settings row must not stop the page
+        log.warning("could not read the local server settings", exc_info=True)
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+class LocalServerPanel(QWidget):
+    def __init__(self, server: LocalServer, storage: Any = None, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("localServerPanel")
+        self.server = server
+        self.storage = storage
+        saved = _load(storage)
+
+        self.switch = QCheckBox("Serve this app's models to other programs on this computer")
+        self.switch.setObjectName("localServerSwitch")
+        self.port = QSpinBox()
+        self.port.setObjectName("localServerPort")
+        self.port.setRange(1024, 65535)
+        self.port.setValue(int(saved.get("port", DEFAULT_PORT)))
+        self.key = QLineEdit(str(saved.get("api_key") or ""))
+        self.key.setObjectName("localServerKey")
+        self.key.setPlaceholderText("optional")
+        self.key.setEchoMode(QLineEdit.EchoMode.PasswordEchoOnEdit)
+        self.status_label = QLabel()
+        self.status_label.setObjectName("localServerStatus")
+        self.address = QLineEdit()
+        self.address.setObjectName("localServerAddress")
+        self.address.setReadOnly(True)
+        self.copy_button = QPushButton("Copy")
+        self.copy_button.setObjectName("localServerCopy")
+        self.copy_button.clicked.connect(lambda: QGuiApplication.clipboard().setText(self.address.text()))
+        self.hint = QLabel()
+        self.hint.setObjectName("caption")
+        self.hint.setWordWrap(True)
+        self.hint.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+
+        self.live_model = RequestTableModel()
+        self.log_model = RequestTableModel()
+        self.live_view = _table(self.live_model, "localServerLive")
+        self.log_view = _table(self.log_model, "localServerLog")
+        for record in server.activity.recent():
+            self.log_model.upsert(record)
+        for record in server.activity.live():
+            self.live_model.upsert(record)
+
+        form = QHBoxLayout()
+        form.addWidget(QLabel("Port"))
+        form.addWidget(self.port)
+        form.addSpacing(12)
+        form.addWidget(QLabel("API key"))
+        form.addWidget(self.key, 1)
+        addr = QHBoxLayout()
+        addr.addWidget(self.status_label)
+        addr.addWidget(self.address, 1)
+        addr.addWidget(self.copy_button)
+        v = QVBoxLayout(self)
+        v.addWidget(section("LOCAL SERVER"))
+        v.addWidget(self.switch)
+        v.addLayout(form)
+        v.addLayout(addr)
+        v.addWidget(self.hint)
+        v.addWidget(section("LIVE REQUESTS"))
+        v.addWidget(self.live_view, 1)
+        v.addWidget(section("REQUEST LOG"))
+        v.addWidget(self.log_view, 2)
+
+        self._show(server.status)
+        server.status_changed.connect(self._show)
+        server.request_changed.connect(self._on_request)
+        self.switch.toggled.connect(self._on_switch)
+
+    def _on_switch(self, on: bool) -> None:
+        if on == (self.server.status.state in ("starting", "on")):
+            return
+        if on:
+            self.server.start(self.port.value(), self.key.text().strip() or None)
+        else:
+            self.server.stop()
+        self._save(on)
+
+    def _save(self, enabled: bool) -> None:
+        if self.storage is None:
+            return
+        value = {"enabled": enabled, "port": self.port.value(), "api_key": self.key.text().strip()}
+        try:
+            self.storage.set_setting(SETTING, value)
+        except Exception:  # noqa: BLE001 — the server still runs; only remembering failed
+            log.warning("could not save the local server settings", exc_info=True)
+
+    def _show(self, status: ServerStatus) -> None:
+        on = status.state in ("starting", "on")
+        self.switch.blockSignals(True)
+        self.switch.setChecked(on)
+        self.switch.blockSignals(False)
+        self.port.setEnabled(status.state in ("off", "failed"))
+        self.key.setEnabled(status.state in ("off", "failed"))
+        self.status_label.setText(f"● {STATUS_WORDS[status.state]}")
+        if status.port is not None:
+            self.port.setValue(status.port)
+        self.address.setText(status.url or "")
+        self.address.setVisible(status.url is not None)
+        self.copy_button.setVisible(status.url is not None)
+        if status.state == "failed":
+            self.hint.setText(status.message)
+        elif status.url:
+            self.hint.setText(
+                f"Point any OpenAI client at it: OPENAI_BASE_URL={status.url}. It serves the models "
+                "this window has loaded, with the same KV cache as your chats: a conversation a "
+                "client re-sends is read from the cache, not again. Only programs on this computer "
+                "can reach it" + (", and they need the API key." if self.key.text().strip() else ".")
+            )
+        else:
+            self.hint.setText("Off: nothing listens. When on, it listens on 127.0.0.1 only.")
+
+    def _on_request(self, record: RequestRecord) -> None:
+        if record.state == "running":
+            self.live_model.upsert(record)
+        else:
+            self.live_model.remove(record.id)
+            self.log_model.upsert(record)
+
+
+def _table(model: RequestTableModel, name: str) -> QTableView:
+    view = QTableView()
+    view.setObjectName(name)
+    view.setModel(model)
+    view.verticalHeader().setVisible(False)
+    view.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+    view.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+    view.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+    view.horizontalHeader().setStretchLastSection(True)
+    return view
