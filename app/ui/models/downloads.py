@@ -1,9 +1,10 @@
 """The download manager: owns the list of Hub downloads and runs them on worker threads.
 
-Shaped after qutebrowser's ``browser/downloads.py``: the manager owns a plain list of
-frozen ``DownloadItem`` snapshots and routes every mutation through ``_insert`` /
-``_replace`` / ``_remove``, which emit row signals; ``app.ui.qt_models.download_list``
-only translates those into a ``QAbstractListModel``.
+Shaped after qutebrowser's ``browser/downloads.py``: the manager owns the list of frozen
+``DownloadItem`` snapshots (``items``, an :class:`~app.ui.observable.ObservableList` keyed by
+id) and routes every change through ``_insert`` / ``_replace`` / ``_remove``;
+``app.ui.qt_models.download_list`` only translates its notifications into a
+``QAbstractListModel``.
 
 Threads: ``HubClient.download`` blocks, so each one runs on the manager's pool; its progress
 callback emits a signal that Qt queues to the GUI thread, where the list is changed. Pause
@@ -17,6 +18,7 @@ import itertools
 import logging
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from pathlib import Path
@@ -26,6 +28,7 @@ from PySide6.QtCore import QObject, QRunnable, QThreadPool, Signal
 from app.models.hub import HubClient, HubError
 from app.models.library import quant_from_filename
 from app.ui.models.format import human_duration, human_rate
+from app.ui.observable import ObservableList
 from app.units import human_bytes
 
 logger = logging.getLogger(__name__)
@@ -113,14 +116,33 @@ class _DownloadJob(QRunnable):
             m._job_ended.emit(self._id, path, None)
 
 
-class DownloadManager(QObject):
-    """Owns ``downloads`` (a list of ``DownloadItem``) and emits row signals for views."""
+class DownloadList(ObservableList[DownloadItem, int]):
+    """The downloads in the order they were started."""
 
-    begin_insert_row = Signal(int)
-    end_insert_row = Signal()
-    begin_remove_row = Signal(int)
-    end_remove_row = Signal()
-    data_changed = Signal(int)
+    def __init__(self) -> None:
+        super().__init__(_item_id)
+
+    def append(self, item: DownloadItem) -> None:
+        self._insert(len(self), [item])
+
+    def replace(self, item: DownloadItem) -> None:
+        row = self.position(item.id)
+        assert row is not None, item
+        self._replace(row, item)
+
+    def remove(self, item_id: int) -> None:
+        row = self.position(item_id)
+        if row is not None:
+            self._remove(row, row)
+
+
+def _item_id(item: DownloadItem) -> int:
+    return item.id
+
+
+class DownloadManager(QObject):
+    """Owns ``items`` (the downloads) and runs them; views adapt ``items``."""
+
     download_finished = Signal(object)  # DownloadItem (with path)
     download_failed = Signal(object)  # DownloadItem (with error)
 
@@ -132,7 +154,7 @@ class DownloadManager(QObject):
                  parent: QObject | None = None) -> None:
         super().__init__(parent)
         self.hub = hub
-        self.downloads: list[DownloadItem] = []
+        self.items = DownloadList()
         self._ids = itertools.count(1)
         self._cancels: dict[int, threading.Event] = {}
         self._discard_on_stop: set[int] = set()
@@ -144,15 +166,16 @@ class DownloadManager(QObject):
 
     # -- queries ----------------------------------------------------------------------------
 
+    @property
+    def downloads(self) -> Sequence[DownloadItem]:
+        return self.items.items()
+
     def row_of(self, item_id: int) -> int:
-        for i, d in enumerate(self.downloads):
-            if d.id == item_id:
-                return i
-        return -1
+        row = self.items.position(item_id)
+        return -1 if row is None else row
 
     def get(self, item_id: int) -> DownloadItem | None:
-        i = self.row_of(item_id)
-        return self.downloads[i] if i >= 0 else None
+        return self.items.get(item_id)
 
     def find(self, repo_id: str, filename: str) -> DownloadItem | None:
         for d in self.downloads:
@@ -286,24 +309,13 @@ class DownloadManager(QObject):
     # -- the only places that change the list ---------------------------------------------------
 
     def _insert(self, item: DownloadItem) -> None:
-        row = len(self.downloads)
-        self.begin_insert_row.emit(row)
-        self.downloads.append(item)
-        self.end_insert_row.emit()
+        self.items.append(item)
 
     def _replace(self, item: DownloadItem) -> None:
-        row = self.row_of(item.id)
-        assert row >= 0, item
-        self.downloads[row] = item
-        self.data_changed.emit(row)
+        self.items.replace(item)
 
     def _remove(self, item_id: int) -> None:
-        row = self.row_of(item_id)
-        if row < 0:
-            return
-        self.begin_remove_row.emit(row)
-        del self.downloads[row]
-        self.end_remove_row.emit()
+        self.items.remove(item_id)
 
     # -- helpers ----------------------------------------------------------------------------
 

@@ -1,16 +1,17 @@
 """The library table's plain-Python state: the scanned entries and what is loaded or busy.
 
-Every mutation goes through ``reset`` / ``update`` which notify listeners before and after,
-so ``app.ui.qt_models.model_library.LibraryTableModel`` is a thin adapter (STYLE §2). No Qt.
+An :class:`~app.ui.observable.ObservableList` keyed by the resolved path; every change goes
+through ``reset`` / ``update``, so ``app.ui.qt_models.model_library.LibraryTableModel`` is a
+thin adapter (STYLE §2). No Qt.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Protocol
 
 from app.models.library import ModelEntry
+from app.ui.observable import ObservableList
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,12 +51,6 @@ class LibraryRow:
         return "Available"
 
 
-class LibraryListener(Protocol):
-    def before_reset(self) -> None: ...
-    def after_reset(self) -> None: ...
-    def changed(self, row: int) -> None: ...
-
-
 def _key(path: Path) -> Path:
     try:
         return path.resolve()
@@ -63,58 +58,43 @@ def _key(path: Path) -> Path:
         return path
 
 
-class LibraryCatalog:
+def _row_key(row: LibraryRow) -> Path:
+    return _key(row.path)
+
+
+class LibraryCatalog(ObservableList[LibraryRow, Path]):
     """Rows in scan order; load state (id, busy, error) survives a rescan, keyed by path."""
 
     def __init__(self) -> None:
-        self._rows: list[LibraryRow] = []
-        self._listeners: list[LibraryListener] = []
-
-    def add_listener(self, listener: LibraryListener) -> None:
-        self._listeners.append(listener)
-
-    def __len__(self) -> int:
-        return len(self._rows)
+        super().__init__(_row_key)
 
     def row(self, index: int) -> LibraryRow:
-        return self._rows[index]
+        return self[index]
 
     def rows(self) -> tuple[LibraryRow, ...]:
-        return tuple(self._rows)
+        return tuple(self.items())
 
     def row_of(self, path: Path | str) -> int:
-        key = _key(Path(path))
-        for i, r in enumerate(self._rows):
-            if _key(r.path) == key:
-                return i
-        return -1
+        row = self.position(_key(Path(path)))
+        return -1 if row is None else row
 
     def find(self, path: Path | str) -> LibraryRow | None:
-        i = self.row_of(path)
-        return self._rows[i] if i >= 0 else None
+        return self.get(_key(Path(path)))
 
     def reset(self, entries: list[ModelEntry], loaded: dict[Path, str] | None = None) -> None:
         """Replace the entries; ``loaded`` maps resolved paths to engine ids."""
-        old = {_key(r.path): r for r in self._rows}
         loaded = {_key(p): mid for p, mid in (loaded or {}).items()}
         rows = []
         for e in entries:
-            prev = old.get(_key(e.path))
+            prev = self.get(_key(e.path))
             row = LibraryRow(e) if prev is None else replace(prev, entry=e)
             if loaded is not None:
                 row = replace(row, model_id=loaded.get(_key(e.path)))
             rows.append(row)
-        for lis in self._listeners:
-            lis.before_reset()
-        self._rows = rows
-        for lis in self._listeners:
-            lis.after_reset()
+        self._reset(rows)
 
     def update(self, path: Path | str, **changes: object) -> None:
         """Change ``model_id`` / ``busy`` / ``error`` of one row (no-op for unknown paths)."""
         i = self.row_of(path)
-        if i < 0:
-            return
-        self._rows[i] = replace(self._rows[i], **changes)  # type: ignore[arg-type]
-        for lis in self._listeners:
-            lis.changed(i)
+        if i >= 0:
+            self._replace(i, replace(self[i], **changes))  # type: ignore[arg-type]

@@ -1,7 +1,7 @@
 """Qt adapters over :class:`~app.ui.cache.row_state.CacheRowState` (they own no rows).
 
-``CacheRowsModel`` translates the state's notifications into row signals and formats
-cells; sorting is done by the state in plain Python (one ``list.sort`` with a key, ~10 ms
+``CacheRowsModel`` translates the state's notifications into row signals (through
+:class:`~app.ui.qt_models.adapter.ListAdapter`) and formats cells; sorting is done by the state in plain Python (one ``list.sort`` with a key, ~10 ms
 for 20,000 rows) because a ``QSortFilterProxyModel`` sort would call ``data()`` across the
 Python boundary ~600,000 times. ``CacheRowsProxy`` filters (model, tier, save reason,
 text) and forwards ``sort`` to the source, so it keeps the source's order.
@@ -25,6 +25,7 @@ from app.cache.index import Row
 from app.ui.cache import fmt
 from app.ui.cache.previews import PreviewCache
 from app.ui.cache.row_state import TIER_ORDER, CacheRowState
+from app.ui.qt_models.adapter import ListAdapter
 from app.units import human_bytes
 
 Index = QModelIndex | QPersistentModelIndex
@@ -71,18 +72,17 @@ SORT_KEYS: dict[int, Callable[[Row], Any]] = {
 }
 
 
-class CacheRowsModel(QAbstractTableModel):
+class CacheRowsModel(ListAdapter, QAbstractTableModel):
     """Table adapter: one row per cache entry, columns ``COLUMNS``."""
 
     def __init__(self, state: CacheRowState, previews: PreviewCache, parent: Any = None) -> None:
         super().__init__(parent)
         self._state = state
         self._previews = previews
-        self._layout_keys: list[bytes] = []
         self._last_sort: tuple[int, Any, int] | None = None
         self._muted = QColor("#8a8f98")
         self._pin_color = QColor("#e8590c")
-        state.add_listener(self)
+        self.observe(state)
 
     def set_colors(self, muted: str, accent: str) -> None:
         self._muted = QColor(muted)
@@ -91,44 +91,6 @@ class CacheRowsModel(QAbstractTableModel):
     @property
     def state(self) -> CacheRowState:
         return self._state
-
-    # -- listener ---------------------------------------------------------------------------
-
-    def before_reset(self) -> None:
-        self.beginResetModel()
-
-    def after_reset(self) -> None:
-        self.endResetModel()
-
-    def before_insert(self, first: int, last: int) -> None:
-        self.beginInsertRows(QModelIndex(), first, last)
-
-    def after_insert(self) -> None:
-        self.endInsertRows()
-
-    def before_remove(self, first: int, last: int) -> None:
-        self.beginRemoveRows(QModelIndex(), first, last)
-
-    def after_remove(self) -> None:
-        self.endRemoveRows()
-
-    def changed(self, first: int, last: int) -> None:
-        self.dataChanged.emit(self.index(first, 0), self.index(last, len(COLUMNS) - 1))
-
-    def before_layout(self) -> None:
-        self.layoutAboutToBeChanged.emit()
-        persistent = self.persistentIndexList()
-        self._layout_keys = [self._state.row(i.row()).key for i in persistent]
-
-    def after_layout(self, new_positions: dict[bytes, int]) -> None:
-        old = self.persistentIndexList()
-        new = [
-            self.index(new_positions[k], i.column()) if k in new_positions else QModelIndex()
-            for k, i in zip(self._layout_keys, old, strict=True)
-        ]
-        self.changePersistentIndexList(old, new)
-        self._layout_keys = []
-        self.layoutChanged.emit()
 
     # -- QAbstractTableModel ------------------------------------------------------------------
 

@@ -1,4 +1,5 @@
-"""``QAbstractListModel`` adapter over :class:`ConversationCatalog` (it owns no state)."""
+"""``QAbstractListModel`` adapter over :class:`ConversationCatalog` (it owns no state; the
+row signals come from :class:`~app.ui.qt_models.adapter.ListAdapter`)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Any
 from PySide6.QtCore import QAbstractListModel, QModelIndex, QPersistentModelIndex, Qt
 
 from app.ui.chat.catalog import ConversationCatalog
+from app.ui.qt_models.adapter import ListAdapter
 
 Index = QModelIndex | QPersistentModelIndex
 
@@ -18,45 +20,14 @@ UPDATED_ROLE = Qt.ItemDataRole.UserRole + 3
 AGE_ROLE = Qt.ItemDataRole.UserRole + 4
 
 
-class ConversationListModel(QAbstractListModel):
+class ConversationListModel(ListAdapter, QAbstractListModel):
     def __init__(
         self, catalog: ConversationCatalog, rename: Callable[[str, str], None] | None = None
     ) -> None:
         super().__init__()
         self._catalog = catalog
         self._rename = rename
-        catalog.add_listener(self)
-
-    # -- listener (translate catalog notifications into row signals) ----------------------
-
-    def before_reset(self) -> None:
-        self.beginResetModel()
-
-    def after_reset(self) -> None:
-        self.endResetModel()
-
-    def before_insert(self, row: int) -> None:
-        self.beginInsertRows(QModelIndex(), row, row)
-
-    def after_insert(self, row: int) -> None:
-        self.endInsertRows()
-
-    def before_remove(self, row: int) -> None:
-        self.beginRemoveRows(QModelIndex(), row, row)
-
-    def after_remove(self, row: int) -> None:
-        self.endRemoveRows()
-
-    def before_move(self, row: int, dest: int) -> None:
-        ok = self.beginMoveRows(QModelIndex(), row, row, QModelIndex(), dest)
-        assert ok, (row, dest)
-
-    def after_move(self, row: int, dest: int) -> None:
-        self.endMoveRows()
-
-    def changed(self, row: int) -> None:
-        idx = self.index(row, 0)
-        self.dataChanged.emit(idx, idx)
+        self.observe(catalog)
 
     # -- QAbstractListModel -------------------------------------------------------------
 

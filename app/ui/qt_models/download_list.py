@@ -1,5 +1,6 @@
-"""``QAbstractListModel`` adapter over :class:`DownloadManager` (qutebrowser's pattern: the
-manager owns the list and emits row signals; this model only translates them)."""
+"""``QAbstractListModel`` adapter over :class:`DownloadManager`'s list (qutebrowser's pattern:
+the manager owns the list; this model only translates its notifications, through
+:class:`~app.ui.qt_models.adapter.ListAdapter`)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Any
 from PySide6.QtCore import QAbstractListModel, QModelIndex, QPersistentModelIndex, Qt
 
 from app.ui.models.downloads import DownloadManager, describe
+from app.ui.qt_models.adapter import ListAdapter
 
 Index = QModelIndex | QPersistentModelIndex
 
@@ -17,25 +19,11 @@ STATUS_ROLE = Qt.ItemDataRole.UserRole + 3  # the status line
 STATE_ROLE = Qt.ItemDataRole.UserRole + 4  # DownloadState value (str)
 
 
-class DownloadListModel(QAbstractListModel):
+class DownloadListModel(ListAdapter, QAbstractListModel):
     def __init__(self, manager: DownloadManager) -> None:
         super().__init__()
         self._manager = manager
-        manager.begin_insert_row.connect(self._on_begin_insert_row)
-        manager.end_insert_row.connect(self.endInsertRows)
-        manager.begin_remove_row.connect(self._on_begin_remove_row)
-        manager.end_remove_row.connect(self.endRemoveRows)
-        manager.data_changed.connect(self._on_data_changed)
-
-    def _on_begin_insert_row(self, row: int) -> None:
-        self.beginInsertRows(QModelIndex(), row, row)
-
-    def _on_begin_remove_row(self, row: int) -> None:
-        self.beginRemoveRows(QModelIndex(), row, row)
-
-    def _on_data_changed(self, row: int) -> None:
-        idx = self.index(row, 0)
-        self.dataChanged.emit(idx, idx)
+        self.observe(manager.items)
 
     def rowCount(self, parent: Index = QModelIndex()) -> int:  # noqa: B008, N802
         return 0 if parent.isValid() else len(self._manager.downloads)

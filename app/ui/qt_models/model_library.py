@@ -1,4 +1,5 @@
-"""``QAbstractTableModel`` adapter over :class:`LibraryCatalog` (it owns no state)."""
+"""``QAbstractTableModel`` adapter over :class:`LibraryCatalog` (it owns no state; the row
+signals come from :class:`~app.ui.qt_models.adapter.ListAdapter`)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor, QPainter, QPixmap
 
 from app.ui.models.library_state import LibraryCatalog, LibraryRow
+from app.ui.qt_models.adapter import ListAdapter
 from app.ui.qt_models.flat_table import FlatTableModel, Index
 from app.units import human_bytes
 
@@ -21,24 +23,13 @@ _STATUS_COLORS = {"loaded": "#16a34a", "broken": "#dc2626", "busy": "#f59e0b",
                   "failed": "#dc2626", "idle": "#9ca3af"}
 
 
-class LibraryTableModel(FlatTableModel):
+class LibraryTableModel(ListAdapter, FlatTableModel):
     columns = COLUMNS
 
     def __init__(self, catalog: LibraryCatalog) -> None:
         super().__init__()
         self._catalog = catalog
-        catalog.add_listener(self)
-
-    # -- listener ---------------------------------------------------------------------------
-
-    def before_reset(self) -> None:
-        self.beginResetModel()
-
-    def after_reset(self) -> None:
-        self.endResetModel()
-
-    def changed(self, row: int) -> None:
-        self.dataChanged.emit(self.index(row, 0), self.index(row, len(COLUMNS) - 1))
+        self.observe(catalog)
 
     # -- QAbstractTableModel ----------------------------------------------------------------
 

@@ -118,7 +118,5 @@ def test_twenty_thousand_rows(engine: Any, make_dashboard: Any, qtbot: Any, reco
     print(f"\n20,000 rows — {report}")
     for k, v in timings.items():
         record_property(k, round(v, 1))
-    assert timings["open"] < 1000
-    for k in ("sort by tokens", "sort by last used", "sort by model", "filter by tier",
-              "filter by text", "clear filters"):  # fmt: skip
-        assert timings[k] < 200, (k, timings[k])
+    # NOTE: the timings are recorded, not asserted: a test must pass on any machine (#15
+    # item 13). Dashboard responsiveness at scale is a benchmark's job (hearth bench).

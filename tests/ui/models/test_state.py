@@ -43,7 +43,7 @@ def test_catalog_keeps_load_state_across_rescans(tmp_path: Path):
     class Listener:
         def before_reset(self): events.append("before")
         def after_reset(self): events.append("after")
-        def changed(self, row): events.append(f"changed {row}")
+        def changed(self, first, last): events.append(f"changed {first}")
 
     cat = LibraryCatalog()
     cat.add_listener(Listener())
