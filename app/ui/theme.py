@@ -132,6 +132,8 @@ QLineEdit#searchField { background: %(input_bg)s; border: 1px solid %(border)s; 
     padding: 6px 8px; color: %(text)s; }
 QLineEdit#searchField:focus { border-color: %(accent)s; }
 QListView#conversationList { background: transparent; border: none; outline: none; }
+QLabel#searchEmptyText { color: %(muted)s; }
+QWidget#searchEmpty { background: transparent; }
 QListView#conversationList QLineEdit { background: %(input_bg)s; border: 1px solid %(accent)s;
     border-radius: 6px; padding: 2px 6px; }
 

@@ -2,6 +2,10 @@
 
 An :class:`~app.ui.observable.ObservableList` of frozen entries, newest activity first; the
 sidebar's Qt model is a thin adapter over it (STYLE §2). No Qt here.
+
+While the pointer is over the list (``hold_order``), an entry whose activity changed (a reply
+finished) stays where it is, so nothing moves under the pointer; the order catches up when
+the pointer leaves.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ class ConversationCatalog(ObservableList[ConversationEntry, str]):
     def __init__(self) -> None:
         super().__init__(_entry_id)
         self._busy: set[str] = set()
+        self._held = False
 
     def entry(self, row: int) -> ConversationEntry:
         return self[row]
@@ -55,8 +60,9 @@ class ConversationCatalog(ObservableList[ConversationEntry, str]):
             return
         if row >= 0:
             self._replace(row, entry)
-            # A move keeps the selection, where a remove + insert would drop it.
-            self._move(row, self._place(entry, skip=row))
+            if not self._held:
+                # A move keeps the selection, where a remove + insert would drop it.
+                self._move(row, self._place(entry, skip=row))
             return
         self._insert(self._place(entry), [entry])
 
@@ -73,6 +79,21 @@ class ConversationCatalog(ObservableList[ConversationEntry, str]):
         row = self.row_of(conversation_id)
         if row >= 0 and self[row].busy != busy:
             self._replace(row, replace(self[row], busy=busy))
+
+    @property
+    def is_order_held(self) -> bool:
+        return self._held
+
+    def hold_order(self, held: bool) -> None:
+        """Keep rows where they are (``True``); ``False`` moves them to their place by age."""
+        self._held = held
+        if held:
+            return
+        newest_first = sorted(self.items(), key=lambda e: -e.updated)  # stable for ties
+        for target, entry in enumerate(newest_first):
+            row = self.row_of(entry.id)
+            if row != target:
+                self._move(row, target)
 
     def _place(self, entry: ConversationEntry, skip: int = -1) -> int:
         """Where ``entry`` belongs by ``updated`` among the others (``skip``: its own row)."""

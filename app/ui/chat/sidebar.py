@@ -1,8 +1,23 @@
-"""The conversation sidebar: new chat, search, the list (``conversationList``) and its menu."""
+"""The conversation sidebar: new chat, search, the list (``conversationList``) and its menu.
+
+A search that matches nothing shows ``searchEmpty`` ("No chats match …" and Clear search)
+instead of a blank list. While the pointer is over the list its rows do not reorder (a reply
+finishing elsewhere would otherwise move the row about to be clicked); they settle when the
+pointer leaves.
+"""
 
 from __future__ import annotations
 
-from PySide6.QtCore import QModelIndex, QPersistentModelIndex, QRect, QSize, Qt, Signal
+from PySide6.QtCore import (
+    QEvent,
+    QModelIndex,
+    QObject,
+    QPersistentModelIndex,
+    QRect,
+    QSize,
+    Qt,
+    Signal,
+)
 from PySide6.QtGui import QAction, QColor, QFont, QKeySequence, QPainter, QPainterPath
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -13,6 +28,7 @@ from PySide6.QtWidgets import (
     QListView,
     QMenu,
     QPushButton,
+    QStackedWidget,
     QStyle,
     QStyledItemDelegate,
     QStyleOptionViewItem,
@@ -129,6 +145,31 @@ class Sidebar(QFrame):
         delete.setShortcutContext(Qt.ShortcutContext.WidgetShortcut)
         delete.triggered.connect(self._on_delete_shortcut)
         self.list.addAction(delete)
+        self.list.viewport().installEventFilter(self)
+
+        self.empty = QWidget()
+        self.empty.setObjectName("searchEmpty")
+        self.empty_label = QLabel()
+        self.empty_label.setObjectName("searchEmptyText")
+        self.empty_label.setWordWrap(True)
+        self.empty_label.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.clear_search_button = QPushButton("Clear search")
+        self.clear_search_button.setObjectName("clearSearchButton")
+        self.clear_search_button.setProperty("class", "secondary")
+        self.clear_search_button.setCursor(Qt.CursorShape.PointingHandCursor)
+        self.clear_search_button.clicked.connect(self.search.clear)
+        el = QVBoxLayout(self.empty)
+        el.setContentsMargins(8, 24, 8, 8)
+        el.setSpacing(10)
+        el.addWidget(self.empty_label)
+        el.addWidget(self.clear_search_button, 0, Qt.AlignmentFlag.AlignHCenter)
+        el.addStretch(1)
+        self.list_stack = QStackedWidget()
+        self.list_stack.addWidget(self.list)
+        self.list_stack.addWidget(self.empty)
+        for signal in (model.modelReset, model.rowsInserted, model.rowsRemoved):
+            signal.connect(self._update_empty)
+        self.search.textChanged.connect(self._update_empty)
 
         head = QHBoxLayout()
         head.addWidget(title)
@@ -139,7 +180,8 @@ class Sidebar(QFrame):
         layout.addLayout(head)
         layout.addWidget(self.new_button)
         layout.addWidget(self.search)
-        layout.addWidget(self.list, 1)
+        layout.addWidget(self.list_stack, 1)
+        self._update_empty()
 
     def refresh_icons(self) -> None:
         self.new_button.setIcon(current_icon("plus"))
@@ -155,6 +197,25 @@ class Sidebar(QFrame):
         idx = self.model.index(row, 0)
         if self.list.currentIndex() != idx:
             self.list.setCurrentIndex(idx)
+
+    def is_showing_no_results(self) -> bool:
+        return self.list_stack.currentWidget() is self.empty
+
+    def _update_empty(self, *_args: object) -> None:
+        query = self.search.text().strip()
+        none = bool(query) and self.model.rowCount() == 0
+        if none:
+            shown = query if len(query) <= 40 else query[:39] + "…"
+            self.empty_label.setText(f"No chats match “{shown}”.\nTitles and messages are searched.")
+        self.list_stack.setCurrentWidget(self.empty if none else self.list)
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # noqa: N802 — Qt override
+        if watched is self.list.viewport():
+            if event.type() == QEvent.Type.Enter:
+                self.model.hold_order(True)
+            elif event.type() == QEvent.Type.Leave:
+                self.model.hold_order(False)
+        return super().eventFilter(watched, event)
 
     def current_id(self) -> str | None:
         idx = self.list.currentIndex()

@@ -76,6 +76,10 @@ class ConversationListModel(ListAdapter, QAbstractListModel):
     def row_of(self, conversation_id: str) -> int:
         return self._catalog.row_of(conversation_id)
 
+    def hold_order(self, held: bool) -> None:
+        """While the pointer is over the list, rows do not move (see the catalog)."""
+        self._catalog.hold_order(held)
+
 
 def _age(ts: float) -> str:
     delta = max(0.0, time.time() - ts)
