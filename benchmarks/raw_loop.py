@@ -15,6 +15,7 @@ from typing import Any
 
 import llama_cpp
 
+from app.engine.llama_handles import KV_TYPES
 from app.engine.native_log import init_llama
 
 PROMPTS = [
@@ -30,16 +31,18 @@ PROMPTS = [
 
 
 def raw_decode_throughput(
-    model_path: str, n_streams: int, n_tokens: int = 64, n_threads: int = 2, flash_attn: bool = True
+    model_path: str, n_streams: int, n_tokens: int = 64, n_threads: int = 2, flash_attn: bool = True,
+    kv_unified: bool = False, kv_type: str = "q8_0",
 ) -> float:
     """Aggregate greedy decode tok/s of ``n_streams`` sequences, ``n_tokens`` each.
 
     Prompts are prefilled together first (not timed); the timed part is ``n_tokens`` ticks,
     each = sample every seq in C + one ``llama_decode`` of N rows. EOG is ignored.
 
-    NOTE: flash attention is set explicitly rather than left to llama.cpp's "auto" (which
-    turns it on for CPU), so both sides of B1 run the same attention kernel as Hearth's
-    default (``ModelConfig.flash_attn``; see there for why it is on).
+    NOTE: flash attention, the KV layout (one stream per sequence) and the KV cell type
+    (q8_0) are set explicitly to Hearth's defaults (``ModelConfig``; see there for why), so
+    both sides of B1 run the same kernels and B1 compares loops, not settings. What the
+    settings themselves cost is the KV scenario's business.
     """
     if not 1 <= n_streams <= len(PROMPTS):
         raise ValueError(f"n_streams must be in 1..{len(PROMPTS)}")
@@ -57,7 +60,8 @@ def raw_decode_throughput(
         params.n_batch = params.n_ubatch = 512
         params.n_seq_max = n_streams
         params.n_threads = params.n_threads_batch = n_threads
-        params.kv_unified = True
+        params.kv_unified = kv_unified
+        params.type_k = params.type_v = KV_TYPES[kv_type]
         # The same attention kernel as Hearth's default ModelConfig, so B1 compares loops, not kernels.
         params.flash_attn_type = (
             llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED if flash_attn else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED

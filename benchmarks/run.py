@@ -17,7 +17,9 @@ def _scenarios(path: str, args: argparse.Namespace) -> dict[str, Callable[[], Re
     from benchmarks.scenarios_cache import b3_restart, b4_saves, b5_prefix
     from benchmarks.scenarios_chat import b2_chats
     from benchmarks.scenarios_decode import b1_decode
+    from benchmarks.scenarios_kvlayout import kv_layout
     from benchmarks.scenarios_memory import b7_memory
+    from benchmarks.scenarios_reuse import b8_reuse
 
     return {
         "B1": lambda: b1_decode(path),
@@ -26,6 +28,8 @@ def _scenarios(path: str, args: argparse.Namespace) -> dict[str, Callable[[], Re
         "B4": lambda: b4_saves(path),
         "B5": lambda: b5_prefix(),
         "B7": lambda: _in_fresh_process(b7_memory, path),
+        "B8": lambda: b8_reuse(path, args.llama_server),
+        "KV": lambda: kv_layout(path),
     }
 
 
