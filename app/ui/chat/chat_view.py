@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-from PySide6.QtCore import Qt, QTimer
+from PySide6.QtCore import QPoint, Qt, QTimer
 from PySide6.QtWidgets import (
     QFrame,
     QHBoxLayout,
@@ -45,6 +45,10 @@ class ConversationPage(QScrollArea):
         self._messages: list[MessageWidget] = []
         self._live_widget: MessageWidget | None = None
         self._stick_to_bottom = True
+        # (message index, switcher's y in the viewport) to restore after a branch switch
+        self._anchor: tuple[int, int] | None = None
+        self._anchor_tries = 0
+        self._anchor_target: int | None = None
 
         outer = QWidget()
         outer.setObjectName("chatColumn")
@@ -87,6 +91,8 @@ class ConversationPage(QScrollArea):
             self._rebuild()
         finally:
             self.setUpdatesEnabled(True)
+        if self._anchor is not None:
+            QTimer.singleShot(0, self._restore_anchor)
 
     def _rebuild(self) -> None:
         self._clear()
@@ -161,17 +167,64 @@ class ConversationPage(QScrollArea):
             )
 
     def _on_branch_stepped(self, message_id: str, step: int) -> None:
+        # NOTE: the page is rebuilt for the new branch; remember where the switcher was on
+        # screen so the new sibling's switcher lands in the same place (the content above
+        # it is the same), instead of the view jumping to the bottom.
+        for i, w in enumerate(self._messages):
+            if w.message_id == message_id and w.switcher is not None:
+                y = w.switcher.mapTo(self.viewport(), QPoint(0, 0)).y()
+                self._anchor = (i, y)
+                self._stick_to_bottom = False
+                break
         if self.conversation_id:
             cid = self.conversation_id
             QTimer.singleShot(0, lambda: self._controller.switch_branch(cid, message_id, step))
 
     def _on_scrolled(self, value: int) -> None:
+        if self._anchor is not None:
+            return  # a rebuild in progress moves the bar; the anchor decides
         bar = self.verticalScrollBar()
         self._stick_to_bottom = value >= bar.maximum() - 24
 
     def _on_range_changed(self, _lo: int, hi: int) -> None:
-        if self._stick_to_bottom:
+        if self._anchor is not None:
+            self._restore_anchor()
+        elif self._stick_to_bottom:
             self.verticalScrollBar().setValue(hi)
+
+    def _restore_anchor(self) -> None:
+        """Scroll so the switcher of the message at the anchored index is where it was.
+
+        Wrapped text settles over a few layout passes, so this runs on every range change
+        and then once per event-loop turn until the position holds (at most 20 turns).
+        """
+        if self._anchor is None:
+            return
+        index, y = self._anchor
+        if index >= len(self._messages) or self._messages[index].switcher is None:
+            self._anchor = None
+            return
+        inner = self.widget()
+        layout = inner.layout() if inner is not None else None
+        if inner is None or layout is None:
+            return
+        layout.activate()
+        switcher = self._messages[index].switcher
+        assert switcher is not None
+        target = switcher.mapTo(inner, QPoint(0, 0)).y() - y
+        bar = self.verticalScrollBar()
+        # Settled: the same target twice running, and the bar could reach it.
+        settled = target == self._anchor_target and 0 <= target <= bar.maximum()
+        self._anchor_target = target
+        bar.setValue(target)
+        self._anchor_tries += 1
+        if settled or self._anchor_tries >= 20:
+            self._anchor = None
+            self._anchor_tries = 0
+            self._anchor_target = None
+            self._stick_to_bottom = bar.value() >= bar.maximum() - 24
+        else:
+            QTimer.singleShot(0, self._restore_anchor)
 
     # -- helpers -------------------------------------------------------------------------
 
