@@ -1,4 +1,4 @@
-"""What the scheduler needs from a backend: one ``step`` per tick, KV pack/unpack, samplers.
+"""What the scheduler needs from a backend: one tick in two halves, KV pack/unpack, samplers.
 
 The scheduler never touches llama.cpp; it talks to an object with this shape. The real one
 is ``app.engine.llama_backend.LlamaBackend``; ``tests/helpers/stub_backend.py`` is a
@@ -14,14 +14,23 @@ A tick's ops, built by ``app.engine.batch``:
   in the same ``llama_decode``. So after every tick a seq's KV holds exactly the tokens the
   scheduler has recorded for it (the cache-key invariant, SPEC §2).
 
-``step`` returns one result per op, in op order: ``Prefilled()`` or ``Sampled(token, is_eog)``.
-When ``on_sampled`` is given, ``step`` calls it with those results after sampling and before
-``llama_decode``, so the scheduler can stream a tick's tokens while the tick's decode runs.
+A tick is two calls, so the scheduler can stream a tick's tokens before its decode runs:
+
+* ``sample(ops)`` checks the ops and samples every decode row from the previous tick's
+  logits; it returns one result per op, in op order: ``Prefilled()`` or
+  ``Sampled(token, is_eog)``. It raises before any sampler state changes for a malformed
+  tick; an ``EngineError`` about one op carries that op's ``seq_id``.
+* ``decode(ops, sampled)`` pushes the prefill slices and the sampled tokens in ONE
+  ``llama_decode``. It must follow the ``sample`` of the same ops, with no other KV call
+  between them.
+
+``step(ops)`` (both halves at once) is a convenience for tests and tools, not part of the
+protocol.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -99,9 +108,13 @@ class Backend(Protocol):
 
     info: BackendInfo
 
-    def step(
-        self, ops: Sequence[Op], on_sampled: Callable[[list[StepResult]], None] | None = None
-    ) -> list[StepResult]: ...
+    def sample(self, ops: Sequence[Op]) -> list[StepResult]:
+        """First half of a tick: check ``ops``, sample every decode row (see the module doc)."""
+        ...
+
+    def decode(self, ops: Sequence[Op], sampled: Sequence[StepResult]) -> None:
+        """Second half: one ``llama_decode`` of the prefill slices and the sampled tokens."""
+        ...
 
     def new_sampler(self, params: SamplingParams) -> Any:
         """Build a sampler chain; raises GrammarFailed for a malformed grammar."""

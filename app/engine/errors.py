@@ -7,6 +7,9 @@ class EngineError(Exception):
     """Base of every error the engine raises on purpose; ``code`` names the failure."""
 
     code = "engine_error"
+    seq_id: int | None = None
+    """Set by a backend when the error is about one seq's op in a tick (only that request
+    fails; the scheduler keeps the others running)."""
 
     def __init__(self, message: str = "", *, code: str | None = None) -> None:
         super().__init__(message or self.code)

@@ -7,8 +7,8 @@ buffers, adapter handles, context parameters), ``native_log`` (llama.cpp's log b
 ``chat_template`` (the sandboxed template renderer).
 
 The tick batch is a preallocated ``Batch`` (``app.engine.llama_handles``). After a decode,
-``_rows[seq_id]`` is the row holding that seq's newest logits; the next ``step`` samples every
-``DecodeOp`` from it *before* overwriting the batch.
+``_rows[seq_id]`` is the row holding that seq's newest logits; the next ``sample`` samples
+every ``DecodeOp`` from it, and the ``decode`` after it overwrites the batch.
 """
 
 from __future__ import annotations
@@ -45,6 +45,7 @@ from app.engine.errors import (
     AdapterLoadFailed,
     ContextOverflow,
     DecodeFailed,
+    EngineError,
     InvalidRequest,
     ModelLoadFailed,
     NBatchTooSmall,
@@ -273,75 +274,91 @@ class LlamaBackend:
 
     # ----------------------------------------------------------------- the tick
 
-    def step(
-        self, ops: Sequence[Op], on_sampled: Callable[[list[StepResult]], None] | None = None
-    ) -> list[StepResult]:
-        """Sample every decode row from the last tick's logits, then one ``llama_decode``.
-
-        ``on_sampled(results)`` runs between the two, so sampled tokens can be streamed
-        while the decode that pushes them into the KV runs.
+    def sample(self, ops: Sequence[Op]) -> list[StepResult]:
+        """First half of a tick: check ``ops``, then sample every decode row from the logits
+        of the previous ``decode`` (the scheduler streams the tokens before ``decode`` runs).
 
         Raises before touching any sampler for a malformed tick (``NBatchTooSmall``,
-        ``ContextOverflow``, ``InvalidRequest``). ``DecodeFailed`` comes after sampling, so the
-        requests of a failed tick should be failed (their samplers advanced, and their KV may
-        hold part of the batch): free their seqs with ``seq_rm``.
+        ``ContextOverflow``, ``InvalidRequest``); an error about one op carries its ``seq_id``.
         """
         if not ops:
             return []
         self._check_ops(ops)
-        batch, ctx, rows = self._batch, self._ctx, self._rows
+        ctx, rows = self._ctx, self._rows
         sample, argmax, is_eog = llama_cpp.llama_sampler_sample, self._argmax, self.is_eog
         results: list[StepResult] = []
-        new_rows: dict[int, int] = {}
-        row = 0
         for op in ops:
             if type(op) is DecodeOp:
-                # Reads the logits of the previous decode; filling the batch does not touch them.
                 smpl = op.sampler
                 if op.greedy or smpl is None or smpl.is_plain_greedy:
                     token = argmax(rows[op.seq_id])
                 else:
                     token = sample(smpl.ptr, ctx, rows[op.seq_id])
                 results.append(Sampled(token, is_eog(token)))
-                batch.token[row] = token
+            else:
+                results.append(_PREFILLED)
+        return results
+
+    def decode(self, ops: Sequence[Op], sampled: Sequence[StepResult]) -> None:
+        """Second half of a tick: the prefill slices and the sampled tokens in ONE ``llama_decode``.
+
+        ``DecodeFailed`` leaves the seqs of the tick unusable (their samplers advanced, and
+        their KV may hold part of the batch): fail their requests and free their seqs.
+        """
+        if not ops:
+            return
+        if len(sampled) != len(ops):
+            raise ValueError(f"{len(sampled)} sampled results for {len(ops)} ops")
+        batch = self._batch
+        new_rows: dict[int, int] = {}
+        row = 0
+        for op, res in zip(ops, sampled, strict=True):
+            if type(op) is DecodeOp:
+                batch.token[row] = cast(Sampled, res).token
                 batch.pos[row] = op.pos
                 batch.seq[row] = op.seq_id
                 batch.logits[row] = 1
                 new_rows[op.seq_id] = row
                 row += 1
             else:
-                results.append(_PREFILLED)
                 prefill = cast(PrefillOp, op)
                 if prefill.tokens:
                     row = batch.put(row, prefill.tokens, prefill.pos, prefill.seq_id)
                     if prefill.want_logits:
                         batch.logits[row - 1] = 1
                         new_rows[prefill.seq_id] = row - 1
-        if on_sampled is not None:
-            on_sampled(results)
-        self._decode(ctx, batch, row)
+        self._decode(self._ctx, batch, row)
         self._rows = new_rows
+
+    def step(self, ops: Sequence[Op]) -> list[StepResult]:
+        """``sample`` then ``decode``: a whole tick at once (tests and tools)."""
+        results = self.sample(ops)
+        self.decode(ops, results)
         return results
 
     def _check_ops(self, ops: Sequence[Op]) -> None:
-        """Validate a tick before any sampler state changes."""
+        """Validate a tick before any sampler state changes; a refused op's seq id goes on the error."""
         n_tokens = 0
         limit = self.n_ctx_per_seq
         for op in ops:
-            self._check_seq(op.seq_id)
-            if type(op) is DecodeOp:
-                if op.seq_id not in self._rows:
-                    raise RuntimeError(f"seq {op.seq_id} has no logits from the previous tick")
-                end = op.pos + 1
-                n_tokens += 1
-            elif isinstance(op, PrefillOp):
-                self._check_tokens(op.tokens)
-                end = op.pos + len(op.tokens)
-                n_tokens += len(op.tokens)
-            else:
-                raise TypeError(f"not a tick op: {op!r}")
-            if end > limit:
-                raise ContextOverflow(f"seq {op.seq_id}: position {end - 1} is past n_ctx {limit}")
+            try:
+                self._check_seq(op.seq_id)
+                if type(op) is DecodeOp:
+                    if op.seq_id not in self._rows:
+                        raise RuntimeError(f"seq {op.seq_id} has no logits from the previous tick")
+                    end = op.pos + 1
+                    n_tokens += 1
+                elif isinstance(op, PrefillOp):
+                    self._check_tokens(op.tokens)
+                    end = op.pos + len(op.tokens)
+                    n_tokens += len(op.tokens)
+                else:
+                    raise TypeError(f"not a tick op: {op!r}")
+                if end > limit:
+                    raise ContextOverflow(f"seq {op.seq_id}: position {end - 1} is past n_ctx {limit}")
+            except EngineError as exc:
+                exc.seq_id = op.seq_id
+                raise
         if n_tokens > self._batch.capacity:
             raise NBatchTooSmall(f"a tick of {n_tokens} tokens exceeds n_batch={self._batch.capacity}")
 

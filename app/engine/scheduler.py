@@ -412,7 +412,9 @@ class Scheduler:
             self._fail_all(exc)
             return
         if ops:
-            results = self.backend.step(ops, lambda sampled: self._apply_sampled(ops, sampled))
+            results = self.backend.sample(ops)
+            self._apply_sampled(ops, results)  # tokens reach their streams before the decode runs
+            self.backend.decode(ops, results)
             for op, res in zip(ops, results, strict=True):
                 req = self.reqs[op.seq_id]
                 if isinstance(op, PrefillOp):
@@ -460,7 +462,7 @@ class Scheduler:
             self._mark(req, "stop")
 
     def _apply_sampled(self, ops: list[Op], results: list[StepResult]) -> None:
-        """Between sampling and ``llama_decode``: stream this tick's tokens right away.
+        """Between ``sample`` and ``decode``: stream this tick's tokens right away.
 
         NOTE: a token reaches its stream one decode earlier than it would after the step,
         which for a first token behind another request's prefill is that whole prefill.

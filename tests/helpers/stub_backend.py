@@ -12,7 +12,7 @@ letter derived from the last tokens, forever.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -53,6 +53,7 @@ class StubBackend:
     closed: bool = False
     decoded_ticks: int = 0
     """Ticks whose "llama_decode" has completed."""
+    _sampled: list[Op] | None = None
 
     def __post_init__(self) -> None:
         self.info = BackendInfo(
@@ -69,26 +70,32 @@ class StubBackend:
         )
 
     # -- the tick
-    def step(
-        self, ops: Sequence[Op], on_sampled: Callable[[list[StepResult]], None] | None = None
-    ) -> list[StepResult]:
-        self.steps.append(list(ops))
-        out: list[StepResult] = []
-        for op in ops:  # sample every decode row first, like the real backend
+    def sample(self, ops: Sequence[Op]) -> list[StepResult]:
+        """First half of a tick: check every op, then sample each decode row."""
+        for op in ops:
             seq = self.kv.setdefault(op.seq_id, [])
             assert op.pos == len(seq), f"seq {op.seq_id}: pos {op.pos} but KV holds {len(seq)}"
+            if isinstance(op, DecodeOp):
+                assert self.has_logits.get(op.seq_id), f"seq {op.seq_id} decoded without logits"
+        assert self._sampled is None, "sample twice without a decode between"
+        self.steps.append(list(ops))
+        out: list[StepResult] = []
+        for op in ops:
             if isinstance(op, PrefillOp):
                 out.append(Prefilled())
             else:
-                assert isinstance(op, DecodeOp)
-                assert self.has_logits.get(op.seq_id), f"seq {op.seq_id} decoded without logits"
-                tok = self.next_token(seq)
+                tok = self.next_token(self.kv[op.seq_id])
                 out.append(Sampled(tok, tok == EOG))
-        if on_sampled is not None:
-            on_sampled(out)
-        if self.step_delay:  # "llama_decode"
+        self._sampled = list(ops)
+        return out
+
+    def decode(self, ops: Sequence[Op], sampled: Sequence[StepResult]) -> None:
+        """Second half: "llama_decode" pushes the slices and the sampled tokens."""
+        assert self._sampled == list(ops), "decode of other ops than the last sample"
+        self._sampled = None
+        if self.step_delay:
             time.sleep(self.step_delay)
-        for op, res in zip(ops, out, strict=True):
+        for op, res in zip(ops, sampled, strict=True):
             seq = self.kv[op.seq_id]
             if isinstance(op, PrefillOp):
                 seq.extend(op.tokens)
@@ -98,6 +105,10 @@ class StubBackend:
                 assert isinstance(res, Sampled)
                 seq.append(res.token)
         self.decoded_ticks += 1
+
+    def step(self, ops: Sequence[Op]) -> list[StepResult]:
+        out = self.sample(ops)
+        self.decode(ops, out)
         return out
 
     def next_token(self, seq: list[int]) -> int:
