@@ -1,14 +1,51 @@
-"""ModelConfig: how a model is loaded and scheduled. Validated at construction."""
+"""ModelConfig: how a model is loaded and scheduled. Validated at construction, then frozen.
+
+The scheduler thread reads the config every tick while other threads hold the same object,
+so it is a frozen dataclass: a different setting means a new ``ModelConfig`` (and a reload),
+never a field changed under a running model. Every bad value is an ``InvalidConfig``
+(code ``invalid_request``, also a ``ValueError``) naming the field.
+
+Context sizes: ``n_ctx`` (SPEC name; ``n_ctx_per_seq`` is the same number under a clearer
+name) is what ONE sequence holds. llama.cpp's own ``n_ctx`` is the total over all sequences,
+``n_ctx_total = n_ctx × n_seq_max``, and is a ``uint32_t`` padded to 256 cells.
+"""
 
 from __future__ import annotations
 
+import math
+import operator
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from os import PathLike, fspath
+from types import MappingProxyType
 from typing import Any, Literal
 
-from app.cache.policy import CachePolicy
+from app.cache.policy import CachePolicy, PolicyError
+from app.engine.errors import InvalidConfig
 
 Tier = Literal["ram", "ram_file", "disk"]
 TIERS: tuple[str, ...] = ("ram", "ram_file", "disk")
+
+KV_CACHE_TYPES: tuple[str, ...] = ("f32", "f16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1")
+"""Cell types llama.cpp accepts for ``type_k`` / ``type_v`` (``llama_handles.KV_TYPES``)."""
+
+LLAMA_MAX_SEQ = 256
+"""``LLAMA_MAX_SEQ`` in llama-cparams.h: a context with more sequences fails to load."""
+
+MAX_CTX_TOTAL = 2**32 - 256
+"""llama.cpp pads its total ``n_ctx`` (a ``uint32_t``) up to a multiple of 256.
+
+NOTE: ``n_ctx × n_seq_max`` of 2**32 or more wrapped silently: n_ctx=2**30 with four
+sequences handed llama.cpp 0, it fell back to the model's training context (2,048 cells for
+the tiny test model) while ``model_info`` still reported 2**30, and prompts past 2,048
+tokens failed with ``decode_failed`` instead of ``context_overflow``."""
+
+MAX_N_BATCH = 1 << 20
+"""The tick batch is preallocated (about 25 bytes per row, plus a pointer array built in
+Python), so an absurd ``n_batch`` is refused instead of exhausting memory at load."""
+
+MAX_THREADS = 512
+"""``GGML_MAX_N_THREADS``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -18,12 +55,20 @@ class Markers:
     open: str
     close: str
 
+    def __post_init__(self) -> None:
+        for name in ("open", "close"):
+            value = getattr(self, name)
+            if not isinstance(value, str) or not value:
+                raise InvalidConfig(f"a marker's {name} text must be a non-empty string, got {value!r}")
 
-@dataclass(slots=True)
+
+@dataclass(frozen=True, slots=True)
 class ModelConfig:
+    """How to load and schedule one model (SPEC §1). Frozen: build a new one to change it."""
+
     path: str
     n_ctx: int = 4096
-    """Context length per sequence: what one conversation can hold."""
+    """Context length per sequence: what one conversation can hold (``n_ctx_per_seq``)."""
     n_seq_max: int = 4
     n_batch: int = 512
     n_gpu_layers: int = 0
@@ -67,36 +112,63 @@ class ModelConfig:
     stream of its own (``kv_unified = false`` in the backend), so its cells are always in
     position order."""
     thinking_signing_key: bytes | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
+    extra: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if not isinstance(self.path, str) or not self.path:
-            raise ValueError("ModelConfig.path must be a non-empty string")
-        for name in ("n_ctx", "n_seq_max", "n_batch"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"ModelConfig.{name} must be a positive integer, got {value!r}")
-        if self.n_gpu_layers < 0 and self.n_gpu_layers != -1:
-            raise ValueError("ModelConfig.n_gpu_layers must be >= 0 (or -1 for all)")
-        if self.n_threads is not None and self.n_threads < 1:
-            raise ValueError("ModelConfig.n_threads must be >= 1")
+        set_ = object.__setattr__  # frozen: the normalised values are set once, here
+        set_(self, "path", _path(self.path))
+        for name, hi in (("n_ctx", MAX_CTX_TOTAL), ("n_seq_max", LLAMA_MAX_SEQ), ("n_batch", MAX_N_BATCH)):
+            set_(self, name, _int(name, getattr(self, name), lo=1, hi=hi))
+        if _pad256(self.n_ctx) * self.n_seq_max > MAX_CTX_TOTAL:
+            raise InvalidConfig(
+                f"ModelConfig: n_ctx × n_seq_max = {self.n_ctx} × {self.n_seq_max} is more than "
+                f"llama.cpp can address ({MAX_CTX_TOTAL:,} cells in all); lower n_ctx or n_seq_max"
+            )
+        set_(self, "n_gpu_layers", _int("n_gpu_layers", self.n_gpu_layers, lo=-1, hi=2**31 - 1))
+        if self.n_threads is not None:
+            set_(self, "n_threads", _int("n_threads", self.n_threads, lo=1, hi=MAX_THREADS))
         if self.tier not in TIERS:
-            raise ValueError(f"ModelConfig.tier must be one of {', '.join(TIERS)}, got {self.tier!r}")
-        self.policy = CachePolicy.coerce(self.policy)
+            raise InvalidConfig(f"ModelConfig.tier must be one of {', '.join(TIERS)}, got {self.tier!r}")
+        try:
+            set_(self, "policy", CachePolicy.coerce(self.policy))
+        except PolicyError as exc:
+            raise InvalidConfig(f"ModelConfig.policy: {exc}") from None
+        except TypeError as exc:  # a dict whose values CachePolicy cannot take
+            raise InvalidConfig(f"ModelConfig.policy: {exc}") from None
         if self.prefill_chunk_size == "default":
-            self.prefill_chunk_size = max(64, self.n_batch // 4)
-        elif self.prefill_chunk_size is not None and (
-            not isinstance(self.prefill_chunk_size, int) or self.prefill_chunk_size < 1
-        ):
-            raise ValueError("ModelConfig.prefill_chunk_size must be a positive integer or None")
-        if self.prefill_seqs_per_tick is not None and (
-            not isinstance(self.prefill_seqs_per_tick, int) or self.prefill_seqs_per_tick < 1
-        ):
-            raise ValueError("ModelConfig.prefill_seqs_per_tick must be a positive integer or None")
-        if not isinstance(self.decode_ticks_between_prefills, int) or self.decode_ticks_between_prefills < 0:
-            raise ValueError("ModelConfig.decode_ticks_between_prefills must be an integer >= 0")
-        self.thinking_markers = _coerce_markers(self.thinking_markers)
-        self.tool_call_markers = _coerce_markers(self.tool_call_markers)
+            set_(self, "prefill_chunk_size", max(64, self.n_batch // 4))
+        elif self.prefill_chunk_size is not None:
+            set_(self, "prefill_chunk_size", _int("prefill_chunk_size", self.prefill_chunk_size, lo=1, hi=MAX_N_BATCH))
+        if self.prefill_seqs_per_tick is not None:
+            n = _int("prefill_seqs_per_tick", self.prefill_seqs_per_tick, lo=1, hi=LLAMA_MAX_SEQ)
+            set_(self, "prefill_seqs_per_tick", n)
+        gap = _int("decode_ticks_between_prefills", self.decode_ticks_between_prefills, lo=0, hi=2**31 - 1)
+        set_(self, "decode_ticks_between_prefills", gap)
+        for name in ("cache_enabled", "flash_attn"):
+            if not isinstance(getattr(self, name), bool):
+                raise InvalidConfig(f"ModelConfig.{name} must be True or False, got {getattr(self, name)!r}")
+        for name in ("type_k", "type_v"):
+            if getattr(self, name) not in KV_CACHE_TYPES:
+                raise InvalidConfig(f"ModelConfig.{name} must be one of {', '.join(KV_CACHE_TYPES)}")
+        if self.type_v not in ("f16", "f32") and not self.flash_attn:
+            raise InvalidConfig(f"ModelConfig: a quantized V cache (type_v={self.type_v}) needs flash_attn=True")
+        if self.thinking_signing_key is not None and not isinstance(self.thinking_signing_key, bytes):
+            raise InvalidConfig("ModelConfig.thinking_signing_key must be bytes or None")
+        set_(self, "thinking_markers", _markers("thinking_markers", self.thinking_markers))
+        set_(self, "tool_call_markers", _markers("tool_call_markers", self.tool_call_markers))
+        if not isinstance(self.extra, Mapping):
+            raise InvalidConfig("ModelConfig.extra must be a mapping")
+        set_(self, "extra", MappingProxyType(dict(self.extra)))
+
+    @property
+    def n_ctx_per_seq(self) -> int:
+        """What ``n_ctx`` means: the tokens one sequence (one conversation) can hold."""
+        return self.n_ctx
+
+    @property
+    def n_ctx_total(self) -> int:
+        """The KV cells over all sequences: what llama.cpp calls ``n_ctx``."""
+        return self.n_ctx * self.n_seq_max
 
     @property
     def cache_policy(self) -> CachePolicy:
@@ -109,8 +181,34 @@ class ModelConfig:
         return self.prefill_chunk_size
 
 
-def _coerce_markers(value: Markers | tuple[str, str] | None) -> Markers | None:
+def _path(value: object) -> str:
+    if isinstance(value, PathLike):
+        value = fspath(value)
+    if not isinstance(value, str) or not value or "\0" in value:
+        raise InvalidConfig(f"ModelConfig.path must be a non-empty file path, got {value!r}")
+    return value
+
+
+def _int(name: str, value: object, *, lo: int, hi: int) -> int:
+    """An int (not a bool, not a float) in ``lo..hi``."""
+    if isinstance(value, bool) or not hasattr(value, "__index__"):
+        raise InvalidConfig(f"ModelConfig.{name} must be an integer, got {value!r}")
+    result = operator.index(value)
+    if not lo <= result <= hi:
+        raise InvalidConfig(f"ModelConfig.{name} must be in {lo}..{hi:,}, got {result:,}")
+    return result
+
+
+def _pad256(n: int) -> int:
+    return math.ceil(n / 256) * 256
+
+
+def _markers(name: str, value: object) -> Markers | None:
     if value is None or isinstance(value, Markers):
         return value
-    open_, close = value
-    return Markers(open_, close)
+    if not isinstance(value, tuple | list) or len(value) != 2:
+        raise InvalidConfig(f"ModelConfig.{name} must be (open, close) texts, got {value!r}")
+    try:
+        return Markers(*value)
+    except InvalidConfig as exc:
+        raise InvalidConfig(f"ModelConfig.{name}: {exc}") from None

@@ -45,6 +45,10 @@ class InvalidRequest(EngineError):
     code = "invalid_request"
 
 
+class InvalidConfig(InvalidRequest, ValueError):
+    """A ``ModelConfig`` that cannot work; also a ``ValueError`` for older callers."""
+
+
 class ContextOverflow(EngineError):
     code = "context_overflow"
 

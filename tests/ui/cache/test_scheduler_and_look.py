@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from PySide6.QtWidgets import QApplication
@@ -15,8 +16,7 @@ from tests.ui.cache.test_live_store import chat
 def test_monitor_shows_two_busy_slots(engine: Any, tiny_model_path: Any, make_dashboard: Any, qtbot: Any) -> None:
     # NOTE: a long context so the two replies outlast the monitor's refresh timer by far
     # (the tiny model decodes hundreds of tokens a second; 400 tokens could end unseen).
-    config = tiny_config(tiny_model_path)
-    config.n_ctx = 2048
+    config = dataclasses.replace(tiny_config(tiny_model_path), n_ctx=2048)
     tiny = engine.load_model("tiny", config)
     dash = make_dashboard(engine)
     dash.select_tab(TAB_SCHEDULER)

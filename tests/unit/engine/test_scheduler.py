@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from typing import Any
@@ -364,7 +365,8 @@ def test_n_batch_too_small_at_tick_fails_instead_of_stalling(make_model):
     deadline = time.time() + 5
     while sum(s.state == "generating" for s in model.snapshot().slots) < 3 and time.time() < deadline:
         time.sleep(0.001)
-    model.config.n_batch = 2  # three decoders now outnumber the budget
+    # three decoders now outnumber the budget (the config is frozen: the scheduler gets a new one)
+    model.scheduler.config = dataclasses.replace(model.scheduler.config, n_batch=2)
     results = []
     for s in streams:
         try:
