@@ -2,11 +2,19 @@
 
 Hostile templates end with ``InvalidRequest`` (never a hang, never a raw ``MemoryError``);
 real templates, with long conversations, tools and the usual formatting, still render.
+
+The hostile templates run in a child process whose address space is capped at 1 GiB above
+what it needs to import the sandbox, and each gets a 60 s alarm: if the bounds ever regress,
+these tests fail instead of taking the machine's memory (an unbounded run took 19.5 GB).
 """
 
 from __future__ import annotations
 
+import json
+import os
 import struct
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -57,10 +65,50 @@ HOSTILE = {
 }
 
 
+_CHILD = """
+import json, resource, signal, sys
+from app.engine.chat_template import render_chat_template
+from app.engine.errors import InvalidRequest
+page = resource.getpagesize()
+vsz = int(open("/proc/self/statm").read().split()[0]) * page
+resource.setrlimit(resource.RLIMIT_AS, (vsz + 2**30, resource.getrlimit(resource.RLIMIT_AS)[1]))
+
+def alarm(*_):
+    raise TimeoutError("still rendering after 60 s")
+
+signal.signal(signal.SIGALRM, alarm)
+cases, messages = json.load(sys.stdin)
+out = {}
+for name, source in cases.items():
+    signal.alarm(60)
+    try:
+        render_chat_template(source, messages)
+        out[name] = "rendered"
+    except InvalidRequest:
+        out[name] = "InvalidRequest"
+    except BaseException as exc:
+        out[name] = f"{type(exc).__name__}: {str(exc)[:200]}"
+    finally:
+        signal.alarm(0)
+print(json.dumps(out))
+"""
+
+
+@pytest.fixture(scope="module")
+def hostile_results() -> dict[str, str]:
+    root = Path(__file__).resolve().parents[3]
+    proc = subprocess.run(
+        [sys.executable, "-c", _CHILD], input=json.dumps([HOSTILE, MESSAGES]), capture_output=True,
+        text=True, cwd=root, env={**os.environ, "PYTHONPATH": str(root)}, timeout=len(HOSTILE) * 61,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    results: dict[str, str] = json.loads(proc.stdout)
+    return results
+
+
 @pytest.mark.parametrize("name", list(HOSTILE))
-def test_hostile_template_is_invalid_request(name):
-    with pytest.raises(InvalidRequest):
-        render_chat_template(HOSTILE[name], MESSAGES)
+def test_hostile_template_is_invalid_request(name, hostile_results):
+    assert hostile_results[name] == "InvalidRequest"
 
 
 @pytest.mark.timeout(300)
