@@ -16,14 +16,15 @@ A download's life::
     sha256(partial) == LFS sha256 ? ── no ─▶ partial deleted, HubError(checksum_mismatch)
         │ yes
     models_dir/<owner>--<name>/<file>   (atomic rename; the library only ever sees whole files)
+
+Names, paths, sidecars and checksums are in ``app.models.hub_files``; a file already at its
+destination counts as installed only when its checksum matches too.
 """
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import hashlib
-import json
 import logging
 import os
 import re
@@ -33,7 +34,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any, BinaryIO, TypeVar
 
 import huggingface_hub
@@ -44,6 +45,21 @@ from huggingface_hub.utils import (  # type: ignore[attr-defined]  # public, laz
     hf_raise_for_status,
 )
 
+from app.models.hub_files import (
+    GitBlobHasher,
+    Hasher,
+    HubError,
+    check_filename,
+    device,
+    hash_file,
+    hash_prefix,
+    mtime,
+    read_sidecar,
+    remove_files,
+    repo_dirname,
+    sidecar_path,
+    write_sidecar,
+)
 from app.models.library import quant_from_filename
 from app.units import human_bytes
 
@@ -60,21 +76,9 @@ _PROGRESS_INTERVAL_S = 0.1
 _RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 
 ProgressCallback = Callable[[int, int, float], None]  # (done, total, bytes_per_s)
+Cancel = Callable[[], bool] | threading.Event | None  # polled between chunks
 FreeSpaceProbe = Callable[[Path], int]
 T = TypeVar("T")
-
-
-class HubError(Exception):
-    """A Hub operation failed for a reason the user can act on.
-
-    ``kind``: ``not_found``, ``unauthorized``, ``network``, ``checksum_mismatch``,
-    ``insufficient_space``, ``cancelled``, ``busy``, ``invalid``, ``io``, ``hub``.
-    """
-
-    def __init__(self, message: str, kind: str) -> None:
-        super().__init__(message)
-        self.message = message
-        self.kind = kind
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,23 +113,7 @@ class PartialDownload:
     path: Path
 
 
-_REPO_ID_RE = re.compile(r"^[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?$")
-
-
-def _repo_dirname(repo_id: str) -> str:
-    if not _REPO_ID_RE.match(repo_id) or ".." in repo_id:
-        raise HubError(f"invalid repository id {repo_id!r} (expected owner/name)", "invalid")
-    return repo_id.replace("/", "--")
-
-
-def _check_filename(filename: str) -> PurePosixPath:
-    p = PurePosixPath(filename)
-    if not filename or p.is_absolute() or ".." in p.parts or "\\" in filename:
-        raise HubError(f"invalid file name {filename!r}", "invalid")
-    return p
-
-
-def _is_cancelled(cancel: Any) -> bool:
+def _is_cancelled(cancel: Cancel) -> bool:
     if cancel is None:
         return False
     if hasattr(cancel, "is_set"):
@@ -204,7 +192,8 @@ class HubClient:
         """The repo's GGUF files with size, LFS sha256 and the quantisation in the name."""
         return self._list_files(repo_id, None)
 
-    def _list_files(self, repo_id: str, cancel: Any) -> list[RemoteFile]:
+    def _list_files(self, repo_id: str, cancel: Cancel) -> list[RemoteFile]:
+        repo_dirname(repo_id)  # refuse a bad id before any request
         info = self._model_info(repo_id, cancel)
         return [
             RemoteFile(
@@ -221,19 +210,19 @@ class HubClient:
 
     def installed_path(self, repo_id: str, filename: str) -> Path:
         """Where ``download`` puts the file (whether or not it is there yet)."""
-        return self.models_dir / _repo_dirname(repo_id) / _check_filename(filename)
+        return self.models_dir / repo_dirname(repo_id) / check_filename(filename)
 
     def partial_path(self, repo_id: str, filename: str) -> Path:
-        flat = str(_check_filename(filename)).replace("/", "--")
-        return self.downloads_dir / f"{_repo_dirname(repo_id)}--{flat}.part"
+        flat = str(check_filename(filename)).replace("/", "--")
+        return self.downloads_dir / f"{repo_dirname(repo_id)}--{flat}.part"
 
     def list_partials(self) -> list[PartialDownload]:
         """Downloads that can be resumed (e.g. after an app restart), oldest first."""
         out: list[PartialDownload] = []
         if not self.downloads_dir.is_dir():
             return out
-        for side in sorted(self.downloads_dir.glob("*.part.json"), key=_mtime):
-            meta = _read_sidecar(side)
+        for side in sorted(self.downloads_dir.glob("*.part.json"), key=mtime):
+            meta = read_sidecar(side)
             part = side.with_suffix("")
             if meta is not None and part.is_file():
                 out.append(self._partial(meta, part))
@@ -245,7 +234,7 @@ class HubClient:
         with self._active_lock:
             if part in self._active:
                 raise HubError(f"{filename} is still downloading; cancel it first", "busy")
-        _remove(part, _sidecar(part))
+        remove_files(part, sidecar_path(part))
 
     # -- download ---------------------------------------------------------------------------
 
@@ -254,7 +243,7 @@ class HubClient:
         repo_id: str,
         filename: str,
         progress: ProgressCallback | None = None,
-        cancel: Callable[[], bool] | threading.Event | None = None,
+        cancel: Cancel = None,
         *,
         keep_partial: bool = True,
     ) -> Path:
@@ -273,10 +262,10 @@ class HubClient:
             self._active.add(part)
         try:
             remote = self._remote_file(repo_id, filename, cancel)
-            if dest.is_file() and remote.size is not None and dest.stat().st_size == remote.size:
+            if self._is_installed(remote, dest):
                 logger.info("%s already installed at %s", filename, dest)
                 if progress is not None:
-                    progress(remote.size, remote.size, 0.0)
+                    progress(remote.size or 0, remote.size or 0, 0.0)
                 return dest
             return self._download(remote, part, dest, progress, cancel, keep_partial)
         finally:
@@ -289,7 +278,7 @@ class HubClient:
         part: Path,
         dest: Path,
         progress: ProgressCallback | None,
-        cancel: Any,
+        cancel: Cancel,
         keep_partial: bool,
     ) -> Path:
         if remote.size is None:
@@ -312,16 +301,16 @@ class HubClient:
         if meta.commit_hash:
             url = hf_hub_url(remote.repo_id, remote.filename, revision=meta.commit_hash,
                              endpoint=self.endpoint)
-        _write_sidecar(part, {**_sidecar_fields(remote), "etag": meta.etag,
+        write_sidecar(part, {**_sidecar_fields(remote), "etag": meta.etag,
                               "commit": meta.commit_hash})
         hasher = _new_hasher(remote)
-        _hash_prefix(part, have, hasher)
+        hash_prefix(part, have, hasher)
         try:
             hasher = self._transfer(url, part, remote, hasher, progress, cancel)
         except HubError as e:
             # A network failure or a pause keeps the partial for a later resume.
             if e.kind == "checksum_mismatch" or (e.kind == "cancelled" and not keep_partial):
-                _remove(part, _sidecar(part))
+                remove_files(part, sidecar_path(part))
             raise
         self._verify(remote, hasher, part)
         self._install(part, dest)
@@ -333,10 +322,10 @@ class HubClient:
         url: str,
         part: Path,
         remote: RemoteFile,
-        hasher: Any,
+        hasher: Hasher,
         progress: ProgressCallback | None,
-        cancel: Any,
-    ) -> Any:
+        cancel: Cancel,
+    ) -> Hasher:
         """GET the rest of the file into ``part``; return the hasher that saw every byte.
 
         Each attempt asks for ``Range: bytes=<have>-``; a cut connection or a 5xx is retried
@@ -371,10 +360,10 @@ class HubClient:
         f: BinaryIO,
         done: int,
         remote: RemoteFile,
-        hasher: Any,
+        hasher: Hasher,
         meter: _Meter,
-        cancel: Any,
-    ) -> tuple[int, Any]:
+        cancel: Cancel,
+    ) -> tuple[int, Hasher]:
         """One ranged GET, appended to ``f``; returns the new byte count and hasher."""
         headers = build_hf_headers(token=self._auth(), library_name="hearth")
         headers["Accept-Encoding"] = "identity"  # byte offsets must be file offsets
@@ -419,16 +408,40 @@ class HubClient:
             what = f"{remote.filename} in {remote.repo_id}"
             raise _http_error(r.status_code, what, self.token is not None, e) from e
 
-    def _verify(self, remote: RemoteFile, hasher: Any, part: Path) -> None:
+    def _verify(self, remote: RemoteFile, hasher: Hasher, part: Path) -> None:
         got = hasher.hexdigest()
         want = remote.sha256 or remote.blob_id
         if want and got != want.lower():
-            _remove(part, _sidecar(part))
+            remove_files(part, sidecar_path(part))
             algo = "SHA-256" if remote.sha256 else "git SHA-1"
             raise HubError(
                 f"{remote.filename} from {remote.repo_id} failed verification: its {algo} is "
                 f"{got[:16]}… but the Hub says {want[:16]}…; the download was deleted and "
                 "nothing was installed", "checksum_mismatch")
+
+    def _is_installed(self, remote: RemoteFile, dest: Path) -> bool:
+        """``dest`` holds exactly the Hub's file: same size and the same checksum.
+
+        NOTE: a size match alone used to count: a wrong file of the right size at the
+        destination was returned as installed. A mismatch is downloaded again, and the
+        verified download replaces it.
+        """
+        want = remote.sha256 or remote.blob_id
+        try:
+            if not dest.is_file() or remote.size is None or dest.stat().st_size != remote.size:
+                return False
+            if not want:
+                return True  # the Hub gave nothing to check against; the size is all we have
+            hasher = _new_hasher(remote)
+            hash_file(dest, hasher, remote.size)
+        except OSError as e:
+            logger.warning("cannot read %s (%s); downloading it again", dest, e)
+            return False
+        if hasher.hexdigest() == want.lower():
+            return True
+        logger.warning("%s has the size of %s but not its checksum; downloading it again",
+                       dest, remote.filename)
+        return False
 
     def _install(self, part: Path, dest: Path) -> None:
         tmp = dest.with_name(dest.name + ".installing")
@@ -438,22 +451,22 @@ class HubClient:
             shutil.copyfile(part, tmp)
             os.replace(tmp, dest)
             part.unlink(missing_ok=True)
-        _sidecar(part).unlink(missing_ok=True)
+        sidecar_path(part).unlink(missing_ok=True)
 
     # -- helpers ----------------------------------------------------------------------------
 
     def _auth(self) -> str | bool:
         return self.token or False  # False: never fall back to an implicit token
 
-    def _model_info(self, repo_id: str, cancel: Any) -> Any:
+    def _model_info(self, repo_id: str, cancel: Cancel) -> ModelInfo:
         return self._with_retries(
             lambda: self._api.model_info(repo_id, files_metadata=True, token=self._auth(),
                                          timeout=self.timeout_s),
             what=f"repository {repo_id}", cancel=cancel,
         )
 
-    def _remote_file(self, repo_id: str, filename: str, cancel: Any) -> RemoteFile:
-        _check_filename(filename)
+    def _remote_file(self, repo_id: str, filename: str, cancel: Cancel) -> RemoteFile:
+        check_filename(filename)
         for rf in self._list_files(repo_id, cancel):
             if rf.filename == filename:
                 return rf
@@ -461,17 +474,17 @@ class HubClient:
 
     def _reuse_partial(self, remote: RemoteFile, part: Path) -> int:
         """Bytes already fetched, if the partial belongs to this exact file; else start over."""
-        meta = _read_sidecar(_sidecar(part))
+        meta = read_sidecar(sidecar_path(part))
         if not part.is_file():
             return 0
         fields = _sidecar_fields(remote)
         if meta is None or any(meta.get(k) != v for k, v in fields.items()):
             logger.info("discarding a stale partial download %s", part)
-            _remove(part, _sidecar(part))
+            remove_files(part, sidecar_path(part))
             return 0
         have = part.stat().st_size
         if have > (remote.size or 0):
-            _remove(part, _sidecar(part))
+            remove_files(part, sidecar_path(part))
             return 0
         logger.info("resuming %s at byte %d", remote.filename, have)
         return have
@@ -483,14 +496,14 @@ class HubClient:
             raise HubError(
                 f"not enough disk space in {self.downloads_dir}: the download needs "
                 f"{human_bytes(need)} and only {human_bytes(free)} is free", "insufficient_space")
-        if _device(install_dir) != _device(self.downloads_dir):  # install will copy
+        if device(install_dir) != device(self.downloads_dir):  # install will copy
             free = self._free_space(install_dir)
             if free < size + SPACE_MARGIN_BYTES:
                 raise HubError(
                     f"not enough disk space in {install_dir}: the model needs "
                     f"{human_bytes(size)} and only {human_bytes(free)} is free", "insufficient_space")
 
-    def _backoff(self, failures: int, cancel: Any) -> None:
+    def _backoff(self, failures: int, cancel: Cancel) -> None:
         delay = min(self.backoff_max_s, self.backoff_base_s * 2 ** (failures - 1))
         logger.info("network error; retry %d/%d in %.2fs", failures, self.max_retries, delay)
         left = delay
@@ -502,7 +515,7 @@ class HubClient:
             left -= step
 
     def _with_retries(
-        self, fn: Callable[[], T], *, what: str, max_retries: int | None = None, cancel: Any = None
+        self, fn: Callable[[], T], *, what: str, max_retries: int | None = None, cancel: Cancel = None
     ) -> T:
         """Call ``fn``; retry network errors and 5xx with back-off; map HTTP errors."""
         retries = self.max_retries if max_retries is None else max_retries
@@ -563,22 +576,14 @@ class _Meter:
         self.progress(done, self.total, self.rate)
 
 
-class _GitBlobHasher:
-    """git's blob sha1 (``sha1("blob <size>\\0" + content)``): the id of a non-LFS file."""
-
-    def __init__(self, size: int) -> None:
-        self._h = hashlib.sha1(b"blob %d\0" % size)
-
-    def update(self, data: bytes) -> None:
-        self._h.update(data)
-
-    def hexdigest(self) -> str:
-        return self._h.hexdigest()
-
-
-def _new_hasher(remote: RemoteFile) -> Any:
+def _new_hasher(remote: RemoteFile) -> Hasher:
     """sha256 for LFS files (checked against the LFS oid), else git's blob sha1."""
-    return hashlib.sha256() if remote.sha256 else _GitBlobHasher(remote.size or 0)
+    return hashlib.sha256() if remote.sha256 else GitBlobHasher(remote.size or 0)
+
+
+def _sidecar_fields(remote: RemoteFile) -> dict[str, Any]:
+    return {"repo_id": remote.repo_id, "filename": remote.filename,
+            "sha256": remote.sha256, "size": remote.size}
 
 
 def _range_start(r: Any) -> int:
@@ -589,7 +594,7 @@ def _range_start(r: Any) -> int:
     return int(m[1]) if m else -1
 
 
-def _raise_if_cancelled(cancel: Any, remote: RemoteFile) -> None:
+def _raise_if_cancelled(cancel: Cancel, remote: RemoteFile) -> None:
     if _is_cancelled(cancel):
         raise HubError(f"download of {remote.filename} cancelled", "cancelled")
 
@@ -599,18 +604,6 @@ def _disk_error(e: OSError, remote: RemoteFile) -> HubError:
         return HubError(f"the disk filled up while downloading {remote.filename}; free some "
                         "space and resume", "insufficient_space")
     return HubError(f"cannot write the download of {remote.filename}: {e.strerror or e}", "io")
-
-
-def _hash_prefix(part: Path, have: int, hasher: Any) -> None:
-    """Feed the bytes of a resumed partial to the hasher (the state cannot be saved)."""
-    if not have:
-        part.unlink(missing_ok=True)
-        return
-    with part.open("rb") as f:
-        left = have
-        while left and (chunk := f.read(min(left, 1 << 20))):
-            hasher.update(chunk)
-            left -= len(chunk)
 
 
 def _http_error(status: int | None, what: str, has_token: bool | None, e: Exception) -> HubError:
@@ -628,50 +621,6 @@ def _http_error(status: int | None, what: str, has_token: bool | None, e: Except
         return HubError(f"access denied to {what}: the token lacks permission, or the repo is "
                         "gated and its terms must be accepted on the Hub", "unauthorized")
     return HubError(f"the Hub returned an error for {what}: {e}", "hub")
-
-
-def _sidecar(part: Path) -> Path:
-    return part.with_name(part.name + ".json")
-
-
-def _sidecar_fields(remote: RemoteFile) -> dict[str, Any]:
-    return {"repo_id": remote.repo_id, "filename": remote.filename,
-            "sha256": remote.sha256, "size": remote.size}
-
-
-def _write_sidecar(part: Path, fields: dict[str, Any]) -> None:
-    side = _sidecar(part)
-    tmp = side.with_name(side.name + ".tmp")
-    tmp.write_text(json.dumps(fields, indent=1))
-    os.replace(tmp, side)
-
-
-def _read_sidecar(side: Path) -> dict[str, Any] | None:
-    try:
-        meta = json.loads(side.read_text())
-    except (OSError, ValueError):
-        return None
-    return meta if isinstance(meta, dict) and "repo_id" in meta and "filename" in meta else None
-
-
-def _remove(*paths: Path) -> None:
-    for p in paths:
-        with contextlib.suppress(OSError):
-            p.unlink(missing_ok=True)
-
-
-def _mtime(p: Path) -> float:
-    try:
-        return p.stat().st_mtime
-    except OSError:
-        return 0.0
-
-
-def _device(p: Path) -> int | None:
-    try:
-        return p.stat().st_dev
-    except OSError:
-        return None
 
 
 def _stored_token() -> str | None:
