@@ -6,10 +6,12 @@ one; ``current_icon`` draws icons in the active scheme's colours.
 
 from __future__ import annotations
 
+import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 
-from PySide6.QtCore import Qt
-from PySide6.QtGui import QColor, QGuiApplication, QIcon, QPalette
+from PySide6.QtCore import QPointF, Qt
+from PySide6.QtGui import QColor, QGuiApplication, QIcon, QPainter, QPalette, QPixmap, QPolygonF
 from PySide6.QtWidgets import QApplication
 
 from app.ui.widgets.icons import icon
@@ -104,8 +106,38 @@ def _palette(c: Colors) -> QPalette:
     return pal
 
 
+_ARROW_DIR = Path(tempfile.gettempdir()) / "hearth-ui-arrows"
+
+
+def arrow_image(direction: str, color: str) -> str:
+    """A small triangle PNG (QSS cannot draw one), written once per colour; its path."""
+    path = _ARROW_DIR / f"{direction}-{color.lstrip('#')}.png"
+    if not path.is_file():
+        _ARROW_DIR.mkdir(parents=True, exist_ok=True)
+        pix = QPixmap(16, 16)
+        pix.fill(QColor(0, 0, 0, 0))
+        p = QPainter(pix)
+        p.setRenderHint(QPainter.RenderHint.Antialiasing)
+        p.setPen(QColor(0, 0, 0, 0))
+        p.setBrush(QColor(color))
+        pts = [(3, 5.5), (13, 5.5), (8, 11)] if direction == "down" else [(3, 10.5), (13, 10.5), (8, 5)]
+        p.drawPolygon(QPolygonF([QPointF(x, y) for x, y in pts]))
+        p.end()
+        pix.save(str(path))
+    return path.as_posix()
+
+
+def style_values(c: Colors) -> dict[str, str]:
+    """The colours of ``c`` plus the arrow images, for ``%``-formatting a stylesheet."""
+    values = {k: str(getattr(c, k)) for k in c.__dataclass_fields__}
+    values["arrow_up"] = arrow_image("up", c.muted)
+    values["arrow_down"] = arrow_image("down", c.muted)
+    values["arrow_down_faint"] = arrow_image("down", c.faint)
+    return values
+
+
 def stylesheet(c: Colors) -> str:
-    return _QSS % {k: getattr(c, k) for k in c.__dataclass_fields__}
+    return _QSS % style_values(c)
 
 
 _QSS = """
@@ -215,6 +247,32 @@ QCheckBox::indicator { width: 14px; height: 14px; border: 1px solid %(faint)s; b
     background: %(input_bg)s; }
 QCheckBox::indicator:hover { border-color: %(accent)s; }
 QCheckBox::indicator:checked { background: %(accent)s; border-color: %(accent)s; }
+
+/* combo boxes, spin boxes, menu buttons: one look everywhere (our arrows, never the
+   platform's boxed ones that a border rule leaves behind) */
+QComboBox { background: %(input_bg)s; border: 1px solid %(border)s; border-radius: 6px;
+    padding: 3px 8px; color: %(text)s; }
+QComboBox:hover { border-color: %(faint)s; }
+QComboBox:focus, QComboBox:on { border-color: %(accent)s; }
+QComboBox:disabled { color: %(faint)s; }
+QComboBox::drop-down { subcontrol-origin: padding; subcontrol-position: center right;
+    border: none; width: 22px; }
+QComboBox::down-arrow { image: url(%(arrow_down)s); width: 12px; height: 12px; }
+QComboBox::down-arrow:disabled { image: url(%(arrow_down_faint)s); }
+QComboBox QAbstractItemView { background: %(surface)s; border: 1px solid %(border)s;
+    selection-background-color: %(hover)s; selection-color: %(text)s; outline: none; }
+QAbstractSpinBox::up-button, QAbstractSpinBox::down-button { width: 18px; border: none;
+    background: transparent; }
+QAbstractSpinBox::up-button { subcontrol-position: top right; }
+QAbstractSpinBox::down-button { subcontrol-position: bottom right; }
+QAbstractSpinBox::up-button:hover, QAbstractSpinBox::down-button:hover { background: %(hover)s; }
+QAbstractSpinBox::up-arrow { image: url(%(arrow_up)s); width: 10px; height: 10px; }
+QAbstractSpinBox::down-arrow { image: url(%(arrow_down)s); width: 10px; height: 10px; }
+QAbstractSpinBox::up-arrow:disabled, QAbstractSpinBox::down-arrow:disabled { image: none; }
+QToolButton::menu-indicator, QPushButton::menu-indicator { image: url(%(arrow_down)s);
+    subcontrol-origin: padding; subcontrol-position: center right; width: 10px; height: 10px;
+    right: 4px; }
+QToolButton[popupMode="MenuButtonPopup"], QToolButton[popupMode="InstantPopup"] { padding-right: 18px; }
 
 /* banner */
 QFrame#notificationBanner { border-bottom: 1px solid %(border)s; background: %(info_bg)s; }

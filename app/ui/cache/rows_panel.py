@@ -158,7 +158,7 @@ class RowsPanel(QWidget):
             "evict", "Evict", "Push the selected entries out of memory: RAM entries move to disk, disk entries are deleted."
         )
         self.delete_button = self._button("delete", "Delete", "Delete the selected entries now, wherever they are.")
-        self.move_button = self._button("move", "Move to ▾", "Move the selected entries to another storage place.")
+        self.move_button = self._button("move", "Move to", "Move the selected entries to another storage place.")
         self.move_button.setPopupMode(QToolButton.ToolButtonPopupMode.InstantPopup)
         menu = QMenu(self.move_button)
         for tier, label in fmt.TIER_LABELS.items():

@@ -89,10 +89,11 @@ QProgressBar::chunk { border-radius: 5px; background: %(accent)s; }
 QProgressBar[tier="ram"]::chunk { background: #3b82f6; }
 QProgressBar[tier="ram_file"]::chunk { background: #8b5cf6; }
 QProgressBar[tier="disk"]::chunk { background: #10b981; }
-QComboBox, QLineEdit, QDoubleSpinBox { background: %(input_bg)s; border: 1px solid %(border)s;
+QLineEdit, QDoubleSpinBox { background: %(input_bg)s; border: 1px solid %(border)s;
     border-radius: 6px; padding: 3px 6px; color: %(text)s; }
 QToolButton#cacheAction { border: 1px solid %(border)s; border-radius: 6px; padding: 4px 10px;
     background: %(surface)s; color: %(text)s; }
 QToolButton#cacheAction:hover { background: %(hover)s; }
+QToolButton#cacheAction[popupMode="InstantPopup"] { padding-right: 22px; }
 QToolButton#cacheAction:disabled { color: %(faint)s; }
 """

@@ -50,6 +50,11 @@ class TierRow:
                               "entries move to disk (or, from disk, are deleted).")
         self.unit = QComboBox()
         self.unit.addItems(list(UNITS))
+        # NOTE: bounded widths so the row fits an 800 px window (the spin box's own hint
+        # is as wide as its 1,048,576 maximum).
+        self.quota.setMaximumWidth(100)
+        self.unit.setMaximumWidth(80)
+        self.bar.setMinimumWidth(40)
         self.apply = QToolButton()
         self.apply.setObjectName("cacheAction")
         self.apply.setText("Set limit")

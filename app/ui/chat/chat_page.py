@@ -18,6 +18,7 @@ from app.storage import SamplingSettings
 from app.ui.chat.chat_view import ChatView
 from app.ui.chat.composer import Composer
 from app.ui.chat.controller import ChatController
+from app.ui.chat.narrow_layout import NarrowLayout
 from app.ui.chat.settings_panel import SettingsPanel
 from app.ui.chat.sidebar import Sidebar
 from app.ui.qt_models.conversation_list import ConversationListModel
@@ -93,6 +94,8 @@ class ChatPage(QWidget):
         layout = QHBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.splitter)
+        # In a narrow window the sidebar steps aside while the settings panel is open.
+        self.narrow_layout = NarrowLayout(self.splitter, self.sidebar, self.settings_panel)
 
         self.sidebar.new_requested.connect(self.new_conversation)
         self.sidebar.search_changed.connect(self._on_search_changed)

@@ -137,6 +137,7 @@ class Sidebar(QFrame):
             | QAbstractItemView.EditTrigger.DoubleClicked
         )
         self.list.setVerticalScrollMode(QAbstractItemView.ScrollMode.ScrollPerPixel)
+        self.list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)  # titles elide
         self.list.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
         self.list.customContextMenuRequested.connect(self._on_context_menu_requested)
         self.list.selectionModel().currentChanged.connect(self._on_current_changed)

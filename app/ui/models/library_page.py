@@ -26,7 +26,15 @@ from PySide6.QtWidgets import (
 from app.models.library import ModelEntry, ModelLibrary, estimate_memory
 from app.ui.models.library_state import LibraryCatalog, LibraryRow
 from app.ui.models.settings import LoadSettings, load_settings_for, save_settings_for
-from app.ui.models.widgets import MessageCard, button, caption, section, side_card
+from app.ui.models.widgets import (
+    SIDE_CARD_STRETCH,
+    ElidedLabel,
+    MessageCard,
+    button,
+    caption,
+    section,
+    side_card,
+)
 from app.ui.qt_models.model_library import COL_NAME, LibraryTableModel
 from app.units import human_bytes
 
@@ -100,8 +108,8 @@ class LibraryPage(QWidget):
         layout = QHBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.setSpacing(16)
-        layout.addLayout(left, 1)
-        layout.addWidget(self._build_details())
+        layout.addLayout(left, SIDE_CARD_STRETCH[0])
+        layout.addWidget(self._build_details(), SIDE_CARD_STRETCH[1])
 
         self.add_folder_button.clicked.connect(self._on_add_folder_clicked)
         self.rescan_button.clicked.connect(self.rescan_requested)
@@ -115,7 +123,7 @@ class LibraryPage(QWidget):
 
     def _build_details(self) -> QFrame:
         card, v = side_card()
-        self.details_title = QLabel("No model selected")
+        self.details_title = ElidedLabel("No model selected")
         self.details_title.setObjectName("cardTitle")
         self.details_sub = QLabel("")  # no word wrap: explicit lines keep its height right
         self.details_sub.setObjectName("caption")
@@ -269,7 +277,7 @@ class LibraryPage(QWidget):
         busy = any(r.busy for r in self.catalog.rows())
         self.busy_bar.setVisible(row is not None and bool(row.busy))
         if row is None:
-            self.details_title.setText("No model selected")
+            self.details_title.set_full_text("No model selected")
             self.details_sub.setText("Pick a model in the table\nto see its load settings.")
             self.load_button.setEnabled(False)
             self.unload_button.setEnabled(False)
@@ -278,9 +286,8 @@ class LibraryPage(QWidget):
             return
         e = row.entry
         title = e.general_name or e.name
-        self.details_title.setText(self.details_title.fontMetrics().elidedText(
-            title, Qt.TextElideMode.ElideRight, 266))
-        self.details_title.setToolTip(str(e.path))
+        self.details_title.set_full_text(title)
+        self.details_title.setToolTip(f"{title}\n{e.path}")
         self.details_sub.setText(_subtitle(e, row))
         editable = not (e.is_broken or e.is_adapter or row.is_loaded or row.busy)
         for w in (self.n_ctx, self.n_seq_max, self.n_batch, self.n_gpu_layers, self.n_threads):
