@@ -1,6 +1,7 @@
 """Text previews of cache rows, detokenized lazily with the row's loaded model and cached.
 
-Rows only hold token ids; turning them into text needs the model's vocabulary, so a row
+Previews are plain words: chat-template markup is turned into "User: …" by
+``app.ui.cache.template_text``. Rows only hold token ids; turning them into text needs the model's vocabulary, so a row
 whose model is not loaded shows ``NO_PREVIEW``. Only rows a view asks for are decoded
 (the table asks for the visible ones), and each decode is remembered (bounded LRU).
 """
@@ -8,12 +9,12 @@ whose model is not loaded shows ``NO_PREVIEW``. Only rows a view asks for are de
 from __future__ import annotations
 
 import logging
-import re
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 
 from app.cache.index import Row
 from app.cache.keys import decode_tokens
+from app.ui.cache.template_text import readable
 
 log = logging.getLogger(__name__)
 
@@ -40,8 +41,8 @@ class PreviewCache:
             self._tails.move_to_end(row.key)
             return text
         detok = self._detokenizer_for(row)
-        if detok is None:
-            return row.prompt_preview or NO_PREVIEW  # not cached: the model may load later
+        if detok is None:  # not cached: the model may load later
+            return readable(row.prompt_preview) if row.prompt_preview else NO_PREVIEW
         start = max(0, row.n_tokens - TAIL_TOKENS)
         body = _safe(detok, decode_tokens(row.tokens_le[start * 4 :]))
         if body is None:
@@ -53,7 +54,8 @@ class PreviewCache:
         return text
 
     def text(self, row: Row, start: int = 0) -> str | None:
-        """Tokens ``start..`` of the row as text, or None without a loaded model."""
+        """Tokens ``start..`` of the row as raw text (template markup included), or None
+        without a loaded model; show it through ``template_text.transcript``."""
         detok = self._detokenizer_for(row)
         if detok is None:
             return None
@@ -63,20 +65,12 @@ class PreviewCache:
         self._tails.clear()
 
 
-_ROLE_START = re.compile(r"<\|im_start\|>(\w+)\s*")
-_MARKUP = re.compile(r"<\|[^|<>]{1,32}\|>|</?s>")
-
-
-def readable(text: str) -> str:
-    """One line of plain text: chat-template markup becomes ``role:``, whitespace collapses."""
-    text = _ROLE_START.sub(lambda m: f" {m.group(1).capitalize()}: ", text)
-    text = _MARKUP.sub(" ", text)
-    return " ".join(text.split())
-
-
 def _safe(detok: Detokenizer, tokens: list[int]) -> str | None:
     try:
         return detok(tokens)
     except Exception as exc:  # an unloaded model's handle, a vocabulary mismatch
         log.debug("detokenize failed: %s", exc)
         return None
+
+
+__all__ = ["NO_PREVIEW", "PreviewCache", "readable"]

@@ -28,6 +28,7 @@ from app.ui.cache import fmt
 from app.ui.cache.actions import CacheActions
 from app.ui.cache.detail_split import detail_split
 from app.ui.cache.previews import PreviewCache
+from app.ui.cache.template_text import transcript
 from app.ui.qt_models.cache_rows import (
     COL_PREVIEW,
     COLUMNS,
@@ -285,7 +286,7 @@ def describe(row: Row, previews: PreviewCache) -> str:
         + (" Pinned: never removed to make room." if row.pinned else ""),
         f"Key {row.key_hex}",
         "",
-        text if text is not None else "(Load this model to read the text it remembers.)",
+        transcript(text) if text is not None else "(Load this model to read the text it remembers.)",
     ]
     return "\n".join(lines)
 

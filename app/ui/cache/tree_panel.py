@@ -20,6 +20,7 @@ from app.ui.cache.detail_split import detail_split
 from app.ui.cache.prefix_tree import TreeNode, build_prefix_tree
 from app.ui.cache.previews import PreviewCache
 from app.ui.cache.row_state import CacheRowState
+from app.ui.cache.template_text import transcript
 from app.ui.qt_models.cache_tree import KEY_ROLE, NODE_ROLE, CachePrefixTreeModel
 from app.units import human_bytes
 
@@ -143,7 +144,8 @@ class TreePanel(QWidget):
         elif shared:
             before = self._previews.text(row, 0) or ""
             new = self._previews.text(row, shared) or ""
-            body = f"{before[: len(before) - len(new)]}\n──── new in this entry ────\n{new}"
+            old = transcript(before[: len(before) - len(new)])
+            body = f"{old}\n\n──── new in this entry ────\n\n{transcript(new)}"
         else:
-            body = text
+            body = transcript(text)
         self.detail.setPlainText(head + "\n" + body)

@@ -12,7 +12,8 @@ from PySide6.QtCore import QAbstractItemModel, QModelIndex, QPersistentModelInde
 
 from app.ui.cache import fmt
 from app.ui.cache.prefix_tree import TreeNode
-from app.ui.cache.previews import PreviewCache, readable
+from app.ui.cache.previews import PreviewCache
+from app.ui.cache.template_text import readable
 
 Index = QModelIndex | QPersistentModelIndex
 
