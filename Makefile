@@ -23,7 +23,7 @@ run: setup
 
 lint: setup
 	$(BIN)/lint-imports
-	$(BIN)/ruff check app tests benchmarks
+	$(BIN)/ruff check app tests benchmarks tools
 	$(BIN)/mypy app benchmarks
 
 test: lint
