@@ -44,7 +44,7 @@ class TokenMemo:
         self._piece = piece
         self._pieces: dict[int, bytes] = {}
         self._held: OrderedDict[tuple[int, ...], _Held] = OrderedDict()
-        self._capacity = capacity
+        self.capacity = capacity
         self._tool_texts: OrderedDict[str, str] = OrderedDict()
         self._lock = threading.Lock()
 
@@ -68,7 +68,7 @@ class TokenMemo:
         with self._lock:
             self._held[key] = _Held(key, text, ends)
             self._held.move_to_end(key)
-            while len(self._held) > self._capacity:
+            while len(self._held) > self.capacity:
                 self._held.popitem(last=False)
 
     def align(self, tokens: Sequence[int]) -> list[int]:
@@ -103,7 +103,7 @@ class TokenMemo:
         with self._lock:
             for call_id in call_ids:
                 self._tool_texts[call_id] = text
-            while len(self._tool_texts) > 8 * self._capacity:
+            while len(self._tool_texts) > 8 * self.capacity:
                 self._tool_texts.popitem(last=False)
 
     def tool_text(self, call_id: str) -> str | None:

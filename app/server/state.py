@@ -54,7 +54,24 @@ class ServerState:
                 for stale in [k for k in self._memos if k not in live]:
                     del self._memos[stale]
                 memo = self._memos[key] = TokenMemo(model.backend.token_piece)
+                self._seed(memo, model)
             return memo
+
+    def _seed(self, memo: TokenMemo, model: Model) -> None:
+        """Start from the conversations the KV cache holds for this model (newest last).
+
+        NOTE: after a restart the memo would be empty, and a client re-sending its
+        conversation would get its replies tokenized afresh — different ids from the ones the
+        saved KV holds, so the restore would stop at the first reply. The cache rows carry
+        exactly the ids the engine held, including rows the app's own chats saved.
+        """
+        cache = getattr(self.provider, "cache", None)
+        if cache is None or not model.config.cache_enabled:
+            return
+        fingerprint = model.effective_fingerprint().hex()
+        rows = sorted((r for r in cache.rows() if r.fingerprint == fingerprint), key=lambda r: r.last_used)
+        for row in rows[-memo.capacity:]:
+            memo.remember(row.tokens)
 
     def prompt_limit(self, model: Model) -> int:
         """Longest prompt accepted: the configured limit, and always room for one reply token."""

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.integration.server.conftest import Served, wait_until
+from tests.integration.server.conftest import Served, start_server, wait_until
 
 SYSTEM = ("You are Hearth's test assistant. You answer questions about cooking, gardening and "
           "the weather, briefly and politely, and you never make up facts you do not know.")
@@ -63,3 +64,31 @@ def test_second_turn_reports_the_conversation_as_cached(served: Served) -> None:
     held = first.usage.prompt_tokens + first.usage.completion_tokens
     cached = second.usage.prompt_tokens_details.cached_tokens  # type: ignore[union-attr]
     assert cached >= held - 1, f"cached {cached} of the {held} tokens turn 1 left in the engine"
+
+
+def test_after_a_restart_the_conversation_resumes_from_the_disk_cache(
+    tiny_model_path: Path, tmp_path: Path
+) -> None:
+    """The server stops (saving its KV to disk) and starts again; the client re-sends the
+    conversation and gets it from the cache — reply tokens included, although a fresh
+    tokenization of the reply's text gives other ids than the ones the model sampled."""
+    messages: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM},
+                                      {"role": "user", "content": "How do I grow basil indoors?"}]
+    served = start_server(tiny_model_path, tmp_path, "--ctx", "1024")
+    try:
+        first = served.client().chat.completions.create(model=served.model_id, messages=messages, temperature=0,
+                                                        max_tokens=24)
+    finally:
+        served.stop()
+    messages += [{"role": "assistant", "content": first.choices[0].message.content},
+                 {"role": "user", "content": "And how often should I water it?"}]
+    again = start_server(tiny_model_path, tmp_path, "--ctx", "1024")
+    try:
+        second = again.client().chat.completions.create(model=again.model_id, messages=messages, temperature=0,
+                                                        max_tokens=8)
+    finally:
+        again.stop()
+    assert first.usage is not None and second.usage is not None
+    held = first.usage.prompt_tokens + first.usage.completion_tokens
+    cached = second.usage.prompt_tokens_details.cached_tokens  # type: ignore[union-attr]
+    assert cached >= held - 1, f"cached {cached} of the {held} tokens saved before the restart"
