@@ -20,6 +20,7 @@ def _scenarios(path: str, args: argparse.Namespace) -> dict[str, Callable[[], Re
     from benchmarks.scenarios_kvlayout import kv_layout
     from benchmarks.scenarios_memory import b7_memory
     from benchmarks.scenarios_reuse import b8_reuse
+    from benchmarks.scenarios_server import b9_agent_trace
 
     return {
         "B1": lambda: b1_decode(path),
@@ -29,6 +30,7 @@ def _scenarios(path: str, args: argparse.Namespace) -> dict[str, Callable[[], Re
         "B5": lambda: b5_prefix(),
         "B7": lambda: _in_fresh_process(b7_memory, path),
         "B8": lambda: b8_reuse(path, args.llama_server),
+        "B9": lambda: b9_agent_trace(path, args.llama_server),
         "KV": lambda: kv_layout(path),
     }
 
@@ -47,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="hearth bench")
     parser.add_argument("--json", help="write the results to this file")
     parser.add_argument("--only", help="comma-separated scenario ids (default: all)")
-    parser.add_argument("--llama-server", help="path of a llama-server binary (peer for B2)")
+    parser.add_argument("--llama-server", help="path of a llama-server binary (peer for B2, B8 and B9)")
     parser.add_argument("--model", help="GGUF to benchmark (default: SmolLM2-135M-Instruct Q4_1)")
     parser.add_argument("--markdown", help="also write the tables as Markdown to this file")
     args = parser.parse_args(argv)

@@ -1,0 +1,256 @@
+"""B9: an agent-like trace over the OpenAI API, with a server restart halfway.
+
+Two clients (``agent_trace``) each re-send their whole conversation — a ≈1,500-token system
+prompt with tool definitions and a growing history — for ten turns, concurrently; after
+turn 5 the server process is stopped and started again, as when a user quits the app or a
+machine reboots. Measured per turn from the client: time to the first streamed token, and
+how many prompt tokens the server had to compute (llama-server: ``timings.prompt_n``; Hearth
+and llama-cpp-python: ``prompt_tokens - cached_tokens``).
+
+Servers: ``hearth serve --parallel 2`` (KV cache on disk, restored after the restart),
+llama-server ``-np 2`` with ``cache_prompt`` (built from the same llama.cpp; its slots'
+KV does not survive a restart), and llama-cpp-python's server with its disk cache
+(``--cache_type disk``), which does survive one, when its server extras are installed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import json
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from benchmarks.agent_trace import CLIENTS, N_NEW, N_TURNS, RESTART_AFTER, system_prompt, tasks
+from benchmarks.common import N_THREADS, Result, progress
+
+ROOT = Path(__file__).resolve().parent.parent
+N_CTX = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    client: str
+    turn: int
+    ttft_ms: float
+    prompt_tokens: int
+    processed: int
+    reply: str
+
+
+Launcher = Callable[[], contextlib.AbstractContextManager[str]]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _wait_healthy(proc: subprocess.Popen[Any], url: str, what: str, timeout: float = 180) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{what} exited with {proc.returncode}")
+        try:
+            with urllib.request.urlopen(url, timeout=2) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.3)
+    raise RuntimeError(f"{what} did not answer {url} within {timeout} s")
+
+
+@contextlib.contextmanager
+def _process(args: list[str], health: str, what: str, cwd: Path | None = None) -> Iterator[None]:
+    proc = subprocess.Popen(args, cwd=cwd or ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        _wait_healthy(proc, health, what)
+        yield
+    finally:
+        proc.terminate()  # SIGTERM: each server's own orderly shutdown (Hearth saves its KV)
+        try:
+            proc.wait(120)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def hearth_launcher(model: str, data_dir: Path) -> Launcher:
+    @contextlib.contextmanager
+    def launch() -> Iterator[str]:
+        port = _free_port()
+        args = [sys.executable, "-m", "app", "--data-dir", str(data_dir), "serve", "--port", str(port),
+                "--model", model, "--ctx", str(N_CTX), "--parallel", "2", "--threads", str(N_THREADS)]
+        with _process(args, f"http://127.0.0.1:{port}/health", "hearth serve"):
+            yield f"http://127.0.0.1:{port}"
+
+    return launch
+
+
+def llama_server_launcher(binary: str, model: str) -> Launcher:
+    @contextlib.contextmanager
+    def launch() -> Iterator[str]:
+        port = _free_port()
+        args = [binary, "-m", model, "--host", "127.0.0.1", "--port", str(port), "-np", "2",
+                "-c", str(2 * N_CTX), "-t", str(N_THREADS), "--temp", "0"]
+        with _process(args, f"http://127.0.0.1:{port}/health", "llama-server"):
+            yield f"http://127.0.0.1:{port}"
+
+    return launch
+
+
+def llama_cpp_python_available() -> str | None:
+    """None when llama-cpp-python's server can run here, else why not."""
+    missing = [m for m in ("sse_starlette", "starlette_context", "pydantic_settings", "diskcache")
+               if importlib.util.find_spec(m) is None]
+    return f"its server extras are not installed ({', '.join(missing)})" if missing else None
+
+
+def llama_cpp_python_launcher(model: str, cache_dir: Path) -> Launcher:
+    @contextlib.contextmanager
+    def launch() -> Iterator[str]:
+        port = _free_port()
+        args = [sys.executable, "-m", "llama_cpp.server", "--model", model, "--host", "127.0.0.1",
+                "--port", str(port), "--n_ctx", str(N_CTX), "--n_threads", str(N_THREADS),
+                "--cache", "true", "--cache_type", "disk", "--verbose", "false"]
+        # LlamaDiskCache writes to .cache/llama_cache under the working directory.
+        with _process(args, f"http://127.0.0.1:{port}/v1/models", "llama-cpp-python server", cwd=cache_dir):
+            yield f"http://127.0.0.1:{port}"
+
+    return launch
+
+
+def _turn(base: str, model: str, messages: list[dict[str, str]], extra: dict[str, Any]) -> tuple[float, str, int, int]:
+    body = {"model": model, "messages": messages, "max_tokens": N_NEW, "temperature": 0, "stream": True,
+            "stream_options": {"include_usage": True}, **extra}
+    req = urllib.request.Request(base + "/v1/chat/completions", json.dumps(body).encode(),
+                                 {"Content-Type": "application/json"})
+    t0 = time.perf_counter()
+    first: float | None = None
+    parts: list[str] = []
+    usage: dict[str, Any] = {}
+    timings: dict[str, Any] = {}
+    with urllib.request.urlopen(req, timeout=900) as resp:
+        for raw in resp:
+            line = raw.decode().strip()
+            if not line.startswith("data:") or line == "data: [DONE]":
+                continue
+            chunk = json.loads(line[5:])
+            usage = chunk.get("usage") or usage
+            timings = chunk.get("timings") or timings
+            for choice in chunk.get("choices") or ():
+                text = (choice.get("delta") or {}).get("content")
+                if text:
+                    first = first if first is not None else time.perf_counter() - t0
+                    parts.append(text)
+    ttft = (first if first is not None else time.perf_counter() - t0) * 1000
+    prompt = int(usage.get("prompt_tokens", 0))
+    if "prompt_n" in timings:  # llama-server: the tokens it evaluated
+        processed = int(timings["prompt_n"])
+    else:
+        cached = int((usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0)
+        processed = prompt - cached
+    return ttft, "".join(parts), prompt, processed
+
+
+def run_trace(launch: Launcher, extra: dict[str, Any] | None = None) -> list[Turn]:
+    """The whole trace against one server: turns 1-5, restart, turns 6-10."""
+    histories = {c: [{"role": "system", "content": system_prompt(c)}] for c in CLIENTS}
+    turns: list[Turn] = []
+    lock = threading.Lock()
+    errors: list[BaseException] = []
+    for half in (range(RESTART_AFTER), range(RESTART_AFTER, N_TURNS)):
+        with launch() as base:
+            with urllib.request.urlopen(base + "/v1/models", timeout=30) as r:
+                model = json.load(r)["data"][0]["id"]
+
+            def client(name: str, half: range = half, base: str = base, model: str = model) -> None:
+                try:
+                    for t in half:
+                        history = histories[name]
+                        history.append({"role": "user", "content": tasks(name)[t]})
+                        ttft, reply, prompt, processed = _turn(base, model, history, extra or {})
+                        history.append({"role": "assistant", "content": reply})
+                        with lock:
+                            turns.append(Turn(name, t + 1, ttft, prompt, processed, reply))
+                except BaseException as exc:  # noqa: BLE001 — re-raised on the main thread
+                    errors.append(exc)
+
+            threads = [threading.Thread(target=client, args=(c,)) for c in CLIENTS]
+            for th in threads:
+                th.start()
+            for th in threads:
+                th.join()
+            if errors:
+                raise RuntimeError(f"a B9 client failed: {errors[0]!r}") from errors[0]
+    return turns
+
+
+def _summary(turns: list[Turn]) -> dict[str, Any]:
+    after = [t for t in turns if t.turn > RESTART_AFTER]
+    return {
+        "median_ttft_ms": statistics.median(t.ttft_ms for t in turns),
+        "median_ttft_before_ms": statistics.median(t.ttft_ms for t in turns if t.turn <= RESTART_AFTER),
+        "median_ttft_after_ms": statistics.median(t.ttft_ms for t in after),
+        "first_ttft_after_restart_ms": max(t.ttft_ms for t in after if t.turn == RESTART_AFTER + 1),
+        "prompt_tokens_after": sum(t.prompt_tokens for t in after),
+        "processed_after": sum(t.processed for t in after),
+        "processed_total": sum(t.processed for t in turns),
+    }
+
+
+def b9_agent_trace(model: str, llama_server: str | None = None) -> Result:
+    result = Result(
+        "B9", "agent trace over the OpenAI API: 2 clients, ≈1,500-token system prompts with tools, "
+        "10 turns re-sent in full, server restarted after turn 5",
+        "median TTFT ≤ 0.3 × llama-server; prompt tokens re-processed after the restart ≤ 5 % of llama-server's",
+        ["server", "median TTFT ms", "before restart", "after restart", "1st turn after restart",
+         "re-processed after restart", "of prompt tokens", "TTFT ratio", "re-processed ratio"],
+    )
+    runs: dict[str, dict[str, Any]] = {}
+    with tempfile.TemporaryDirectory(prefix="hearth-b9-") as tmp:
+        progress("B9: hearth serve")
+        runs["Hearth (hearth serve)"] = _summary(run_trace(hearth_launcher(model, Path(tmp) / "hearth")))
+        if llama_server:
+            progress("B9: llama-server -np 2, cache_prompt")
+            runs["llama-server -np 2"] = _summary(run_trace(llama_server_launcher(llama_server, model),
+                                                            {"cache_prompt": True}))
+        why_not = llama_cpp_python_available()
+        if why_not is None:
+            progress("B9: llama-cpp-python server, disk cache")
+            cache_dir = Path(tmp) / "llama-cpp-python"
+            cache_dir.mkdir()
+            runs["llama-cpp-python server (disk cache)"] = _summary(
+                run_trace(llama_cpp_python_launcher(model, cache_dir)))
+    hearth = runs["Hearth (hearth serve)"]
+    peer = runs.get("llama-server -np 2")
+    for name, s in runs.items():
+        ttft_ratio = hearth["median_ttft_ms"] / s["median_ttft_ms"] if name != "Hearth (hearth serve)" else None
+        re_ratio = (hearth["processed_after"] / s["processed_after"]
+                    if name != "Hearth (hearth serve)" and s["processed_after"] else None)
+        result.rows.append([
+            name, s["median_ttft_ms"], s["median_ttft_before_ms"], s["median_ttft_after_ms"],
+            s["first_ttft_after_restart_ms"], s["processed_after"],
+            s["prompt_tokens_after"], "" if ttft_ratio is None else ttft_ratio, "" if re_ratio is None else re_ratio,
+        ])
+    result.figures = {"runs": runs}
+    if peer is not None:
+        ttft_ok = hearth["median_ttft_ms"] <= 0.3 * peer["median_ttft_ms"]
+        re_ok = hearth["processed_after"] <= 0.05 * peer["processed_after"]
+        result.met = ttft_ok and re_ok
+    else:
+        result.note = "no --llama-server binary given: the goal's peer was not measured"
+    if llama_cpp_python_available() is not None:
+        result.note += ("; " if result.note else "") + f"llama-cpp-python's server skipped: {llama_cpp_python_available()}"
+    return result
