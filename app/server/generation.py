@@ -32,6 +32,7 @@ class Generation:
         self.run = EngineRun()
         self.generated: list[int] = []
         self.client_gone = False
+        self.server_stopping = False
         self.stats: Stats | None = None
         self._t0 = time.perf_counter()
         self._first = False
@@ -44,6 +45,7 @@ class Generation:
             api = from_engine(exc)
             self.state.activity.finish(self.record.id, "error", status=api.status, error=api.message)
             raise api from exc
+        self.state.running.add(self)
 
     async def events(self) -> AsyncIterator[Event]:
         async for event in self.run.events():
@@ -55,10 +57,12 @@ class Generation:
             elif isinstance(event, Done):
                 self._done(event.stats)
             elif isinstance(event, Error):
+                self.state.running.discard(self)
                 self.state.activity.finish(self.record.id, "error", status=500, error=event.reason)
             yield event
 
     def _done(self, stats: Stats) -> None:
+        self.state.running.discard(self)
         self.stats = stats
         self.state.memo(self.model).remember(self.tokens + self.generated)
         self.state.activity.finish(
@@ -72,12 +76,23 @@ class Generation:
         self.client_gone = True
         self.run.cancel()
 
+    def stop_for_shutdown(self) -> None:
+        """The server is stopping (from another thread): end the request now."""
+        self.server_stopping = True
+        self.run.cancel()
+
+    def stopping_error(self) -> ApiError:
+        return ApiError(503, "The server is stopping; this reply was cut short.", code="server_stopping",
+                        type_="server_error")
+
     async def collect(self) -> list[Event]:
         """Every event, for a non-streaming reply."""
         events: list[Event] = []
         async for event in self.events():
             events.append(event)
         last = events[-1]
+        if self.server_stopping:
+            raise self.stopping_error()
         if isinstance(last, Error):
             raise ApiError(500, f"The model failed while generating: {last.reason}", code=last.code, type_="server_error")
         return events

@@ -83,6 +83,9 @@ async def _chat_chunks(gen: Generation, reply: ChatReply, req: ChatRequest, rid:
         if isinstance(event, Error):
             yield sse({"error": {"message": event.reason, "type": "server_error", "param": None, "code": event.code}})
             return
+        if isinstance(event, Done) and gen.server_stopping:
+            yield sse(gen.stopping_error().body())
+            return
         if isinstance(event, Done):
             deltas, reason = reply.close(event)
             for delta in deltas:
@@ -133,6 +136,9 @@ async def _completion_chunks(gen: Generation, req: CompletionRequest, rid: str) 
             yield chunk(event.text)
         elif isinstance(event, Error):
             yield sse({"error": {"message": event.reason, "type": "server_error", "param": None, "code": event.code}})
+            return
+        elif isinstance(event, Done) and gen.server_stopping:
+            yield sse(gen.stopping_error().body())
             return
         elif isinstance(event, Done):
             yield chunk("", finish_reason(event.stats))

@@ -58,9 +58,10 @@ class EngineRun:
                 return
 
     def cancel(self) -> None:
-        """Idempotent; a finished run is left alone."""
+        """Idempotent; a finished run is left alone. Callable from any thread."""
         if self.finished or self._cancelled:
             return
         self._cancelled = True
-        if self._stream is not None:
-            self._stream.cancel()
+        stream = self._stream
+        if stream is not None:
+            stream.cancel()

@@ -65,14 +65,18 @@ class EventStreamResponse(Response):
             "headers": [(b"content-type", b"text/event-stream; charset=utf-8"),
                         (b"cache-control", b"no-cache"), (b"x-accel-buffering", b"no")],
         })  # fmt: skip
+        complete = False
         try:
             async with on_disconnect(receive, self.disconnected):
                 async for text in self.chunks:
                     await send({"type": "http.response.body", "body": text.encode(), "more_body": True})
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
+                complete = True
         except OSError:  # uvicorn raises ClientDisconnected (an OSError) on a send after hang-up
-            self.disconnected()
+            pass
         finally:
+            if not complete:  # hang-up, or this task was cancelled: never leave it generating
+                self.disconnected()
             aclose = getattr(self.chunks, "aclose", None)
             if aclose is not None:
                 await aclose()

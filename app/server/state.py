@@ -36,7 +36,14 @@ class ServerState:
         self.config = config
         self.activity = activity or Activity()
         self._memos: dict[tuple[str, float], TokenMemo] = {}
+        self.running: set[Any] = set()
+        """The ``Generation``s admitted and not finished (for ``stop_all``)."""
         self._lock = threading.Lock()
+
+    def stop_all(self) -> None:
+        """The server is stopping: end every running generation (from any thread)."""
+        for gen in list(self.running):
+            gen.stop_for_shutdown()
 
     def model(self, model_id: str) -> Model:
         try:

@@ -79,6 +79,9 @@ class ServerThread:
 
     def stop(self, timeout: float = 10.0) -> None:
         """Idempotent. Open streams end (their requests are cancelled) and the port is freed."""
+        state = getattr(getattr(self._app, "state", None), "hearth", None)
+        if state is not None:
+            state.stop_all()  # replies end now instead of holding the shutdown for their length
         if self._server is not None:
             self._server.should_exit = True
         if self._thread is not None:
