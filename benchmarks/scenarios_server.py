@@ -73,24 +73,23 @@ def _wait_healthy(proc: subprocess.Popen[Any], url: str, what: str, timeout: flo
 
 @contextlib.contextmanager
 def _process(args: list[str], health: str, what: str, cwd: Path | None = None) -> Iterator[None]:
-    log = tempfile.TemporaryFile()  # the server's output, shown if it fails to start
-    proc = subprocess.Popen(args, cwd=cwd or ROOT, stdout=log, stderr=subprocess.STDOUT)
-    try:
+    with tempfile.TemporaryFile() as log:  # the server's output, shown if it fails to start
+        proc = subprocess.Popen(args, cwd=cwd or ROOT, stdout=log, stderr=subprocess.STDOUT)
         try:
-            _wait_healthy(proc, health, what)
-        except RuntimeError as exc:
-            log.seek(0)
-            tail = log.read()[-2000:].decode("utf-8", "replace")
-            raise RuntimeError(f"{exc}; its output ends with:\n{tail}") from None
-        yield
-    finally:
-        proc.terminate()  # SIGTERM: each server's own orderly shutdown (Hearth saves its KV)
-        try:
-            proc.wait(120)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
+            try:
+                _wait_healthy(proc, health, what)
+            except RuntimeError as exc:
+                log.seek(0)
+                tail = log.read()[-2000:].decode("utf-8", "replace")
+                raise RuntimeError(f"{exc}; its output ends with:\n{tail}") from None
+            yield
+        finally:
+            proc.terminate()  # SIGTERM: each server's own orderly shutdown (Hearth saves its KV)
+            try:
+                proc.wait(120)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
 
 
 def hearth_launcher(model: str, data_dir: Path) -> Launcher:
