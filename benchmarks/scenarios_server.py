@@ -224,6 +224,7 @@ def b9_agent_trace(model: str, llama_server: str | None = None) -> Result:
         ["server", "median TTFT ms", "before restart", "after restart", "1st turn after restart",
          "re-processed after restart", "of prompt tokens", "TTFT ratio", "re-processed ratio"],
     )
+    model = str(Path(model).resolve())  # the peers run in other working directories
     runs: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory(prefix="hearth-b9-") as tmp:
         progress("B9: hearth serve")
