@@ -30,6 +30,6 @@ def test_bench_b5_writes_json_and_markdown(tmp_path):
 
 
 def test_bench_rejects_unknown_scenarios(tmp_path):
-    proc = subprocess.run([*_hearth(), "bench", "--only", "B9"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    proc = subprocess.run([*_hearth(), "bench", "--only", "B99"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert proc.returncode != 0
     assert "unknown scenario" in proc.stderr
