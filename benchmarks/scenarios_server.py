@@ -49,7 +49,8 @@ class Turn:
     ttft_ms: float
     prompt_tokens: int
     completion_tokens: int
-    processed: int
+    processed: int | None
+    """None when the server does not say (llama-cpp-python's stream carries no usage)."""
     reply: str
 
 
@@ -143,7 +144,7 @@ def llama_cpp_python_launcher(model: str, cache_dir: Path) -> Launcher:
 
 
 def _turn(base: str, model: str, messages: list[dict[str, str]], extra: dict[str, Any]
-          ) -> tuple[float, str, int, int, int]:
+          ) -> tuple[float, str, int, int, int | None]:
     body = {"model": model, "messages": messages, "max_tokens": N_NEW, "temperature": 0, "stream": True,
             "stream_options": {"include_usage": True}, **extra}
     req = urllib.request.Request(base + "/v1/chat/completions", json.dumps(body).encode(),
@@ -168,8 +169,11 @@ def _turn(base: str, model: str, messages: list[dict[str, str]], extra: dict[str
                     parts.append(text)
     ttft = (first if first is not None else time.perf_counter() - t0) * 1000
     prompt = int(usage.get("prompt_tokens", 0))
+    processed: int | None
     if "prompt_n" in timings:  # llama-server: the tokens it evaluated
         processed = int(timings["prompt_n"])
+    elif not usage:
+        processed = None
     else:
         cached = int((usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0)
         processed = prompt - cached
@@ -210,15 +214,17 @@ def run_trace(launch: Launcher, extra: dict[str, Any] | None = None) -> list[Tur
     return turns
 
 
-def reprocessed(turns: list[Turn]) -> dict[tuple[str, int], int]:
+def reprocessed(turns: list[Turn]) -> dict[tuple[str, int], int] | None:
     """Per (client, turn): prompt tokens computed again although the server had computed them
-    for the previous turn (its prompt and reply)."""
+    for the previous turn (its prompt and reply); None if the server does not report them."""
+    if any(t.processed is None for t in turns):
+        return None
     out: dict[tuple[str, int], int] = {}
     for client in CLIENTS:
         seen = 0
         for t in sorted((t for t in turns if t.client == client), key=lambda t: t.turn):
             new = max(0, t.prompt_tokens - seen)
-            out[(client, t.turn)] = max(0, t.processed - new)
+            out[(client, t.turn)] = max(0, (t.processed or 0) - new)
             seen = t.prompt_tokens + t.completion_tokens
     return out
 
@@ -231,13 +237,17 @@ def _summary(turns: list[Turn]) -> dict[str, Any]:
         "median_ttft_before_ms": statistics.median(t.ttft_ms for t in turns if t.turn <= RESTART_AFTER),
         "median_ttft_after_ms": statistics.median(t.ttft_ms for t in after),
         "first_ttft_after_restart_ms": max(t.ttft_ms for t in after if t.turn == RESTART_AFTER + 1),
-        "prompt_tokens_after": sum(t.prompt_tokens for t in after),
-        "processed_after": sum(t.processed for t in after),
-        "reprocessed_after": sum(n for (_, turn), n in again.items() if turn > RESTART_AFTER),
-        "reprocessed_before": sum(n for (_, turn), n in again.items() if turn <= RESTART_AFTER),
+        "prompt_tokens_after": None if again is None else sum(t.prompt_tokens for t in after),
+        "processed_after": None if again is None else sum(t.processed or 0 for t in after),
+        "reprocessed_after": None if again is None else sum(n for (_, k), n in again.items() if k > RESTART_AFTER),
+        "reprocessed_before": None if again is None else sum(n for (_, k), n in again.items() if k <= RESTART_AFTER),
         "turns": [[t.client, t.turn, round(t.ttft_ms, 1), t.prompt_tokens, t.completion_tokens, t.processed]
                   for t in sorted(turns, key=lambda t: (t.client, t.turn))],
     }
+
+
+def _or_na(value: int | None) -> int | str:
+    return "not reported" if value is None else value
 
 
 def b9_agent_trace(model: str, llama_server: str | None = None) -> Result:
@@ -271,10 +281,10 @@ def b9_agent_trace(model: str, llama_server: str | None = None) -> Result:
         ttft_ratio = hearth["median_ttft_ms"] / s["median_ttft_ms"] if name != "Hearth (hearth serve)" else None
         re_ratio = (hearth["reprocessed_after"] / s["reprocessed_after"]
                     if name != "Hearth (hearth serve)" and s["reprocessed_after"] else None)
+        shown = [_or_na(s[k]) for k in ("processed_after", "reprocessed_after", "prompt_tokens_after")]
         result.rows.append([
             name, s["median_ttft_ms"], s["median_ttft_before_ms"], s["median_ttft_after_ms"],
-            s["first_ttft_after_restart_ms"], s["processed_after"], s["reprocessed_after"],
-            s["prompt_tokens_after"], "" if ttft_ratio is None else ttft_ratio, "" if re_ratio is None else re_ratio,
+            s["first_ttft_after_restart_ms"], *shown, "" if ttft_ratio is None else ttft_ratio, "" if re_ratio is None else re_ratio,
         ])
     result.figures = {"runs": runs}
     if peer is not None:

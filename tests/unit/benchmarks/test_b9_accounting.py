@@ -19,3 +19,7 @@ def test_new_text_is_not_reprocessing_but_reading_the_old_part_again_is() -> Non
     ]
     got = reprocessed(turns)
     assert got == {("coder", 1): 0, ("coder", 2): 1, ("coder", 3): 1668, ("ops", 1): 0, ("ops", 2): 0}
+
+
+def test_a_server_that_does_not_report_usage_has_no_figure() -> None:
+    assert reprocessed([turn("coder", 1, 0, 0, 0), Turn("ops", 1, 1.0, 0, 0, None, "")]) is None
