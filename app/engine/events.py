@@ -190,6 +190,17 @@ class TickInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class ReuseRecord:
+    """What one finished request reused (its ``Stats.reuse``), for the dashboards."""
+
+    session_id: str | None
+    prompt_tokens: int
+    reuse: Reuse
+    cache_hit_kind: CacheHitKind
+    finished_at: float  # unix seconds
+
+
+@dataclass(frozen=True, slots=True)
 class SchedulerSnapshot:
     """Lock-free observability record, replaced whole after every tick (SPEC §2)."""
 
@@ -199,3 +210,5 @@ class SchedulerSnapshot:
     slots: tuple[SlotInfo, ...] = ()
     recent_ticks: tuple[TickInfo, ...] = ()
     num_tokens_generated: int = 0
+    recent_reuse: tuple[ReuseRecord, ...] = ()
+    """The last requests' reuse records, newest last (beyond SPEC)."""

@@ -1,0 +1,192 @@
+"""Exact by construction (issue 12): with one KV stream per sequence and a q8_0 KV cache, every
+way Hearth runs a request gives the logits of running it alone from a cold start — bit for
+bit, not "the same tokens except at near-ties".
+
+Each test runs a request two ways on SmolLM2 (greedy) and compares the logits behind every
+generated token (``tests/helpers/logit_recorder.py`` records them inside the real backend and
+finds each step by its context, whatever seq or restore path served it).
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from app.cache.policy import CachePolicy
+from app.engine import Engine, ModelConfig, llama_backend
+from app.engine.events import Done, TokenId
+from tests.helpers.logit_recorder import RecordingBackend, logits_for
+
+pytestmark = pytest.mark.smollm2
+
+POLICY = CachePolicy(
+    min_tokens=16, cold_min_tokens=64, cold_max_tokens=30000, continued_interval=48,
+    boundary_trim_tokens=4, boundary_align_tokens=32, session_resume_wait_ms=2000,
+)  # fmt: skip
+N_NEW = 24
+QUESTIONS = [
+    "What is the capital of France?", "Write a haiku about autumn rain.",
+    "Explain how a bicycle stays upright.", "List three uses for a paperclip.",
+    "Why is the sky blue during the day?", "Describe the taste of a ripe mango.",
+    "Give advice to someone learning to cook.", "What are the main causes of ocean tides?",
+]
+
+
+@pytest.fixture(autouse=True)
+def recording(monkeypatch):
+    monkeypatch.setattr(llama_backend, "LlamaBackend", RecordingBackend)
+    RecordingBackend.reset()
+    yield
+    RecordingBackend.reset()
+
+
+def _config(path: Path, **kw) -> ModelConfig:
+    kw.setdefault("n_ctx", 1024)
+    kw.setdefault("n_seq_max", 4)
+    kw.setdefault("n_batch", 256)
+    kw.setdefault("n_threads", 2)
+    kw.setdefault("policy", POLICY)
+    kw.setdefault("tier", "disk")
+    return ModelConfig(path=str(path), **kw)
+
+
+def _chat(model, question: str, history: list[dict[str, str]] | None = None) -> list[int]:
+    messages = [*(history or []), {"role": "user", "content": question}]
+    return model.apply_chat_template({"messages": messages})
+
+
+def _run(model, prompt, **kw) -> tuple[list[int], object]:
+    ids: list[int] = []
+    stats = None
+    for event in model.infer(prompt, response_tokens=kw.pop("n", N_NEW), **kw):
+        if isinstance(event, TokenId):
+            ids.append(event.id)
+        elif isinstance(event, Done):
+            stats = event.stats
+    return ids, stats
+
+
+def _assert_same_logits(prompt, generated_a, generated_b) -> None:
+    """Both runs generated the same tokens, and every step's logits were bit-identical
+    (``logits_for`` raises when two recorded runs of one step differ)."""
+    assert generated_a == generated_b
+    steps = logits_for(prompt, generated_a)
+    assert len(steps) == len(generated_a)
+    assert all(int(np.argmax(lg)) == t for lg, t in zip(steps, generated_a, strict=True))
+
+
+def _count_runs(prompt, generated) -> int:
+    """How many recorded runs the request's first step has (to prove both ways were seen)."""
+    want = list(prompt)
+    return sum(1 for ctx, _ in RecordingBackend.records
+               if len(ctx) == len(want) and all(t is None or t == w for t, w in zip(ctx, want, strict=True)))
+
+
+def _cold(tmp_path: Path, path: Path, prompt: list[int], n: int = N_NEW) -> list[int]:
+    with Engine(tmp_path / f"cold-{len(prompt)}-{prompt[-1]}") as engine:
+        model = engine.load_model("m", _config(path, cache_enabled=False, n_seq_max=1))
+        return _run(model, prompt, n=n)[0]
+
+
+def test_eight_batched_equal_eight_alone(tmp_path, smollm2_path):
+    with Engine(tmp_path / "d") as engine:
+        model = engine.load_model("m", _config(smollm2_path, n_seq_max=8, cache_enabled=False))
+        prompts = [_chat(model, q) for q in QUESTIONS]
+        alone = [_run(model, p)[0] for p in prompts]
+        together: list[list[int]] = [[] for _ in prompts]
+        threads = [threading.Thread(target=lambda i=i: together.__setitem__(i, _run(model, prompts[i])[0]))
+                   for i in range(len(prompts))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    for p, a, b in zip(prompts, alone, together, strict=True):
+        _assert_same_logits(p, a, b)
+        assert _count_runs(p, a) == 2
+
+
+def test_a_cold_prompt_while_three_others_decode_equals_it_alone(tmp_path, smollm2_path):
+    with Engine(tmp_path / "d") as engine:
+        model = engine.load_model("m", _config(smollm2_path, cache_enabled=False))
+        target = _chat(model, QUESTIONS[0])
+        alone = _run(model, target)[0]
+        others = [model.infer(_chat(model, q), response_tokens=80, ignore_eos=True) for q in QUESTIONS[1:4]]
+        next(iter(others[0]))  # the others are decoding
+        busy = _run(model, target)[0]
+        for s in others:
+            s.result()
+    _assert_same_logits(target, alone, busy)
+    assert _count_runs(target, alone) == 2
+
+
+def test_a_session_resumed_after_cells_were_freed_equals_a_cold_run(tmp_path, smollm2_path):
+    """X runs long; session S's turn 1 finishes meanwhile; X finishes; the engine goes idle;
+    S's turn 2 (sticky) must equal a cold run of turn 2's prompt."""
+    with Engine(tmp_path / "d") as engine:
+        model = engine.load_model("m", _config(smollm2_path))
+        x = model.infer(_chat(model, QUESTIONS[5]), response_tokens=96, ignore_eos=True)
+        turn1 = _chat(model, QUESTIONS[1])
+        ids1, _ = _run(model, turn1, session_id="s")
+        x.result()
+        reply = model.detokenize(ids1)
+        turn2 = _chat(model, "And another one about snow.",
+                      [{"role": "user", "content": QUESTIONS[1]}, {"role": "assistant", "content": reply}])
+        warm, stats = _run(model, turn2, session_id="s")
+        assert stats.cache_hit_kind == "sticky"
+    cold = _cold(tmp_path, smollm2_path, turn2)
+    _assert_same_logits(turn2, cold, warm)
+
+
+def test_warm_from_a_cold_split_save_equals_cold(tmp_path, smollm2_path):
+    with Engine(tmp_path / "d") as engine:
+        model = engine.load_model("m", _config(smollm2_path))
+        long_q = " ".join(QUESTIONS) + " Answer the first question only."
+        first = _chat(model, long_q)
+        _, stats = _run(model, first)  # cold split: the first 32-aligned tokens are saved on the way
+        engine.cache.flush()
+        assert stats.finish_key is not None and engine.cache.delete(stats.finish_key)
+        split = ((len(first) - POLICY.boundary_trim_tokens) // 32) * 32
+        other = first[:split] + model.tokenize(" Answer the last one.")
+        warm, stats = _run(model, other)
+        assert stats.cache_hit_kind == "partial"
+        assert stats.cache_delta.read == split  # restored from the cold-split row
+    cold = _cold(tmp_path, smollm2_path, other)
+    _assert_same_logits(other, cold, warm)
+
+
+def test_a_restore_equals_continuing_the_sequence_in_memory(tmp_path, smollm2_path):
+    """Turn 2 of a sticky session (its KV still in the seq) and the same turn 2 restored from
+    the session's saves after a restart give the same logits."""
+    history_q = QUESTIONS[2]
+    with Engine(tmp_path / "d") as engine:
+        model = engine.load_model("m", _config(smollm2_path))
+        turn1 = _chat(model, history_q)
+        ids1, _ = _run(model, turn1, session_id="s")
+        reply = model.detokenize(ids1)
+        turn2 = _chat(model, "Say it in one sentence.",
+                      [{"role": "user", "content": history_q}, {"role": "assistant", "content": reply}])
+        in_memory, stats = _run(model, turn2, session_id="s")
+        assert stats.cache_hit_kind == "sticky"
+    with Engine(tmp_path / "d") as engine:  # restart: the seq is gone, the saves are on disk
+        model = engine.load_model("m", _config(smollm2_path))
+        restored, stats = _run(model, turn2)
+        assert stats.cache_hit_kind in ("exact", "partial")
+    _assert_same_logits(turn2, in_memory, restored)
+
+
+@pytest.mark.parametrize("n_seq_max", [1, 8])
+def test_a_state_saved_under_four_seqs_loads_under_one_and_eight(tmp_path, smollm2_path, n_seq_max):
+    with Engine(tmp_path / "d") as engine:
+        model = engine.load_model("m", _config(smollm2_path, n_seq_max=4))
+        prompt = _chat(model, QUESTIONS[3])
+        model.prefill_only(prompt)
+        engine.cache.flush()
+    with Engine(tmp_path / "d") as engine:
+        model = engine.load_model("m", _config(smollm2_path, n_seq_max=n_seq_max))
+        warm, stats = _run(model, prompt)
+        assert stats.cache_hit_kind == "exact"
+    cold = _cold(tmp_path, smollm2_path, prompt)
+    _assert_same_logits(prompt, cold, warm)
