@@ -5,8 +5,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
-
 from app.engine.backend import DecodeOp, PrefillOp, Sampled
 
 PROMPTS = [
@@ -59,22 +57,3 @@ def greedy_together(backend: Any, prompts: dict[int, Sequence[int]], n_tokens: i
         backend.seq_rm(seq)
     backend.step([PrefillOp(seq, tuple(p), 0, True) for seq, p in prompts.items()])
     return decode(backend, {seq: len(p) for seq, p in prompts.items()}, n_tokens)
-
-
-def greedy_with_margins(backend: Any, seq_id: int, prompt: Sequence[int],
-                        n_tokens: int) -> tuple[list[int], list[float]]:
-    """Like ``greedy``, plus each step's top-1 minus top-2 logit (small = a numerical near-tie)."""
-    backend.seq_rm(seq_id)
-    prefill(backend, seq_id, prompt)
-    tokens: list[int] = []
-    margins: list[float] = []
-    for i in range(n_tokens):
-        logits = backend.seq_logits(seq_id)
-        top2 = np.partition(logits, -2)[-2:]
-        margins.append(float(top2[1] - top2[0]))
-        tokens.extend(decode(backend, {seq_id: len(prompt) + i}, 1)[seq_id])
-    return tokens, margins
-
-
-def first_divergence(a: Sequence[int], b: Sequence[int]) -> int | None:
-    return next((i for i, (x, y) in enumerate(zip(a, b, strict=True)) if x != y), None)
