@@ -49,7 +49,7 @@ def finish_reason(stats: Stats) -> str:
 
 
 class ChatReply:
-    def __init__(self, tools: tuple[ToolSpec, ...], mode: ToolMode, memo: TokenMemo) -> None:
+    def __init__(self, tools: tuple[ToolSpec, ...], mode: ToolMode, memo: TokenMemo, *, calls_allowed: bool = True) -> None:
         self.tools = tools
         self.names = {t.name for t in tools}
         self.mode = mode
@@ -60,7 +60,10 @@ class ChatReply:
         self.generated: list[int] = []
         self.text: list[str] = []
         """Everything the model wrote as text, calls included (for the memo)."""
-        self._splitter = CallSplitter() if mode == "generic" and tools else None
+        # Calls written as text are read in both modes: in native mode the engine reports a
+        # call as a ToolCallEnd only when the model wrote the marker with the very tokens the
+        # marker tokenizes to, and a grammar-forced call often spells it with other merges.
+        self._splitter = CallSplitter() if tools and calls_allowed and mode != "none" else None
 
     def on_event(self, event: Event) -> list[Delta]:
         if isinstance(event, TokenId):

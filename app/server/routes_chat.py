@@ -43,7 +43,7 @@ async def chat_completions(request: Request) -> Response:
     opts = engine_options(model, prompt.tokens, req.sampling.max_tokens, req.sampling.engine_options(), prompt.grammar)
     gen = Generation(state, record, model, prompt.tokens, opts)
     await gen.start()
-    reply = ChatReply(req.tools, prompt.tool_mode, memo)
+    reply = ChatReply(req.tools, prompt.tool_mode, memo, calls_allowed=req.tool_choice != "none")
     if req.stream:
         return EventStreamResponse(_chat_chunks(gen, reply, req, record.id), gen.cancel)
     async with on_disconnect(request.receive, gen.cancel):

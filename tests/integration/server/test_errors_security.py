@@ -128,3 +128,21 @@ def test_public_address_without_a_key_refuses_to_start(tmp_path: Path) -> None:
     )
     assert result.returncode == 2
     assert "API key" in result.stderr
+
+
+def test_model_by_its_library_name(tiny_model_path: Path, tmp_path: Path) -> None:
+    """``--model`` takes a GGUF path or the name of a model in the library (data dir/models)."""
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "my-tiny.gguf").write_bytes(tiny_model_path.read_bytes())
+    served = start_server(Path("my-tiny"), tmp_path, "--ctx", "512")
+    try:
+        assert served.model_id == "my-tiny"
+        assert [m.id for m in served.client().models.list().data] == ["my-tiny"]
+    finally:
+        served.stop()
+    result = subprocess.run(
+        [sys.executable, "-m", "app", "--data-dir", str(tmp_path), "serve", "--model", "no-such-model"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )
+    assert result.returncode != 0
+    assert "no file or library model named 'no-such-model'" in result.stderr and "my-tiny" in result.stderr
