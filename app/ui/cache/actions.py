@@ -1,8 +1,9 @@
 """Cache actions (pin, evict, delete, move, clear, verify, quotas) run off the GUI thread.
 
-Store calls can touch files (moving a blob, verifying every CRC), so each action runs as a
-``QRunnable`` on a one-thread pool — actions happen in the order they were asked for — and
-reports through signals, which Qt queues to the GUI thread. A failure becomes ``failed``
+Store calls can touch files (moving a blob, verifying every CRC), so each action is a
+coroutine on the app's qasync loop whose store work runs on a one-thread ``TaskRunner`` —
+actions happen in the order they were asked for — and reports through signals on the GUI
+thread (progress crosses with ``call_soon_threadsafe``). A failure becomes ``failed``
 (STYLE: nothing dies silently in a thread).
 """
 
@@ -12,34 +13,17 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from PySide6.QtCore import QObject, QRunnable, QThreadPool, Signal
+from PySide6.QtCore import QObject, Signal
 
+from app.ui.aio import gui_loop
 from app.ui.cache import fmt
+from app.ui.models.tasks import TaskRunner
 from app.units import human_bytes
 
 log = logging.getLogger(__name__)
 
 Progress = Callable[[int, int], None]
 Job = Callable[[Progress], str]
-
-
-class _Runnable(QRunnable):
-    def __init__(self, owner: CacheActions, name: str, job: Job) -> None:
-        super().__init__()
-        self._owner = owner
-        self._name = name
-        self._job = job
-
-    def run(self) -> None:
-        owner = self._owner
-        owner.started.emit(self._name)
-        try:
-            message = self._job(lambda done, total: owner.progressed.emit(done, total))
-        except Exception as exc:
-            log.exception("cache action %s failed", self._name)
-            owner.failed.emit(self._name, str(exc) or type(exc).__name__)
-            return
-        owner.finished.emit(self._name, message)
 
 
 class CacheActions(QObject):
@@ -53,15 +37,32 @@ class CacheActions(QObject):
     def __init__(self, store: Any, parent: QObject | None = None) -> None:
         super().__init__(parent)
         self._store = store
-        self._pool = QThreadPool(self)
-        self._pool.setMaxThreadCount(1)
+        self.runner = TaskRunner(max_threads=1, parent=self)
 
     def wait(self, msecs: int = 30_000) -> bool:
         """Block until queued actions are done (used at close and by tests)."""
-        return self._pool.waitForDone(msecs)
+        return self.runner.wait(msecs)
 
     def run(self, name: str, job: Job) -> None:
-        self._pool.start(_Runnable(self, name, job))
+        self.runner.start(self._act(name, job), name=f"cache {name}")
+
+    async def _act(self, name: str, job: Job) -> None:
+        loop = gui_loop()
+
+        def progress(done: int, total: int) -> None:  # on the worker thread
+            loop.call_soon_threadsafe(self.progressed.emit, done, total)
+
+        def work() -> str:
+            loop.call_soon_threadsafe(self.started.emit, name)
+            return job(progress)
+
+        try:
+            message = await self.runner.call(work)
+        except Exception as exc:  # noqa: BLE001 - reported to the user and logged
+            log.error("cache action %s failed", name, exc_info=exc)
+            self.failed.emit(name, str(exc) or type(exc).__name__)
+            return
+        self.finished.emit(name, message)
 
     # -- the actions ----------------------------------------------------------------------
 

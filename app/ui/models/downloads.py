@@ -6,10 +6,12 @@ id) and routes every change through ``_insert`` / ``_replace`` / ``_remove``;
 ``app.ui.qt_models.download_list`` only translates its notifications into a
 ``QAbstractListModel``.
 
-Threads: ``HubClient.download`` blocks, so each one runs on the manager's pool; its progress
-callback emits a signal that Qt queues to the GUI thread, where the list is changed. Pause
-sets the download's cancel event and keeps the partial file; resume starts it again and the
-client continues from the partial (also one left by an earlier run, see ``load_partials``).
+Each download is a coroutine on the app's qasync loop (``app.ui.aio``): ``HubClient.download``
+blocks, so it runs on the manager's worker threads, and its progress callback hands each
+figure to the GUI thread with ``call_soon_threadsafe``, where the list is changed; when the
+call returns, the same coroutine records the outcome. Pause sets the download's cancel event
+and keeps the partial file; resume starts it again and the client continues from the partial
+(also one left by an earlier run, see ``load_partials``).
 """
 
 from __future__ import annotations
@@ -23,11 +25,13 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 from pathlib import Path
 
-from PySide6.QtCore import QObject, QRunnable, QThreadPool, Signal
+from PySide6.QtCore import QObject, Signal
 
 from app.models.hub import HubClient, HubError
 from app.models.library import quant_from_filename
+from app.ui.aio import gui_loop
 from app.ui.models.format import human_duration, human_rate
+from app.ui.models.tasks import TaskRunner
 from app.ui.observable import ObservableList
 from app.units import human_bytes
 
@@ -83,39 +87,6 @@ class DownloadItem:
         return self.state in (DownloadState.PAUSED, DownloadState.FAILED)
 
 
-class _DownloadJob(QRunnable):
-    def __init__(self, manager: DownloadManager, item_id: int, repo_id: str, filename: str,
-                 cancel: threading.Event) -> None:
-        super().__init__()
-        self.setAutoDelete(True)
-        self._manager = manager
-        self._id = item_id
-        self._repo_id = repo_id
-        self._filename = filename
-        self._cancel = cancel
-
-    def run(self) -> None:
-        m = self._manager
-        if self._cancel.is_set():
-            m._job_ended.emit(self._id, None, HubError("paused before it started", "cancelled"))
-            return
-
-        def progress(done: int, total: int, rate: float) -> None:
-            m._job_progressed.emit(self._id, done, total, rate)
-
-        try:
-            m._job_started.emit(self._id)
-            path = m.hub.download(self._repo_id, self._filename, progress=progress,
-                                  cancel=self._cancel, keep_partial=True)
-        except HubError as e:
-            m._job_ended.emit(self._id, None, e)
-        except Exception as e:  # noqa: BLE001 - a bug, but shown rather than lost
-            logger.exception("download of %s failed", self._filename)
-            m._job_ended.emit(self._id, None, HubError(f"{type(e).__name__}: {e}", "bug"))
-        else:
-            m._job_ended.emit(self._id, path, None)
-
-
 class DownloadList(ObservableList[DownloadItem, int]):
     """The downloads in the order they were started."""
 
@@ -146,10 +117,6 @@ class DownloadManager(QObject):
     download_finished = Signal(object)  # DownloadItem (with path)
     download_failed = Signal(object)  # DownloadItem (with error)
 
-    _job_started = Signal(int)
-    _job_progressed = Signal(int, object, object, float)  # id, done, total (may exceed 2**31)
-    _job_ended = Signal(int, object, object)  # id, path | None, HubError | None
-
     def __init__(self, hub: HubClient, max_parallel: int = 2,
                  parent: QObject | None = None) -> None:
         super().__init__(parent)
@@ -158,11 +125,7 @@ class DownloadManager(QObject):
         self._ids = itertools.count(1)
         self._cancels: dict[int, threading.Event] = {}
         self._discard_on_stop: set[int] = set()
-        self._pool = QThreadPool(self)
-        self._pool.setMaxThreadCount(max_parallel)
-        self._job_started.connect(self._on_job_started)
-        self._job_progressed.connect(self._on_job_progressed)
-        self._job_ended.connect(self._on_job_ended)
+        self.runner = TaskRunner(max_threads=max_parallel, parent=self)
 
     # -- queries ----------------------------------------------------------------------------
 
@@ -262,9 +225,33 @@ class DownloadManager(QObject):
             ev = self._cancels.get(d.id)
             if ev is not None:
                 ev.set()
-        self._pool.waitForDone(timeout_ms)
+        self.runner.wait(timeout_ms)
 
-    # -- worker events (GUI thread) ------------------------------------------------------------
+    # -- one download (a coroutine; everything but the Hub call runs on the GUI thread) ------
+
+    async def _download(self, item_id: int, repo_id: str, filename: str,
+                        cancel: threading.Event) -> None:
+        loop = gui_loop()
+
+        def progress(done: int, total: int, rate: float) -> None:  # a worker thread
+            loop.call_soon_threadsafe(self._on_job_progressed, item_id, done, total, rate)
+
+        def fetch() -> Path:
+            if cancel.is_set():
+                raise HubError("paused before it started", "cancelled")
+            loop.call_soon_threadsafe(self._on_job_started, item_id)
+            return self.hub.download(repo_id, filename, progress=progress, cancel=cancel,
+                                     keep_partial=True)
+
+        try:
+            path = await self.runner.call(fetch)
+        except HubError as e:
+            self._on_job_ended(item_id, None, e)
+        except Exception as e:  # noqa: BLE001 - a bug, but shown rather than lost
+            logger.exception("download of %s failed", filename)
+            self._on_job_ended(item_id, None, HubError(f"{type(e).__name__}: {e}", "bug"))
+        else:
+            self._on_job_ended(item_id, path, None)
 
     def _on_job_started(self, item_id: int) -> None:
         item = self.get(item_id)
@@ -322,7 +309,8 @@ class DownloadManager(QObject):
     def _launch(self, item: DownloadItem) -> None:
         cancel = threading.Event()
         self._cancels[item.id] = cancel
-        self._pool.start(_DownloadJob(self, item.id, item.repo_id, item.filename, cancel))
+        self.runner.start(self._download(item.id, item.repo_id, item.filename, cancel),
+                          name=f"download {item.filename}")
 
     def _discard(self, item: DownloadItem) -> None:
         try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 from PySide6.QtCore import QItemSelection, Qt, Signal
@@ -41,7 +42,9 @@ FILE_ROLE = Qt.ItemDataRole.UserRole + 1
 
 
 class HubPage(QWidget):
-    """Searches and lists files through ``TaskRunner`` jobs; downloads go to the manager."""
+    """Searches and lists files as coroutines on the GUI loop (the blocking Hub calls run on
+    the ``TaskRunner``'s threads); a newer search cancels an older one. Downloads go to the
+    manager."""
 
     search_finished = Signal(int)  # number of results
     files_listed = Signal(str, int)  # repo id, number of GGUF files
@@ -58,8 +61,8 @@ class HubPage(QWidget):
         self.hub = hub
         self.downloads = downloads
         self.runner = runner
-        self._search_seq = 0
-        self._files_seq = 0
+        self._search_task: asyncio.Task[None] | None = None
+        self._files_task: asyncio.Task[None] | None = None
         self.results_model = HubResultsModel()
         self.download_model = DownloadListModel(downloads)
 
@@ -164,30 +167,29 @@ class HubPage(QWidget):
     # -- search -------------------------------------------------------------------------------
 
     def search(self) -> None:
+        """Search the Hub for the field's text; a newer search replaces one still running."""
         query = self.search_field.text().strip()
-        self._search_seq += 1
-        seq = self._search_seq
+        if self._search_task is not None:
+            self._search_task.cancel()
         self.error_card.clear()
         self.search_button.setEnabled(False)
         self.search_button.setText("Searching…")
-        self.runner.run(lambda: self.hub.search(query, 50),
-                        lambda res: self._on_search_done(seq, res),
-                        lambda err: self._on_search_failed(seq, err))
+        self._search_task = self.runner.start(self._search(query), name="hub search")
 
-    def _on_search_done(self, seq: int, results: list[RepoInfo]) -> None:
-        if seq != self._search_seq:
+    async def _search(self, query: str) -> None:
+        try:
+            results: list[RepoInfo] = await self.runner.call(lambda: self.hub.search(query, 50))
+        except asyncio.CancelledError:
+            raise  # a newer search took over; it resets the button
+        except Exception as err:  # noqa: BLE001 - every failure is shown on the page
+            self._reset_search_button()
+            self.error_card.show_text(_message(err, "Search failed"))
+            self.search_finished.emit(0)
             return
         self._reset_search_button()
         self.results_model.set_results(results)
         self._clear_files("No repository selected" if results else "No GGUF repositories found")
         self.search_finished.emit(len(results))
-
-    def _on_search_failed(self, seq: int, err: Exception) -> None:
-        if seq != self._search_seq:
-            return
-        self._reset_search_button()
-        self.error_card.show_text(_message(err, "Search failed"))
-        self.search_finished.emit(0)
 
     def _reset_search_button(self) -> None:
         self.search_button.setEnabled(True)
@@ -207,16 +209,20 @@ class HubPage(QWidget):
         if not rows:
             return
         repo_id = self.results_model.result(rows[0].row()).id
-        self._files_seq += 1
-        seq = self._files_seq
+        if self._files_task is not None:
+            self._files_task.cancel()  # another repository was picked meanwhile
         self._clear_files(repo_id)
         self.file_info.setText("Listing files…")
-        self.runner.run(lambda: self.hub.list_files(repo_id),
-                        lambda files: self._on_files_listed(seq, repo_id, files),
-                        lambda err: self._on_files_failed(seq, err))
+        self._files_task = self.runner.start(self._list_files(repo_id), name="hub files")
 
-    def _on_files_listed(self, seq: int, repo_id: str, files: list[RemoteFile]) -> None:
-        if seq != self._files_seq:
+    async def _list_files(self, repo_id: str) -> None:
+        try:
+            files: list[RemoteFile] = await self.runner.call(lambda: self.hub.list_files(repo_id))
+        except asyncio.CancelledError:
+            raise
+        except Exception as err:  # noqa: BLE001 - shown on the page
+            self._clear_files("Could not list files")
+            self.error_card.show_text(_message(err, "Could not list the files"))
             return
         self.quant_picker.blockSignals(True)
         self.quant_picker.clear()
@@ -230,12 +236,6 @@ class HubPage(QWidget):
         if not files:
             self.file_info.setText("This repository has no GGUF files.")
         self.files_listed.emit(repo_id, len(files))
-
-    def _on_files_failed(self, seq: int, err: Exception) -> None:
-        if seq != self._files_seq:
-            return
-        self._clear_files("Could not list files")
-        self.error_card.show_text(_message(err, "Could not list the files"))
 
     def _clear_files(self, title: str) -> None:
         self.repo_title.setText(title)
