@@ -10,6 +10,7 @@ from typing import Any
 from PySide6.QtCore import QItemSelection, Qt, Signal
 from PySide6.QtWidgets import (
     QAbstractItemView,
+    QComboBox,
     QFileDialog,
     QFormLayout,
     QFrame,
@@ -56,6 +57,7 @@ class LibraryPage(QWidget):
     manager runs them and reports back through ``set_busy`` / ``show_error``."""
 
     load_requested = Signal(str, object)  # path, LoadSettings
+    attach_requested = Signal(str, str)  # adapter path, model id
     unload_requested = Signal(str)  # model id
     rescan_requested = Signal()
 
@@ -129,6 +131,12 @@ class LibraryPage(QWidget):
         self.details_sub.setObjectName("caption")
         v.addWidget(self.details_title)
         v.addWidget(self.details_sub)
+        v.addWidget(self._build_attach_box())
+        self.load_box = QWidget()
+        outer, v = v, QVBoxLayout(self.load_box)
+        v.setContentsMargins(0, 0, 0, 0)
+        v.setSpacing(8)
+        outer.addWidget(self.load_box)
         v.addWidget(section("Load settings"))
         form = QFormLayout()
         form.setHorizontalSpacing(12)
@@ -168,6 +176,7 @@ class LibraryPage(QWidget):
         buttons.addWidget(self.load_button, 1)
         buttons.addWidget(self.unload_button, 1)
         v.addLayout(buttons)
+        v = outer
         self.busy_bar = QProgressBar()
         self.busy_bar.setObjectName("loadBusy")
         self.busy_bar.setRange(0, 0)  # indeterminate
@@ -180,6 +189,24 @@ class LibraryPage(QWidget):
         self.load_button.clicked.connect(self._on_load_clicked)
         self.unload_button.clicked.connect(self._on_unload_clicked)
         return card
+
+    def _build_attach_box(self) -> QWidget:
+        """For a LoRA adapter: attach it to a loaded model, right from the list."""
+        self.attach_box = QWidget()
+        v = QVBoxLayout(self.attach_box)
+        v.setContentsMargins(0, 0, 0, 0)
+        v.setSpacing(8)
+        v.addWidget(section("Attach to a loaded model"))
+        self.attach_model_picker = QComboBox()
+        self.attach_model_picker.setObjectName("attachModelPicker")
+        self.attach_button = button("Attach", "attachButton", primary=True)
+        self.attach_hint = caption("")
+        v.addWidget(self.attach_model_picker)
+        v.addWidget(self.attach_button)
+        v.addWidget(self.attach_hint)
+        self.attach_button.clicked.connect(self._on_attach_clicked)
+        self.attach_box.hide()
+        return self.attach_box
 
     # -- queries ------------------------------------------------------------------------------
 
@@ -251,6 +278,12 @@ class LibraryPage(QWidget):
         self.error_card.clear()
         self.load_requested.emit(str(row.path), s)
 
+    def _on_attach_clicked(self) -> None:
+        row = self.selected_row()
+        model_id = self.attach_model_picker.currentText()
+        if row is not None and row.entry.is_adapter and model_id:
+            self.attach_requested.emit(str(row.path), model_id)
+
     def _on_unload_clicked(self) -> None:
         row = self.selected_row()
         if row is not None and row.model_id is not None and not row.busy:
@@ -285,6 +318,10 @@ class LibraryPage(QWidget):
             self.memory_detail.setText("")
             return
         e = row.entry
+        self.attach_box.setVisible(e.is_adapter and not e.is_broken)
+        self.load_box.setVisible(not e.is_adapter)
+        if e.is_adapter:
+            self._refresh_attach()
         title = e.general_name or e.name
         self.details_title.set_full_text(title)
         self.details_title.setToolTip(f"{title}\n{e.path}")
@@ -298,6 +335,23 @@ class LibraryPage(QWidget):
         if row.error and not self.error_card.isVisible():
             self.error_card.show_text(row.error)
         self._refresh_memory(row)
+
+    def _refresh_attach(self) -> None:
+        loaded = [r.model_id for r in self.catalog.rows() if r.model_id is not None]
+        current = self.attach_model_picker.currentText()
+        self.attach_model_picker.blockSignals(True)
+        self.attach_model_picker.clear()
+        self.attach_model_picker.addItems(loaded)
+        if current in loaded:
+            self.attach_model_picker.setCurrentText(current)
+        self.attach_model_picker.blockSignals(False)
+        self.attach_model_picker.setEnabled(bool(loaded))
+        self.attach_button.setEnabled(bool(loaded))
+        self.attach_hint.setText(
+            "It is checked against the model's tensor shapes first; its scale is set on "
+            "the Adapters page." if loaded else "Load a model first: an adapter attaches "
+            "to a loaded model."
+        )
 
     def _refresh_memory(self, row: LibraryRow | None) -> None:
         if row is None or row.entry.is_broken or row.entry.is_adapter:
@@ -316,7 +370,7 @@ def _subtitle(e: ModelEntry, row: LibraryRow) -> str:
     if e.broken:
         return "Broken: this file cannot be loaded\n(hover its status for the reason)."
     if e.is_adapter:
-        return "A LoRA adapter: attach it to a loaded\nmodel on the Adapters page."
+        return "A LoRA adapter for a model\nof the same architecture."
     bits = [b for b in (e.architecture, e.size_label, e.quant.upper() if e.quant else None,
                         human_bytes(e.size_bytes)) if b]
     text = " · ".join(bits)

@@ -122,6 +122,7 @@ class ModelManager(QWidget):
         self.library_page.load_requested.connect(self._on_load_requested)
         self.library_page.unload_requested.connect(self.unload_model)
         self.library_page.rescan_requested.connect(self.rescan)
+        self.library_page.attach_requested.connect(self._on_attach_requested)
         self.adapters_page.adapters_changed.connect(self.adapters_changed)
         self.downloads.download_finished.connect(self._on_download_finished)
         self.downloads.download_failed.connect(
@@ -262,6 +263,12 @@ class ModelManager(QWidget):
             self._report(text)
 
         self.engine_runner.run(load, done, failed)
+
+    def _on_attach_requested(self, path: str, model_id: str) -> None:
+        """An adapter picked in the Library: attach it on the Adapters page, which shows it."""
+        self.adapters_page.refresh_models(select=model_id)
+        self.show_page("adapters")
+        self.adapters_page.attach_adapter(path)
 
     def _unique_id(self, name: str) -> str:
         taken = {m.id for m in self.engine.list_models()}

@@ -123,7 +123,7 @@ def _tooltip(row: LibraryRow, col: int) -> str | None:
         if row.model_id is not None:
             return f"Loaded as “{row.model_id}”: chat with it or attach adapters."
         if e.is_adapter:
-            return "A LoRA adapter: attach it to a loaded model in the Adapters tab."
+            return "A LoRA adapter: select it to attach it to a loaded model."
         return None
     if col == COL_NAME:
         return str(e.path)
