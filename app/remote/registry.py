@@ -1,0 +1,84 @@
+"""``RemoteRegistry``: the remote models the user added, kept in the app's settings table.
+
+Plain Python with listeners (the Models view and the chat picker adapt it to Qt). The
+``remote_models`` setting holds a list of ``RemoteEndpoint.to_json()`` records; a record that
+no longer validates is skipped and logged, never fatal — the rest still load.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from app.remote.endpoint import EndpointError, RemoteEndpoint
+
+log = logging.getLogger(__name__)
+
+SETTING = "remote_models"
+
+Listener = Callable[[], None]
+
+
+class SettingsStore(Protocol):
+    def get_setting(self, key: str, default: Any = None) -> Any: ...
+
+    def set_setting(self, key: str, value: Any) -> None: ...
+
+
+class RemoteRegistry:
+    def __init__(self, store: SettingsStore) -> None:
+        self._store = store
+        self._lock = threading.Lock()
+        self._listeners: list[Listener] = []
+        self._endpoints: dict[str, RemoteEndpoint] = {}
+        for raw in store.get_setting(SETTING, []) or []:
+            try:
+                endpoint = RemoteEndpoint.from_json(raw)
+            except (EndpointError, KeyError, TypeError, ValueError) as exc:
+                log.warning("skipping a remote model that no longer validates: %s", exc)
+                continue
+            self._endpoints[endpoint.model_id] = endpoint
+
+    def endpoints(self) -> list[RemoteEndpoint]:
+        with self._lock:
+            return list(self._endpoints.values())
+
+    def get(self, model_id: str) -> RemoteEndpoint | None:
+        with self._lock:
+            return self._endpoints.get(model_id)
+
+    def add(self, endpoint: RemoteEndpoint) -> None:
+        """Add or replace (same name); saved at once."""
+        with self._lock:
+            self._endpoints[endpoint.model_id] = endpoint
+            self._save()
+        self._notify()
+
+    def remove(self, model_id: str) -> None:
+        with self._lock:
+            if self._endpoints.pop(model_id, None) is None:
+                return
+            self._save()
+        self._notify()
+
+    def subscribe(self, listener: Listener) -> Callable[[], None]:
+        with self._lock:
+            self._listeners.append(listener)
+
+        def unsubscribe() -> None:
+            with self._lock:
+                if listener in self._listeners:
+                    self._listeners.remove(listener)
+
+        return unsubscribe
+
+    def _save(self) -> None:
+        self._store.set_setting(SETTING, [e.to_json() for e in self._endpoints.values()])
+
+    def _notify(self) -> None:
+        with self._lock:
+            listeners = list(self._listeners)
+        for listener in listeners:
+            listener()
