@@ -64,6 +64,8 @@ def build_chat_prompt(
 
 
 def _grammar(request: ChatRequest, mode: ToolMode, markers: Markers | None) -> str | None:
+    if request.sampling.grammar:
+        return request.sampling.grammar
     if request.tools and request.tool_choice == "required":
         pair = (markers.open, markers.close) if mode == "native" and markers else (TOOL_OPEN, TOOL_CLOSE)
         return tool_call_grammar(request.tools, request.tool_name, pair)

@@ -2,8 +2,8 @@
 
 Every field OpenAI defines is either implemented, accepted only at its no-op value (``n`` = 1,
 ``logprobs`` false, penalties 0 …), or refused with a 400 that names it. Hearth adds
-``top_k``, ``min_p`` and ``repetition_penalty`` (llama.cpp samplers; llama-server accepts the
-same names).
+``top_k``, ``min_p``, ``repetition_penalty`` and ``grammar`` (a GBNF string) — llama.cpp's
+samplers, under the names llama-server accepts too.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ TOKENS_MAX = 1 << 20
 _SAMPLING_KEYS = {
     "model", "stream", "stream_options", "temperature", "top_p", "max_tokens", "stop", "seed",
     "n", "user", "frequency_penalty", "presence_penalty", "logprobs", "logit_bias",
-    "top_k", "min_p", "repetition_penalty",
+    "top_k", "min_p", "repetition_penalty", "grammar",
 }  # fmt: skip
 _CHAT_KEYS = _SAMPLING_KEYS | {
     "messages", "max_completion_tokens", "tools", "tool_choice", "parallel_tool_calls",
@@ -53,6 +53,8 @@ class Sampling:
     seed: int | None = None
     stop: tuple[str, ...] = ()
     max_tokens: int | None = None
+    grammar: str | None = None
+    """A GBNF grammar the reply must follow (Hearth / llama-server extension)."""
 
     def engine_options(self) -> dict[str, Any]:
         opts: dict[str, Any] = {
@@ -117,7 +119,18 @@ def _sampling(body: Mapping[str, Any], max_tokens: int | None) -> Sampling:
         seed=_seed(get_int(body, "seed", -(2**63), 2**63 - 1)),
         stop=get_stop(body),
         max_tokens=max_tokens,
+        grammar=_grammar(body),
     )
+
+
+MAX_GRAMMAR_CHARS = 65_536
+
+
+def _grammar(body: Mapping[str, Any]) -> str | None:
+    grammar = get_str(body, "grammar")
+    if grammar is not None and (not grammar.strip() or len(grammar) > MAX_GRAMMAR_CHARS):
+        raise invalid("grammar", f"expected a GBNF grammar of 1 to {MAX_GRAMMAR_CHARS} characters")
+    return grammar or None
 
 
 def _seed(value: int | None) -> int | None:
@@ -160,6 +173,8 @@ def parse_chat(raw: Any) -> ChatRequest:
     kind, schema = _response_format(body.get("response_format"))
     if kind != "text" and choice != "none" and tools and (choice == "required" or name):
         raise invalid("response_format", "cannot be combined with a tool_choice that forces a tool call")
+    if sampling.grammar and (kind != "text" or (tools and choice == "required")):
+        raise invalid("grammar", "cannot be combined with a JSON response_format or a forced tool call")
     return ChatRequest(
         model=str(model), messages=messages, sampling=sampling, stream=stream,
         include_usage=include_usage, tools=tools, tool_choice=choice, tool_name=name,

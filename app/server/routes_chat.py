@@ -107,7 +107,7 @@ async def completions(request: Request) -> Response:
     )
     state.check_prompt(model, len(tokens))
     record = state.begin(request, "completions", req.model, stream=req.stream, prefix="cmpl")
-    opts = engine_options(model, tokens, req.sampling.max_tokens, req.sampling.engine_options(), None)
+    opts = engine_options(model, tokens, req.sampling.max_tokens, req.sampling.engine_options(), req.sampling.grammar)
     gen = Generation(state, record, model, tokens, opts)
     await gen.start()
     if req.stream:

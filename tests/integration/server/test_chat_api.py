@@ -163,3 +163,15 @@ def test_embeddings_float_and_base64_agree(served: Served) -> None:
 def test_content_parts_and_developer_role(served: Served, messages: list[dict[str, object]]) -> None:
     reply = ask(served, "", messages=messages, max_tokens=4)
     assert reply.choices[0].message.content
+
+
+def test_grammar_extension_holds_the_reply_and_a_bad_one_is_a_named_400(served: Served) -> None:
+    reply = ask(served, "Say yes or no.", max_tokens=40, extra_body={"grammar": 'root ::= ("yes" | "no") "."'})
+    assert reply.choices[0].message.content in ("yes.", "no.")
+    assert reply.choices[0].finish_reason == "stop"
+    text = served.client().completions.create(model=served.model_id, prompt="Answer:", max_tokens=8, temperature=0,
+                                              extra_body={"grammar": 'root ::= [0-9] [0-9]'})
+    assert len(text.choices[0].text) == 2 and text.choices[0].text.isdigit()
+    with pytest.raises(openai.BadRequestError) as err:
+        ask(served, "x", extra_body={"grammar": "root ::= ("})
+    assert err.value.body["code"] == "invalid_grammar"  # type: ignore[index]
