@@ -24,14 +24,7 @@ from app.models.hub import DEFAULT_ENDPOINT, HubClient, HubError, RemoteFile, Re
 from app.ui.models.download_delegate import DownloadDelegate
 from app.ui.models.downloads import DownloadItem, DownloadManager
 from app.ui.models.tasks import TaskRunner
-from app.ui.models.widgets import (
-    SIDE_CARD_STRETCH,
-    MessageCard,
-    button,
-    caption,
-    section,
-    side_card,
-)
+from app.ui.models.widgets import MessageCard, beside_card, button, caption, section, side_card
 from app.ui.qt_models.download_list import ITEM_ROLE, DownloadListModel
 from app.ui.qt_models.model_hub import HubResultsModel
 from app.units import human_bytes
@@ -91,8 +84,7 @@ class HubPage(QWidget):
 
         top = QHBoxLayout()
         top.setSpacing(16)
-        top.addWidget(self.results, SIDE_CARD_STRETCH[0])
-        top.addWidget(self._build_files_card(), SIDE_CARD_STRETCH[1])
+        beside_card(top, self.results, self._build_files_card())
 
         self.download_list = QListView()
         self.download_list.setObjectName("downloadList")

@@ -27,16 +27,9 @@ from PySide6.QtWidgets import (
 from app.models.library import ModelEntry, ModelLibrary, estimate_memory
 from app.ui.models.library_state import LibraryCatalog, LibraryRow
 from app.ui.models.settings import LoadSettings, load_settings_for, save_settings_for
-from app.ui.models.widgets import (
-    SIDE_CARD_STRETCH,
-    ElidedLabel,
-    MessageCard,
-    button,
-    caption,
-    section,
-    side_card,
-)
+from app.ui.models.widgets import MessageCard, beside_card, button, caption, section, side_card
 from app.ui.qt_models.model_library import COL_NAME, LibraryTableModel
+from app.ui.widgets.elided import ElidedLabel
 from app.units import human_bytes
 
 logger = logging.getLogger(__name__)
@@ -110,8 +103,7 @@ class LibraryPage(QWidget):
         layout = QHBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.setSpacing(16)
-        layout.addLayout(left, SIDE_CARD_STRETCH[0])
-        layout.addWidget(self._build_details(), SIDE_CARD_STRETCH[1])
+        beside_card(layout, left, self._build_details())
 
         self.add_folder_button.clicked.connect(self._on_add_folder_clicked)
         self.rescan_button.clicked.connect(self.rescan_requested)

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 from PySide6.QtCore import Qt
-from PySide6.QtGui import QResizeEvent
 from PySide6.QtWidgets import (
     QFrame,
     QHBoxLayout,
     QLabel,
+    QLayout,
     QPushButton,
-    QSizePolicy,
     QVBoxLayout,
     QWidget,
 )
@@ -23,33 +22,6 @@ def caption(text: str, name: str = "caption") -> QLabel:
     return label
 
 
-class ElidedLabel(QLabel):
-    """One line that shortens itself with "…" to the width it is given (it never widens its
-    card); the full text is its tooltip."""
-
-    def __init__(self, text: str = "", parent: QWidget | None = None) -> None:
-        super().__init__(parent)
-        self._full = ""
-        self.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
-        self.set_full_text(text)
-
-    def full_text(self) -> str:
-        return self._full
-
-    def set_full_text(self, text: str) -> None:
-        self._full = text
-        self.setToolTip(text)
-        self._elide()
-
-    def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802 - Qt override
-        super().resizeEvent(event)
-        self._elide()
-
-    def _elide(self) -> None:
-        width = max(self.width(), 40)
-        self.setText(self.fontMetrics().elidedText(self._full, Qt.TextElideMode.ElideRight, width))
-
-
 def section(text: str) -> QLabel:
     label = QLabel(text.upper())
     label.setObjectName("sectionLabel")
@@ -60,9 +32,18 @@ SIDE_CARD_STRETCH = (3, 2)
 """Stretch of (the table, the card) beside it: a narrow window shares its width 3:2."""
 
 
+def beside_card(row: QHBoxLayout, main: QWidget | QLayout, card: QFrame) -> None:
+    """Add ``main`` and its side ``card`` to ``row``, sharing a narrow window 3:2."""
+    if isinstance(main, QLayout):
+        row.addLayout(main, SIDE_CARD_STRETCH[0])
+    else:
+        row.addWidget(main, SIDE_CARD_STRETCH[0])
+    row.addWidget(card, SIDE_CARD_STRETCH[1])
+
+
 def side_card(width: int = 300, min_width: int = 240) -> tuple[QFrame, QVBoxLayout]:
     """The details card at the right of the library and Hub pages: ``width`` wide when there
-    is room, down to ``min_width`` in a narrow window (add it with SIDE_CARD_STRETCH)."""
+    is room, down to ``min_width`` in a narrow window (add it with :func:`beside_card`)."""
     card = QFrame()
     card.setObjectName("card")
     card.setMinimumWidth(min_width)
