@@ -77,7 +77,7 @@ def test_the_window_fits_800_pixels(make_window, qtbot, scheme):
     window.nav_buttons["models"].click()
     lib = window.model_manager.library_page
     qtbot.wait(100)
-    card = lib.load_button.parentWidget()
+    card = lib.details_card
     assert 240 <= card.width() <= 300
     assert lib.table.width() > card.width()
     assert _inside(card, window.model_manager)

@@ -117,6 +117,7 @@ class LibraryPage(QWidget):
 
     def _build_details(self) -> QFrame:
         card, v = side_card()
+        self.details_card = card
         self.details_title = ElidedLabel("No model selected")
         self.details_title.setObjectName("cardTitle")
         self.details_sub = QLabel("")  # no word wrap: explicit lines keep its height right
