@@ -1,5 +1,9 @@
-"""Whole-row blobs (KVC v1 files): a queued ``SaveJob`` becomes a blob in a tier and a
-published row (on the writer thread), and a row's blob is read back fully validated.
+"""Saves as they travel to the writer (``SaveJob``), and whole-row KVC v1 blobs: how a job
+becomes a blob file and a published row, and how a blob is read back fully validated.
+
+v1 blobs hold what chunks cannot: payloads whose layout ``app.cache.seqstate`` does not
+recognise, and blobs written before KVC v2 (they keep working; a v1 row whose payload can
+be cut is converted to chunks the first time it is loaded).
 
 Order of a save, with the store's ``io_lock`` held so quotas hold: choose the tier (the
 wanted one, else disk when the blob is larger than the wanted tier's quota), make room
@@ -26,7 +30,7 @@ from app.cache.journal import Journal
 from app.cache.keys import KeyMeta, decode_tokens
 from app.cache.meta import STATUS_AVAILABLE, STATUS_WRITING
 from app.cache.rows import Row, make_row
-from app.cache.tiers import Tier
+from app.cache.tiers import Buffer, Tier, blob_name, read_blob_parts, write_blob
 
 log = logging.getLogger(__name__)
 
@@ -40,12 +44,14 @@ class SaveJob:
     meta: KeyMeta
     tokens_le: bytes
     n_tokens: int
-    payload: bytes | memoryview
+    payload: Buffer  # may be a read-only view; never written to
     reason: str
     tier: str
     context_size: int
     prompt_text: str
     quant_bits: int
+    session_id: str = ""
+    cuttable: bool = False  # ``seqstate`` parses the payload: store it as chunks
 
     def row(self, **where: Any) -> Row:
         """The row this job describes (``where``: tier, size, status, created, location…)."""
@@ -53,12 +59,16 @@ class SaveJob:
             key=self.key, model_id=self.model_id, fingerprint=self.meta.fingerprint,
             quant_type=self.meta.quant_type, ctx_hash=self.meta.ctx_params_hash,
             tokens_le=self.tokens_le, save_reason=self.reason,
-            context_size=self.context_size, prompt_text=self.prompt_text, **where,
+            context_size=self.context_size, prompt_text=self.prompt_text,
+            session_id=self.session_id, **where,
         )  # fmt: skip
 
     def pending_row(self) -> Row:
-        """The job as a ``writing`` row, for listings while it is in flight."""
-        return self.row(tier=self.tier, size=len(self.payload), status=STATUS_WRITING, created=0.0)
+        """The job as a ``writing`` row: listed and found while it is in flight."""
+        return self.row(
+            tier=self.tier, size=len(self.payload), status=STATUS_WRITING, created=time.time(),
+            format=2 if self.cuttable else 1,
+        )  # fmt: skip
 
 
 class Blobs:
@@ -90,6 +100,7 @@ class Blobs:
             context_size=job.context_size,
             prompt_text=job.prompt_text,
             model_id=job.model_id,
+            session_id=job.session_id,
         )
         prefix = kvc.build(meta, job.payload)
         size = len(prefix) + len(job.payload)
@@ -101,11 +112,12 @@ class Blobs:
                 return None
             row = job.row(
                 tier=tier, size=size, status=STATUS_WRITING, created=time.time(),
-                location=self._tiers[tier].location(job.key), checksum=kvc.payload_crc_of(prefix),
+                location=self._tiers[tier].location(blob_name(job.key)),
+                checksum=kvc.payload_crc_of(prefix),
             )  # fmt: skip
             self._journal.put(row)
             try:
-                self._tiers[tier].write(job.key, prefix, job.payload)
+                write_blob(self._tiers[tier], job.key, prefix, job.payload)
             except (OSError, kvc.CorruptBlob) as exc:
                 self._evictor.write_failed(exc, f"saving to the {tier} tier")
                 self._journal.delete([job.key])
@@ -115,11 +127,11 @@ class Blobs:
             self._catalog.add(row)
         return row
 
-    def read_valid(self, row: Row) -> bytes | memoryview | None:
+    def read_valid(self, row: Row) -> Buffer | None:
         """Read and fully validate a row's blob; drop it as corrupt if that fails."""
         for _ in range(3):  # a concurrent move changes the tier under us: follow it
             try:
-                prefix, payload = self._tiers[row.tier].read_parts(row.key)
+                prefix, payload = read_blob_parts(self._tiers[row.tier], row.key)
                 kvc.parse_parts(prefix, payload, row.key)
                 return payload
             except (OSError, kvc.CorruptBlob) as exc:

@@ -1,6 +1,18 @@
-"""The catalog of published rows: the in-memory index, the bytes each tier holds, and the
-load pins. The invariant ``usage[tier] == sum of the sizes of the rows in tier`` lives
-here and nowhere else: every change of the row set goes through ``add`` / ``remove``.
+"""The catalog: every row the cache holds, published or still being written, the chunks
+under the chunked rows, and the bytes each tier holds. The invariant
+``usage[tier] == bytes of the v1 blobs, v2 manifests and v2 chunks in tier`` lives here and
+nowhere else: every change of the row or chunk set goes through these methods.
+
+Indexes, all kept in step by ``add`` / ``remove`` / ``add_pending`` / ``drop_pending``:
+
+* ``index`` (``RowIndex``): published rows by key, and the any-length "longest row that is a
+  prefix of the prompt" lookup; ``pending_index`` the same for saves not yet written
+  (read-your-writes: a save is found the moment it is submitted).
+* ``cuttable`` / ``everything`` (``PrefixIndex``): the longest common prefix of a prompt with
+  any row that can be cut (chunked rows and parseable pending saves) / with any row at
+  all, which says how much a miss shared and with what; ``tombstones`` the same for
+  recently evicted rows.
+* ``chunks`` (``ChunkIndex``): the chunk tree and reference counts.
 
 Thread-safe: every method takes ``lock`` (re-entrant), which callers also hold when a few
 calls must be atomic together (the store's condition variable is built on it).
@@ -11,19 +23,43 @@ from __future__ import annotations
 import threading
 from collections import Counter
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
 
+from app.cache.chunks import Chunk, ChunkIndex, Link
 from app.cache.index import RowIndex, prefix_keys
 from app.cache.keys import KeyMeta, encode_tokens, quant_byte
-from app.cache.rows import Row
+from app.cache.lcp import PrefixIndex, Tombstones
+from app.cache.rows import Namespace, Row
 from app.cache.tiers import TIERS
+
+
+@dataclass(frozen=True, slots=True)
+class Pending:
+    """A submitted save the writer has not published yet, readable from memory."""
+
+    row: Row
+    job: Any  # the store's SaveJob (payload in memory)
+    cuttable: bool  # its payload is a state ``seqstate`` can cut
+
+
+def namespace_of(meta: KeyMeta) -> Namespace:
+    return (meta.fingerprint.hex(), quant_byte(meta.quant_type), meta.ctx_params_hash.hex())
 
 
 class Catalog:
     def __init__(self) -> None:
         self.lock = threading.RLock()
         self.index = RowIndex()
+        self.pending_index = RowIndex()
+        self.chunks = ChunkIndex()
+        self.cuttable = PrefixIndex()
+        self.everything = PrefixIndex()
+        self.tombstones = Tombstones()
         self.load_pins: Counter[bytes] = Counter()
-        self._usage = dict.fromkeys(TIERS, 0)
+        self._pending: dict[bytes, Pending] = {}
+        self._own: dict[bytes, tuple[str, int]] = {}  # row key → (tier, blob/manifest bytes)
+        self._own_usage = dict.fromkeys(TIERS, 0)
 
     def __len__(self) -> int:
         with self.lock:
@@ -34,65 +70,149 @@ class Catalog:
             return key in self.index
 
     def get(self, key: bytes) -> Row | None:
+        """A published row."""
         with self.lock:
             return self.index.get(key)
+
+    def find(self, key: bytes) -> Row | None:
+        """A published row, else a pending one (status ``writing``)."""
+        with self.lock:
+            row = self.index.get(key)
+            if row is None:
+                pending = self._pending.get(key)
+                row = pending.row if pending is not None else None
+            return row
 
     def rows(self) -> list[Row]:
         with self.lock:
             return list(self.index.values())
 
-    def add(self, row: Row) -> None:
-        """Insert a row, or replace the one with its key (moving its bytes between tiers)."""
+    # -- published rows -------------------------------------------------------------------
+
+    def add(self, row: Row, own_size: int | None = None, links: Sequence[Link] = ()) -> None:
+        """Insert a row or replace the one with its key. ``own_size``: the bytes the row's
+        own file takes (its blob, or its manifest); by default the row's size for a new
+        row and the previous figure for a replaced one. ``links``: a chunked row's chain."""
         with self.lock:
             old = self.index.get(row.key)
-            if old is not None:
-                self._usage[old.tier] -= old.size
+            previous = self._own.pop(row.key, None)
+            if previous is not None:
+                self._own_usage[previous[0]] -= previous[1]
+            size = own_size if own_size is not None else previous[1] if previous else row.size
+            self._own[row.key] = (row.tier, size)
+            self._own_usage[row.tier] += size
             self.index.put(row)
-            self._usage[row.tier] += row.size
+            if old is None:
+                self.everything.add(row.namespace, row.tokens_le, row.key)
+                if row.format == 2:
+                    self.cuttable.add(row.namespace, row.tokens_le, row.key)
+                self.tombstones.discard(row.namespace, row.tokens_le, row.key)
+            if links:
+                self.chunks.attach(row.key, list(links))
 
     def add_all(self, rows: Iterable[Row]) -> None:
         with self.lock:
             for row in rows:
                 self.add(row)
 
-    def remove(self, key: bytes) -> Row | None:
+    def remove(self, key: bytes, *, evicted: bool = False) -> tuple[Row | None, list[Chunk]]:
+        """Forget a row; returns it and the chunks no row uses any more (delete their
+        files). ``evicted``: remember its tokens so a later miss can say so."""
         with self.lock:
             row = self.index.remove(key)
-            if row is not None:
-                self._usage[row.tier] -= row.size
-            return row
+            if row is None:
+                return None, []
+            tier, size = self._own.pop(key, (row.tier, 0))
+            self._own_usage[tier] -= size
+            self.everything.remove(row.namespace, row.tokens_le, row.key)
+            self.cuttable.remove(row.namespace, row.tokens_le, row.key)
+            if evicted:
+                self.tombstones.add(row.namespace, row.tokens_le, row.key)
+            return row, self.chunks.detach(key)
+
+    def own_size(self, key: bytes) -> int:
+        with self.lock:
+            return self._own.get(key, ("", 0))[1]
+
+    # -- pending saves (read-your-writes) --------------------------------------------------
+
+    def add_pending(self, pending: Pending) -> None:
+        with self.lock:
+            row = pending.row
+            self._pending[row.key] = pending
+            self.pending_index.put(row)
+            self.everything.add(row.namespace, row.tokens_le, row.key)
+            if pending.cuttable:
+                self.cuttable.add(row.namespace, row.tokens_le, row.key)
+
+    def pending(self, key: bytes) -> Pending | None:
+        with self.lock:
+            return self._pending.get(key)
+
+    def is_pending(self, key: bytes) -> bool:
+        with self.lock:
+            return key in self._pending
+
+    def pending_rows(self) -> list[Row]:
+        with self.lock:
+            return [p.row for p in self._pending.values()]
+
+    def drop_pending(self, key: bytes) -> None:
+        """The writer is done with a save (published, failed or rejected)."""
+        with self.lock:
+            pending = self._pending.pop(key, None)
+            if pending is None:
+                return
+            row = pending.row
+            self.pending_index.remove(key)
+            self.everything.remove(row.namespace, row.tokens_le, row.key)
+            if pending.cuttable:  # NOTE: a published row has entries of its own (add)
+                self.cuttable.remove(row.namespace, row.tokens_le, row.key)
+
+    # -- lookups ----------------------------------------------------------------------------
+
+    def longest_prefix(self, meta: KeyMeta, tokens: Sequence[int], limit: int) -> Row | None:
+        """The longest row (published or pending) whose tokens are ``tokens[:n]`` for some
+        ``n <= limit``, verified token for token. Linear in the prompt."""
+        ns = namespace_of(meta)
+        best: Row | None = None
+        for index in (self.index, self.pending_index):
+            with self.lock:
+                lengths = index.candidate_lengths(ns, tokens, limit)
+            lengths = [n for n in lengths if best is None or n > best.n_tokens]
+            if not lengths:
+                continue
+            token_bytes = encode_tokens(tokens[: lengths[-1]])
+            keys = prefix_keys(meta.hasher(), token_bytes, lengths)
+            with self.lock:
+                for n, key in zip(reversed(lengths), reversed(keys), strict=True):
+                    row = index.get(key)
+                    # NOTE: equal keys imply equal tokens unless sha256 collides; the check
+                    # is cheap (one bytes compare) and makes "verified before use" literal.
+                    if row is not None and row.tokens_le == token_bytes[: n * 4]:
+                        best = row
+                        break
+        return best
+
+    # -- tiers ------------------------------------------------------------------------------
 
     def usage(self, tier: str) -> int:
         with self.lock:
-            return self._usage[tier]
+            return self._own_usage[tier] + self.chunks.usage(tier)
 
     def usage_all(self) -> dict[str, int]:
         with self.lock:
-            return dict(self._usage)
+            return {t: self._own_usage[t] + self.chunks.usage(t) for t in TIERS}
 
-    def longest_prefix(self, meta: KeyMeta, tokens: Sequence[int], limit: int) -> Row | None:
-        """The longest row whose tokens are ``tokens[:n]`` for some ``n <= limit``, verified
-        token for token. Linear in the prompt (``RowIndex.candidate_lengths``)."""
-        ns = (meta.fingerprint.hex(), quant_byte(meta.quant_type), meta.ctx_params_hash.hex())
+    def occupants(self, tier: str) -> list[Row]:
+        """Rows with bytes in ``tier`` (their own file, or a chunk they use), least
+        recently used first."""
         with self.lock:
-            lengths = self.index.candidate_lengths(ns, tokens, limit)
-        if not lengths:
-            return None
-        token_bytes = encode_tokens(tokens[: lengths[-1]])
-        keys = prefix_keys(meta.hasher(), token_bytes, lengths)
-        with self.lock:
-            for n, key in zip(reversed(lengths), reversed(keys), strict=True):
-                row = self.index.get(key)
-                # NOTE: equal keys imply equal tokens unless sha256 collides; the check is
-                # cheap (one bytes compare) and makes "verified before use" literal.
-                if row is not None and row.tokens_le == token_bytes[: n * 4]:
-                    return row
-        return None
-
-    def lru(self, tier: str) -> list[Row]:
-        """The rows of a tier, least recently used first."""
-        with self.lock:
-            rows = [r for r in self.index.values() if r.tier == tier]
+            keys = {k for k, (t, _) in self._own.items() if t == tier}
+            for chunk in self.chunks:
+                if chunk.tier == tier:
+                    keys |= chunk.rows
+            rows = [r for k in keys if (r := self.index.get(k)) is not None]
         return sorted(rows, key=lambda r: (r.last_used, r.created))
 
     # -- load pins: a row being read is never evicted or demoted ---------------------------

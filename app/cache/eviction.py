@@ -1,30 +1,50 @@
 """Quotas and what enforces them: LRU demotion (``ram``/``ram_file`` → ``disk``) and
-eviction (from ``disk``), moves between tiers, and row removal.
+eviction (from ``disk``), moves between tiers, and removal of rows and chunks.
 
-Each tier has a byte quota. Before bytes land in a tier, least-recently-used rows that are
-neither user-pinned nor being loaded make room: from ``ram``/``ram_file`` they are demoted
-to ``disk`` (``demotions``), from ``disk`` deleted (``evictions``). Every method here runs
-with the store's ``io_lock`` held (it serialises all changes of tier contents, so quotas
-hold); the catalog's lock is taken only for the brief in-memory updates.
+Each tier has a byte quota, counted in unique bytes: a chunk shared by twenty rows counts
+once. Before bytes land in a tier, the least recently used rows that occupy it (their
+own file, or a chunk they use) and are neither user-pinned nor being loaded make room:
+from ``ram``/``ram_file`` they are demoted to ``disk`` (``demotions``), from ``disk``
+deleted (``evictions``) — and a chunk is deleted only when no row uses it any more.
+
+Where a chunked row's pieces live: its manifest in its own tier (the row's ``tier``), its
+chunks in a tier at least as lasting (``tiers.PERSISTENCE``: ram < ram_file < disk), so a
+row that outlives the process never leans on a chunk that does not. Demoting a row takes
+its less lasting chunks along; moving a row to a faster tier takes only the chunks no more
+lasting row needs.
+
+Every method here runs with the store's ``io_lock`` held (it serialises all changes of tier
+contents, so quotas hold); the catalog's lock is taken only for the brief in-memory updates.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from dataclasses import replace
 
-from app.cache import kvc
+from app.cache import kvc, kvc2
 from app.cache.catalog import Catalog
+from app.cache.chunks import Chunk
 from app.cache.counters import Counters
 from app.cache.errors import Problems, is_environment_error
 from app.cache.journal import Journal
 from app.cache.rows import Row
-from app.cache.tiers import TIER_DISK, TIERS, Tier
+from app.cache.tiers import (
+    PERSISTENCE,
+    TIER_DISK,
+    TIERS,
+    Tier,
+    blob_name,
+    read_blob_parts,
+    write_blob,
+)
 
 log = logging.getLogger(__name__)
 
 GiB = 1 << 30
 DEFAULT_QUOTAS = {"ram": 1 * GiB, "ram_file": 2 * GiB, TIER_DISK: 20 * GiB}
+Protect = frozenset[bytes]
 
 
 def check_quota(tier: str, quota: int) -> None:
@@ -32,6 +52,11 @@ def check_quota(tier: str, quota: int) -> None:
         raise ValueError(f"unknown cache tier {tier!r}; expected one of {TIERS}")
     if not isinstance(quota, int) or isinstance(quota, bool) or quota < 0:
         raise ValueError(f"quota for {tier} must be a byte count >= 0, got {quota!r}")
+
+
+def own_name(row: Row) -> str:
+    """The file a row owns in its tier: its v1 blob or its v2 manifest."""
+    return blob_name(row.key) if row.format == 1 else kvc2.row_name(row.key)
 
 
 class Evictor:
@@ -55,7 +80,7 @@ class Evictor:
             self.quotas[tier] = quota
 
     def tier_for(self, wanted: str, size: int) -> str | None:
-        """Where a blob of ``size`` bytes can go: the wanted tier, else disk, else nowhere."""
+        """Where ``size`` new bytes can go: the wanted tier, else disk, else nowhere."""
         if size <= self.quotas[wanted]:
             return wanted
         if size <= self.quotas[TIER_DISK]:
@@ -69,72 +94,172 @@ class Evictor:
             self.make_room(tier, 0)
         return self._counters.get("evictions") + self._counters.get("demotions") - before
 
-    def make_room(self, tier: str, size: int, protect: frozenset[bytes] = frozenset()) -> bool:
+    def make_room(self, tier: str, size: int, protect: Protect = frozenset()) -> bool:
         """Demote/evict LRU rows until ``size`` more bytes fit in ``tier``.
 
-        ``protect``: rows being moved by a caller up the stack. A demotion makes room on disk
-        in turn, and must not evict the very row whose move started it.
+        ``protect``: rows being saved or moved by a caller up the stack. A demotion makes
+        room on disk in turn, and must not evict the very row whose move started it.
         """
         quota = self.quotas[tier]
         if size > quota:
             return False
-        for cand in self._catalog.lru(tier):
+        for cand in self._catalog.occupants(tier):
             if self._catalog.usage(tier) + size <= quota:
                 break
             row = self._catalog.get(cand.key)
-            if row is None or row.tier != tier or row.key in protect:
-                continue
-            if self._catalog.is_busy(row.key):
+            if row is None or row.key in protect or self._catalog.is_busy(row.key):
                 continue
             if tier == TIER_DISK or not self.demote(row, protect):
                 if tier != TIER_DISK:
                     log.warning("cache row %s could not be demoted; deleting", row.key.hex())
                 self._counters.add("evictions")
-                self.remove(row)
+                self.remove(row, evicted=True)
         return self._catalog.usage(tier) + size <= quota
 
-    def demote(self, row: Row, protect: frozenset[bytes] = frozenset()) -> bool:
+    def demote(self, row: Row, protect: Protect = frozenset()) -> bool:
         if self.relocate(row, TIER_DISK, protect) is None:
             return False
         self._counters.add("demotions")
         return True
 
-    def relocate(self, row: Row, dest: str, protect: frozenset[bytes] = frozenset()) -> Row | None:
-        """Copy a row's blob to ``dest`` (validated), switch the row over, drop the old copy."""
+    def relocate(self, row: Row, dest: str, protect: Protect = frozenset()) -> Row | None:
+        """Move a row to ``dest``: its own file (copied validated, then the old one dropped)
+        and, for a chunked row, the chunks that must or may follow it."""
+        protect = protect | {row.key}
+        if row.tier != dest:
+            row = self._move_own(row, dest, protect)  # type: ignore[assignment]
+            if row is None:
+                return None
+        for chunk in self._chunks_to_move(row, dest):
+            self.move_chunk(chunk.key, dest, protect)
+        return row
+
+    def _move_own(self, row: Row, dest: str, protect: Protect) -> Row | None:
+        name = own_name(row)
         try:
-            prefix, payload = self._tiers[row.tier].read_parts(row.key)
-            kvc.parse_parts(prefix, payload, row.key)
+            if row.format == 1:
+                prefix, payload = read_blob_parts(self._tiers[row.tier], row.key)
+                kvc.parse_parts(prefix, payload, row.key)
+                parts: tuple[bytes | memoryview, ...] = (prefix, payload)
+            else:
+                data = self._tiers[row.tier].get(name)
+                kvc2.parse_row(data, row.key)
+                parts = (data,)
         except (OSError, kvc.CorruptBlob) as exc:
-            log.warning("dropping corrupt cache blob %s: %s", row.key.hex(), exc)
+            log.warning("dropping corrupt cache entry %s: %s", row.key.hex(), exc)
             self._counters.add("corrupt_files")
             self.remove(row)
             return None
-        if not self.make_room(dest, row.size, protect | {row.key}):
+        if not self.make_room(dest, sum(len(p) for p in parts), protect):
             return None
         try:
-            location = self._tiers[dest].write(row.key, prefix, payload)
+            if row.format == 1:
+                location = write_blob(self._tiers[dest], row.key, parts[0], parts[1])  # type: ignore[arg-type]
+            else:
+                location = self._tiers[dest].put([(name, parts)])[0]
         except (OSError, kvc.CorruptBlob) as exc:
             self.write_failed(exc, f"moving a cache entry to {dest}")
             return None
         with self._catalog.lock:  # re-read: a load or pin may have updated the row meanwhile
             new = replace(self._catalog.get(row.key) or row, tier=dest, location=location)
             self._catalog.add(new)
-        self._tiers[row.tier].delete(row.key)
+        self._tiers[row.tier].remove(name)
         self._journal.update(row.key, tier=dest, location=location)
         self._journal.emit("updated", new)
         return new
 
-    def remove(self, row: Row) -> None:
-        self._catalog.remove(row.key)
+    def _chunks_to_move(self, row: Row, dest: str) -> list[Chunk]:
+        """The row's stored chunks that must (less lasting than ``dest``) or may (no other
+        row needs them more lasting) move to ``dest``."""
+        out: list[Chunk] = []
+        with self._catalog.lock:
+            for key in self._catalog.chunks.chain(row.key):
+                chunk = self._catalog.chunks.get(key)
+                if chunk is None or chunk.tier is None or chunk.tier == dest:
+                    continue
+                if PERSISTENCE[chunk.tier] < PERSISTENCE[dest] or self._needed_at(chunk) <= PERSISTENCE[dest]:
+                    out.append(chunk)
+        return out
+
+    def _needed_at(self, chunk: Chunk) -> int:
+        homes = [r.tier for k in chunk.rows if (r := self._catalog.get(k)) is not None]
+        return max((PERSISTENCE[t] for t in homes), default=0)
+
+    def settle(self, row: Row) -> None:
+        """After a save: the row's chunks that are less lasting than the row follow it."""
+        for chunk in self._chunks_to_move(row, row.tier):
+            if PERSISTENCE[chunk.tier] < PERSISTENCE[row.tier]:  # type: ignore[index]
+                self.move_chunk(chunk.key, row.tier, frozenset({row.key}))
+
+    def move_chunk(self, key: bytes, dest: str, protect: Protect = frozenset()) -> bool:
+        with self._catalog.lock:
+            chunk = self._catalog.chunks.get(key)
+            source = chunk.tier if chunk is not None else None
+        if chunk is None or source is None or source == dest:
+            return source == dest
         try:
-            self._tiers[row.tier].delete(row.key)
+            header, payload = kvc2.read_chunk(self._tiers[source], key)
+        except (OSError, kvc.CorruptBlob) as exc:
+            self.drop_chunk(key, exc)
+            return False
+        head = kvc2.build_chunk(header, payload)
+        if not self.make_room(dest, len(head) + len(payload), protect):
+            return False
+        try:
+            self._tiers[dest].put([(kvc2.chunk_name(key), (head, payload))])
+        except (OSError, kvc.CorruptBlob) as exc:
+            self.write_failed(exc, f"moving a cache chunk to {dest}")
+            return False
+        with self._catalog.lock:
+            if self._catalog.chunks.get(key) is not chunk or chunk.tier != source:
+                self._tiers[dest].remove(kvc2.chunk_name(key))  # changed under us: undo
+                return False
+            self._catalog.chunks.move(key, dest)
+        self._tiers[source].remove(kvc2.chunk_name(key))
+        self._journal.update_chunk(key, tier=dest)
+        return True
+
+    def drop_chunk(self, key: bytes, exc: BaseException) -> None:
+        """A chunk failed validation (or vanished): delete it, keep the rows that use it
+        (they restore up to it), count it."""
+        with self._catalog.lock:
+            chunk = self._catalog.chunks.get(key)
+            tier = chunk.tier if chunk is not None else None
+            if chunk is not None:
+                self._catalog.chunks.mark_missing(key)
+        if tier is None:
+            return
+        log.warning("dropping corrupt cache chunk %s: %s", key.hex(), exc)
+        self._counters.add("corrupt_files")
+        self._tiers[tier].remove(kvc2.chunk_name(key))
+        self._journal.delete_chunks([key])
+
+    def remove(self, row: Row, *, evicted: bool = False) -> None:
+        removed, orphans = self._catalog.remove(row.key, evicted=evicted)
+        if removed is None:
+            return
+        try:
+            self._tiers[removed.tier].remove(own_name(removed))
         except OSError as exc:
-            log.error("could not delete cache blob %s: %s", row.key.hex(), exc)
+            log.error("could not delete cache file of %s: %s", row.key.hex(), exc)
+        self.delete_chunk_files(orphans)
         self._journal.delete([row.key])
         self._journal.emit("removed", row.key)
 
+    def delete_chunk_files(self, chunks: Iterable[Chunk]) -> None:
+        """Delete the files of chunks already gone from the index (no row uses them)."""
+        keys = []
+        for chunk in chunks:
+            keys.append(chunk.key)
+            if chunk.tier is not None:
+                try:
+                    self._tiers[chunk.tier].remove(kvc2.chunk_name(chunk.key))
+                except OSError as exc:
+                    log.error("could not delete cache chunk %s: %s", chunk.key.hex(), exc)
+        self._journal.delete_chunks(keys)
+
     def write_failed(self, exc: BaseException, doing: str) -> None:
-        """Count a failed blob write: the environment's (shown) or, if not, a bug (loud)."""
+        """Count a failed write: the environment's (shown) or, if not, a bug (loud)."""
         if is_environment_error(exc) or isinstance(exc, kvc.CorruptBlob):
             problem = self._problems.note(exc, doing)
             log.error("cache: %s: %s", problem.message, exc)

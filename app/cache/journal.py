@@ -15,9 +15,10 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
+from app.cache.chunks import Chunk
 from app.cache.counters import Counters
 from app.cache.errors import Problems, is_environment_error
-from app.cache.meta import MetaDB, row_fields
+from app.cache.meta import MetaDB, chunk_fields, row_fields
 from app.cache.rows import Row
 
 log = logging.getLogger(__name__)
@@ -67,6 +68,19 @@ class Journal:
         hexes = [k.hex() for k in keys]
         if hexes:
             self.call("removing cache entries", self.db.delete, hexes)
+
+    def put_chunks(self, chunks: Iterable[Chunk]) -> None:
+        fields = [chunk_fields(c) for c in chunks if c.tier is not None]
+        if fields:
+            self.call("recording cache chunks", self.db.put_chunks, fields)
+
+    def update_chunk(self, key: bytes, **fields: Any) -> None:
+        self.call("updating a cache chunk", self.db.update_chunk, key.hex(), **fields)
+
+    def delete_chunks(self, keys: Iterable[bytes]) -> None:
+        hexes = [k.hex() for k in keys]
+        if hexes:
+            self.call("removing cache chunks", self.db.delete_chunks, hexes)
 
     def counters(self) -> dict[str, int]:
         return self.call("reading counter totals", self.db.counters) or {}

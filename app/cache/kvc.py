@@ -40,6 +40,7 @@ files stay interchangeable with erllama's::
                     0x08 token count        u32             required
                     0x09 token ids          u32 × count     required
                     0x80 model id           UTF-8           Hearth extension
+                    0x81 session id         UTF-8           Hearth extension
                   unknown tags are skipped (forward compatible)
     ------  ----  ---- payload ----------------------------------------------
     80+P+T     N  payload: opaque llama_state_seq bytes; the file ends here
@@ -106,7 +107,8 @@ TAG_VERSION = 0x06
 TAG_DETAIL = 0x07
 TAG_TOKEN_COUNT = 0x08
 TAG_TOKEN_IDS = 0x09
-TAG_MODEL_ID = 0x80  # Hearth extension; erllama readers skip it as an unknown tag
+TAG_MODEL_ID = 0x80  # Hearth extensions; erllama readers skip them as unknown tags
+TAG_SESSION_ID = 0x81
 
 
 class CorruptBlob(ValueError):
@@ -142,6 +144,7 @@ class BlobMeta:
     hits: int = 0
     prompt_text: str = ""
     model_id: str = ""
+    session_id: str = ""
     fingerprint_mode: int = 0
     host: str = ""
     version: str = ""
@@ -182,6 +185,7 @@ def build(meta: BlobMeta, payload: bytes | memoryview) -> bytes:
         (TAG_VERSION, meta.version),
         (TAG_DETAIL, meta.detail),
         (TAG_MODEL_ID, meta.model_id),
+        (TAG_SESSION_ID, meta.session_id),
     ):
         if text:
             records.append(_tlv(tag, text.encode("utf-8")))
@@ -300,6 +304,7 @@ def parse_meta(data: bytes | memoryview, total_size: int | None = None) -> BlobM
         hits=hits,
         prompt_text=bytes(prompt).decode("utf-8", "replace"),
         model_id=str(fields_.get("model_id", "")),
+        session_id=str(fields_.get("session_id", "")),
         fingerprint_mode=_as_int(fields_.get("fingerprint_mode", 0)),
         host=str(fields_.get("host", "")),
         version=str(fields_.get("version", "")),
@@ -325,6 +330,7 @@ _TEXT_TAGS = {
     TAG_VERSION: "version",
     TAG_DETAIL: "detail",
     TAG_MODEL_ID: "model_id",
+    TAG_SESSION_ID: "session_id",
 }
 
 

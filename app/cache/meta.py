@@ -8,6 +8,7 @@ then re-registers every blob. Callers serialise access (the store holds a lock).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
@@ -33,6 +34,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
 from sqlalchemy.pool import StaticPool
 
+from app.cache.chunks import Chunk
 from app.cache.rows import Row, make_row
 
 log = logging.getLogger(__name__)
@@ -67,6 +69,24 @@ class CacheRow(Base):
     hits: Mapped[int] = mapped_column(Integer, default=0)
     status: Mapped[str] = mapped_column(String, default=STATUS_WRITING)
     pinned: Mapped[bool] = mapped_column(Boolean, default=False)
+    session_id: Mapped[str] = mapped_column(String, default="", server_default="")
+    format: Mapped[int] = mapped_column(Integer, default=1, server_default="1")  # KVC 1 or 2
+    chunk_size: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+
+
+class CacheChunk(Base):
+    """One stored KVC v2 chunk (``app.cache.kvc2``): an index of its file's header."""
+
+    __tablename__ = "cache_chunks"
+
+    key: Mapped[str] = mapped_column(String(64), primary_key=True)  # hex
+    parent: Mapped[str] = mapped_column(String(64), index=True)  # hex
+    start: Mapped[int] = mapped_column(Integer)
+    chunk_size: Mapped[int] = mapped_column(Integer)
+    tokens: Mapped[bytes] = mapped_column(LargeBinary)  # u32-LE
+    tier: Mapped[str] = mapped_column(String)
+    size: Mapped[int] = mapped_column(Integer)
+    created: Mapped[float] = mapped_column(Float)
 
 
 class Counter(Base):
@@ -79,6 +99,7 @@ class Counter(Base):
 
 
 ROW_FIELDS = tuple(c.name for c in CacheRow.__table__.columns)
+CHUNK_FIELDS = tuple(c.name for c in CacheChunk.__table__.columns)
 
 
 def _on_connect(dbapi_conn: Any, _record: Any) -> None:
@@ -132,6 +153,7 @@ class MetaDB:
                 if check != "ok":
                     raise SQLAlchemyError(f"quick_check: {check}")
             Base.metadata.create_all(engine)
+            _add_missing_columns(engine)
             with Session(engine) as s:  # the tables must be readable, not just present
                 s.execute(select(CacheRow.key).limit(1)).all()
         except BaseException:
@@ -147,8 +169,9 @@ class MetaDB:
                 dst = Path(f"{self.path}.corrupt-{stamp}{suffix}")
                 try:
                     os.replace(src, dst)
-                except OSError:
-                    src.unlink(missing_ok=True)
+                except OSError:  # a read-only dir: the caller falls back to memory
+                    with contextlib.suppress(OSError):
+                        src.unlink(missing_ok=True)
 
     def close(self) -> None:
         self._engine.dispose()
@@ -187,6 +210,28 @@ class MetaDB:
             result = s.execute(delete(CacheRow).where(CacheRow.tier == tier))
             return int(getattr(result, "rowcount", 0) or 0)
 
+    # -- chunks -------------------------------------------------------------------------
+
+    def all_chunks(self) -> list[dict[str, Any]]:
+        with self._sessions() as s:
+            rows = s.scalars(select(CacheChunk)).all()
+            return [{f: getattr(r, f) for f in CHUNK_FIELDS} for r in rows]
+
+    def put_chunks(self, chunks: Iterable[dict[str, Any]]) -> None:
+        with self._sessions.begin() as s:
+            for fields in chunks:
+                s.merge(CacheChunk(**fields))
+
+    def update_chunk(self, key_hex: str, **fields: Any) -> None:
+        with self._sessions.begin() as s:
+            s.execute(update(CacheChunk).where(CacheChunk.key == key_hex).values(**fields))
+
+    def delete_chunks(self, keys_hex: Iterable[str]) -> None:
+        keys = list(keys_hex)
+        with self._sessions.begin() as s:
+            for i in range(0, len(keys), 500):
+                s.execute(delete(CacheChunk).where(CacheChunk.key.in_(keys[i : i + 500])))
+
     # -- counters -----------------------------------------------------------------------
 
     def counters(self) -> dict[str, int]:
@@ -205,6 +250,40 @@ class MetaDB:
                     row.value += delta
 
 
+def _add_missing_columns(engine: Engine) -> None:
+    """Columns added since a database was created (``ALTER TABLE ADD COLUMN`` with the
+    model's server default): older databases keep their rows."""
+    with engine.begin() as conn:
+        for table in Base.metadata.sorted_tables:
+            have = {r[1] for r in conn.execute(text(f"PRAGMA table_info({table.name})"))}
+            for column in table.columns:
+                if column.name in have:
+                    continue
+                default = column.server_default
+                clause = f" DEFAULT {default.arg!r}" if default is not None else ""  # type: ignore[attr-defined]
+                kind = column.type.compile(dialect=engine.dialect)
+                conn.execute(text(f"ALTER TABLE {table.name} ADD COLUMN {column.name} {kind}{clause}"))
+                log.info("cache database: added column %s.%s", table.name, column.name)
+
+
+def chunk_fields(chunk: Chunk) -> dict[str, Any]:
+    """A stored chunk as database column values."""
+    return {
+        "key": chunk.key.hex(), "parent": chunk.parent.hex(), "start": chunk.start,
+        "chunk_size": chunk.chunk_size, "tokens": chunk.tokens_le, "tier": chunk.tier,
+        "size": chunk.size, "created": chunk.created,
+    }  # fmt: skip
+
+
+def chunk_from_fields(f: dict[str, Any]) -> Chunk:
+    """Inverse of ``chunk_fields``."""
+    return Chunk(
+        key=bytes.fromhex(f["key"]), parent=bytes.fromhex(f["parent"]), start=f["start"],
+        tokens_le=f["tokens"], chunk_size=f["chunk_size"], tier=f["tier"], size=f["size"],
+        created=f["created"],
+    )  # fmt: skip
+
+
 def row_fields(row: Row) -> dict[str, Any]:
     """A Row as database column values."""
     return {
@@ -214,7 +293,8 @@ def row_fields(row: Row) -> dict[str, Any]:
         "size": row.size, "checksum": row.checksum, "save_reason": row.save_reason,
         "context_size": row.context_size, "prompt_preview": row.prompt_preview,
         "created": row.created, "last_used": row.last_used, "hits": row.hits,
-        "status": row.status, "pinned": row.pinned,
+        "status": row.status, "pinned": row.pinned, "session_id": row.session_id,
+        "format": row.format, "chunk_size": row.chunk_size,
     }  # fmt: skip
 
 
@@ -227,4 +307,6 @@ def row_from_fields(f: dict[str, Any]) -> Row:
         last_used=f["last_used"], hits=f["hits"], pinned=bool(f["pinned"]),
         status=f["status"], location=f["location"], checksum=f["checksum"],
         context_size=f["context_size"], prompt_text=f["prompt_preview"],
+        session_id=f.get("session_id") or "", format=f.get("format") or 1,
+        chunk_size=f.get("chunk_size") or 0,
     )  # fmt: skip

@@ -1,17 +1,19 @@
-"""Start-up reconciliation of the cache database with the blob files, as a plan.
+"""Start-up reconciliation of the cache database with the files, as a plan.
 
 The files are the truth, the database an index of them. ``reconcile(tiers, db)`` reads
-both and returns a ``Reconciled`` that the store applies: the rows to index; the database
-rows to drop — ``ram`` rows (their bytes died with the last process) and rows whose file
-is gone; rows to (re)write — ``writing`` rows whose file is complete (the crash came
-between rename and the status update) and files without a row, re-registered from their
-KVC headers (after a lost or corrupt database, that is all of them); and the files to
-delete — unreadable headers, files naming another key, and stale copies left by an
+both and returns a ``Reconciled`` that the store applies: the rows to index (v1 blobs and
+v2 manifests) and the chunks to index; the database rows and chunks to drop — ``ram``
+entries (their bytes died with the last process) and entries whose file is gone; rows and
+chunks to (re)write in the database — ``writing`` rows whose file is complete (the crash
+came between the file and the status update) and files without an entry, re-registered
+from their headers (after a lost or corrupt database, that is all of them); and the files
+to delete — unreadable headers, files naming another key, stale copies left by an
 interrupted move. It touches no store state and deletes nothing itself.
 
-Header checks only: the full CRC check happens when a row is loaded (or in ``verify``), so
+Header checks only: full CRC checks happen when a row is loaded (or in ``verify``), so
 start-up stays fast with gigabytes of blobs. Temp files of interrupted writes are the
-tiers' business (``FileTier.remove_temp_files``), removed by the store before this runs.
+tiers' business (``FileTier.remove_temp_files``), removed by the store before this runs;
+chunks no row uses are the store's to delete once their rows are attached.
 """
 
 from __future__ import annotations
@@ -21,11 +23,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from app.cache import kvc
+from app.cache import kvc, kvc2
+from app.cache.chunks import Chunk
 from app.cache.keys import encode_tokens
-from app.cache.meta import STATUS_AVAILABLE, MetaDB, row_from_fields
+from app.cache.meta import STATUS_AVAILABLE, MetaDB, chunk_from_fields, row_from_fields
 from app.cache.rows import Row, make_row
-from app.cache.tiers import FileTier
+from app.cache.tiers import BLOB_SUFFIX, FileTier, name_key, read_blob_prefix
 
 log = logging.getLogger(__name__)
 
@@ -35,9 +38,13 @@ class Reconciled:
     """What start-up found: apply it to the catalog, the database and the tiers."""
 
     rows: dict[bytes, Row] = field(default_factory=dict)  # the rows to index, by key
+    own_sizes: dict[bytes, int] = field(default_factory=dict)  # a v2 row's manifest bytes
+    chunks: dict[bytes, Chunk] = field(default_factory=dict)  # the chunks to index
     drop_keys: list[str] = field(default_factory=list)  # database rows to delete (hex)
+    drop_chunks: list[str] = field(default_factory=list)  # database chunks to delete (hex)
     put_rows: list[Row] = field(default_factory=list)  # database rows to (re)write
-    delete_files: list[tuple[str, bytes]] = field(default_factory=list)  # (tier, key)
+    put_chunks: list[Chunk] = field(default_factory=list)  # database chunks to (re)write
+    delete_files: list[tuple[str, str]] = field(default_factory=list)  # (tier, file name)
     counters: dict[str, int] = field(default_factory=dict)
 
     def count(self, name: str, n: int = 1) -> None:
@@ -45,50 +52,78 @@ class Reconciled:
 
 
 def row_from_file(tier: FileTier, key: bytes) -> Row:
-    """A row rebuilt from a blob's header and TLVs; ``CorruptBlob``/``OSError`` if bad."""
-    prefix, size = tier.read_prefix(key)
+    """A row rebuilt from a v1 blob's header and TLVs; ``CorruptBlob``/``OSError`` if bad."""
+    prefix, size = read_blob_prefix(tier, key)
     meta = kvc.parse_meta(prefix, total_size=size)
     if meta.key != key:
         raise kvc.CorruptBlob("file name and contents describe different keys")
     return make_row(
-        key=key,
-        model_id=meta.model_id,
-        fingerprint=meta.fingerprint,
-        quant_type=meta.quant_type,
-        ctx_hash=meta.ctx_params_hash,
-        tokens_le=encode_tokens(meta.tokens),
-        tier=tier.name,
-        size=size,
-        save_reason=meta.save_reason,
-        created=float(meta.created),
-        last_used=float(meta.last_used),
-        hits=meta.hits,
-        location=tier.location(key),
-        checksum=meta.payload_crc32c,
-        context_size=meta.context_size,
-        prompt_text=meta.prompt_text,
-    )
+        key=key, model_id=meta.model_id, fingerprint=meta.fingerprint,
+        quant_type=meta.quant_type, ctx_hash=meta.ctx_params_hash,
+        tokens_le=encode_tokens(meta.tokens), tier=tier.name, size=size,
+        save_reason=meta.save_reason, created=float(meta.created),
+        last_used=float(meta.last_used), hits=meta.hits, location=tier.location(kvc_name(key)),
+        checksum=meta.payload_crc32c, context_size=meta.context_size,
+        prompt_text=meta.prompt_text, session_id=meta.session_id,
+    )  # fmt: skip
+
+
+def row_from_manifest(tier: FileTier, key: bytes) -> tuple[Row, int]:
+    """A chunked row rebuilt from its manifest, and the manifest's size."""
+    data = tier.get(kvc2.row_name(key))
+    m = kvc2.parse_row(data, key)
+    row = make_row(
+        key=key, model_id=m.model_id, fingerprint=m.fingerprint, quant_type=m.quant_type,
+        ctx_hash=m.ctx_params_hash, tokens_le=m.tokens_le, tier=tier.name, size=len(data),
+        save_reason=m.save_reason, created=float(m.created), last_used=float(m.last_used),
+        hits=m.hits, location=tier.location(kvc2.row_name(key)), context_size=m.context_size,
+        prompt_text=m.preview, session_id=m.session_id, format=2, chunk_size=m.chunk_size,
+    )  # fmt: skip
+    return row, len(data)
+
+
+def chunk_from_file(tier: FileTier, key: bytes) -> Chunk:
+    header, size = kvc2.read_chunk_header(tier, key)
+    return Chunk(
+        key=key, parent=header.parent, start=header.start, tokens_le=header.tokens_le,
+        chunk_size=header.chunk_size, tier=tier.name, size=size, created=float(header.created),
+    )  # fmt: skip
+
+
+def kvc_name(key: bytes) -> str:
+    return key.hex() + BLOB_SUFFIX
 
 
 def reconcile(tiers: Mapping[str, FileTier], db: MetaDB) -> Reconciled:
     """Compare the database with the files of the file tiers; see the module docstring."""
     out = Reconciled()
+    db_rows: list[dict[str, Any]] = []
+    db_chunks: list[dict[str, Any]] = []
     try:
-        db_rows: list[dict[str, Any]] = db.all_rows()
+        db_rows, db_chunks = db.all_rows(), db.all_chunks()
     except Exception as exc:  # any failure to read is a database to rebuild, never a crash
-        log.error("cache database unreadable (%s); rebuilding from the blob files", exc)
-        db_rows = []
+        log.error("cache database unreadable (%s); rebuilding from the files", exc)
     for fields in db_rows:
         _check_db_row(tiers, fields, out)
+    for fields in db_chunks:
+        _check_db_chunk(tiers, fields, out)
     for tier in tiers.values():
-        for key in tier.list_keys():
-            _check_file(tier, key, out)
+        for name in tier.names(BLOB_SUFFIX):
+            _check_file(tier, name, out, _v1_row)
+        for name in tier.names(kvc2.ROW_SUFFIX):
+            _check_file(tier, name, out, _v2_row)
+        for name in tier.names(kvc2.CHUNK_SUFFIX):
+            _check_chunk_file(tier, name, out)
     if out.drop_keys or out.counters.get("rows_reregistered"):
         log.info(
             "cache reconciled: %d rows, %d dropped, %d re-registered",
             len(out.rows), len(out.drop_keys), out.counters.get("rows_reregistered", 0),
         )  # fmt: skip
     return out
+
+
+def _file_name(fields: dict[str, Any], key: bytes) -> str:
+    return kvc2.row_name(key) if fields.get("format") == 2 else kvc_name(key)
 
 
 def _check_db_row(tiers: Mapping[str, FileTier], fields: dict[str, Any], out: Reconciled) -> None:
@@ -98,38 +133,91 @@ def _check_db_row(tiers: Mapping[str, FileTier], fields: dict[str, Any], out: Re
     except ValueError:
         out.drop_keys.append(fields["key"])
         return
-    if home is None or not home.exists(key):
+    name = _file_name(fields, key)
+    size = home.size_of(name) if home is not None else None
+    if home is None or size is None:
         if home is not None:
             out.count("rows_dropped_missing")
         out.drop_keys.append(fields["key"])
         return
     if fields["status"] == STATUS_AVAILABLE:
-        out.rows[key] = replace(row_from_fields(fields), location=home.location(key))
+        out.rows[key] = replace(row_from_fields(fields), location=home.location(name))
+        if fields.get("format") == 2:
+            out.own_sizes[key] = size
         return
     try:
-        row = replace(row_from_file(home, key), pinned=bool(fields["pinned"]))
+        row, own = _v2_row(home, key) if fields.get("format") == 2 else _v1_row(home, key)
     except (OSError, kvc.CorruptBlob) as exc:
-        log.warning("removing unfinished cache blob %s: %s", key.hex(), exc)
-        out.delete_files.append((home.name, key))
+        log.warning("removing unfinished cache file %s: %s", name, exc)
+        out.delete_files.append((home.name, name))
         out.drop_keys.append(fields["key"])
         return
+    row = replace(row, pinned=bool(fields["pinned"]))
     out.rows[key] = row
+    if own is not None:
+        out.own_sizes[key] = own
     out.put_rows.append(row)
 
 
-def _check_file(tier: FileTier, key: bytes, out: Reconciled) -> None:
+def _check_db_chunk(tiers: Mapping[str, FileTier], fields: dict[str, Any], out: Reconciled) -> None:
+    home = tiers.get(fields["tier"])
+    if home is None or home.size_of(fields["key"] + kvc2.CHUNK_SUFFIX) is None:
+        out.drop_chunks.append(fields["key"])
+        return
+    chunk = chunk_from_fields(fields)
+    out.chunks[chunk.key] = chunk
+
+
+def _v1_row(tier: FileTier, key: bytes) -> tuple[Row, int | None]:
+    return row_from_file(tier, key), None
+
+
+def _v2_row(tier: FileTier, key: bytes) -> tuple[Row, int | None]:
+    return row_from_manifest(tier, key)
+
+
+def _check_file(tier: FileTier, name: str, out: Reconciled, read: Any) -> None:
+    key = name_key(name)
+    if key is None:
+        return
     known = out.rows.get(key)
     if known is not None:
-        if known.tier != tier.name:  # stale copy from an interrupted move
-            out.delete_files.append((tier.name, key))
+        is_v2 = name.endswith(kvc2.ROW_SUFFIX)
+        if known.tier != tier.name or (known.format == 2) != is_v2:
+            # a stale copy from an interrupted move, or the other format of a row being
+            # converted to chunks when the process died: the database's choice wins
+            out.delete_files.append((tier.name, name))
         return
     try:
-        row = row_from_file(tier, key)
+        row, own = read(tier, key)
     except (OSError, kvc.CorruptBlob) as exc:
-        log.warning("deleting unreadable cache blob %s: %s", key.hex(), exc)
+        log.warning("deleting unreadable cache file %s: %s", name, exc)
         out.count("corrupt_files")
-        out.delete_files.append((tier.name, key))
+        out.delete_files.append((tier.name, name))
         return
     out.rows[key] = row
+    if own is not None:
+        out.own_sizes[key] = own
     out.put_rows.append(row)
     out.count("rows_reregistered")
+
+
+def _check_chunk_file(tier: FileTier, name: str, out: Reconciled) -> None:
+    key = name_key(name)
+    if key is None:
+        return
+    known = out.chunks.get(key)
+    if known is not None:
+        if known.tier != tier.name:
+            out.delete_files.append((tier.name, name))
+        return
+    try:
+        chunk = chunk_from_file(tier, key)
+    except (OSError, kvc.CorruptBlob) as exc:
+        log.warning("deleting unreadable cache chunk %s: %s", name, exc)
+        out.count("corrupt_files")
+        out.delete_files.append((tier.name, name))
+        return
+    out.chunks[key] = chunk
+    out.put_chunks.append(chunk)
+    out.count("chunks_reregistered")

@@ -25,7 +25,7 @@ class Row:
     n_tokens: int
     tokens_le: bytes = field(repr=False)  # the token ids, u32 little-endian
     tier: str
-    size: int  # bytes of the whole blob file
+    size: int  # bytes of the blob file; for a chunked row, its manifest and chunks
     save_reason: str
     created: float  # unix seconds
     last_used: float
@@ -36,6 +36,9 @@ class Row:
     checksum: int = 0  # CRC32C of the payload
     context_size: int = 0
     prompt_preview: str = ""
+    session_id: str = ""  # the conversation / session whose save made the row ("" unknown)
+    format: int = 1  # 1: a whole-row KVC v1 blob; 2: a KVC v2 manifest over chunks
+    chunk_size: int = 0  # tokens per chunk of a chunked row (format 2)
 
     @property
     def tokens(self) -> tuple[int, ...]:
@@ -76,6 +79,9 @@ def make_row(
     checksum: int = 0,
     context_size: int = 0,
     prompt_text: str = "",
+    session_id: str = "",
+    format: int = 1,
+    chunk_size: int = 0,
 ) -> Row:
     """A Row. Identity fields may be raw bytes or hex; the prompt text is cut to a preview."""
     if len(tokens_le) % 4:
@@ -100,4 +106,7 @@ def make_row(
         checksum=checksum,
         context_size=context_size,
         prompt_preview=preview(prompt_text),
+        session_id=session_id,
+        format=format,
+        chunk_size=chunk_size,
     )

@@ -1,20 +1,26 @@
 """CacheStore: the KV cache the engine talks to — saves, lookups, loads and management.
 
-It composes the parts: the catalog of published rows and the bytes each tier holds
+It composes the parts: the catalog of rows, chunks and the bytes each tier holds
 (``catalog``), the tiers (``tiers``), quotas with LRU demotion and eviction
-(``eviction``), whole-row blob I/O (``blobs``), the background writer (``writer``), the
-SQLite metadata and change notifications (``journal``), and start-up reconciliation of
-the database with the files (``reconcile``, whose plan the constructor applies; a corrupt
-database is moved aside and rebuilt from the files, losing only user pins).
+(``eviction``), whole-row blobs (``blobs``, KVC v1) and chunked rows (``chunked``, KVC v2,
+the format of every save whose payload ``seqstate`` understands), the lookups
+(``lookup``), the background writer (``writer``), the SQLite metadata and change
+notifications (``journal``), and start-up reconciliation of the database with the files
+(``reconcile``, whose plan ``startup`` applies; a corrupt database is moved aside and
+rebuilt from the files, losing only user pins).
 
-Threads. Any thread may call any method. ``submit_save`` never blocks: the blob is built,
+Read-your-writes: a save is in the catalog the moment ``submit_save`` returns, served from
+memory until the writer has published it, so the next request finds it however busy the
+disk is.
+
+Threads. Any thread may call any method. ``submit_save`` never blocks: the files are built,
 written and published on the writer thread. Locks, always taken in this order:
 ``_io_lock`` serialises everything that changes tier contents (publish, demote, evict,
-move, delete, gc), so quotas hold; ``_lock`` (the catalog's) guards the catalog, in-flight
-saves and load pins and is only held briefly (never during file I/O or hashing); the
-journal's lock serialises the database. Change notifications (``subscribe``) are called
-on whichever thread made the change — the writer thread for ``published`` — with ``_lock``
-not held, so a callback may call back into the store.
+move, delete, gc), so quotas hold; ``_lock`` (the catalog's) guards the catalog and pins
+and is only held briefly (never during file I/O or hashing); the journal's lock serialises
+the database. Change notifications (``subscribe``) are called on whichever thread made the
+change — the writer thread for ``published`` — with ``_lock`` not held, so a callback may
+call back into the store.
 """
 
 from __future__ import annotations
@@ -24,50 +30,48 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from app.cache import kvc2, seqstate
 from app.cache.blobs import Blobs, SaveJob
-from app.cache.catalog import Catalog
+from app.cache.catalog import Catalog, Pending
+from app.cache.chunked import ChunkedRows, is_cuttable
 from app.cache.counters import COUNTER_NAMES, EXTRA_COUNTERS, Counters
 from app.cache.errors import Problem, Problems
 from app.cache.eviction import DEFAULT_QUOTAS, Evictor, check_quota
 from app.cache.journal import Journal, Subscriber
 from app.cache.keys import KeyMeta, encode_tokens
+from app.cache.lookup import Candidate, Found, Lookup, NotFound
 from app.cache.meta import STATUS_AVAILABLE, MetaDB
-from app.cache.reconcile import reconcile
 from app.cache.rows import PREVIEW_CHARS, Row
+from app.cache.startup import open_files
 from app.cache.tiers import (
     TIER_DISK,
     TIER_RAM,
     TIER_RAM_FILE,
     TIERS,
+    Buffer,
     FileTier,
     RamTier,
     Tier,
     default_ram_file_dir,
 )
+from app.cache.verify import VerifyReport, verify_all
 from app.cache.writer import Writer
 
 log = logging.getLogger(__name__)
 
 __all__ = [
     "CacheStore", "KeyMeta", "Row", "VerifyReport", "SAVE_REASONS", "COUNTER_NAMES",
-    "EXTRA_COUNTERS", "DEFAULT_QUOTAS", "PREVIEW_CHARS",
+    "EXTRA_COUNTERS", "DEFAULT_QUOTAS", "PREVIEW_CHARS", "Found", "NotFound",
 ]  # fmt: skip
 
 SAVE_REASONS = ("cold", "continued", "finish", "evict", "shutdown")
 DB_NAME = "kvcache.sqlite"
 
 ProgressFn = Callable[[int, int], None]
-
-
-@dataclass(frozen=True, slots=True)
-class VerifyReport:
-    checked: int
-    ok: int
-    removed: tuple[str, ...]  # hex keys of the bad blobs that were deleted
 
 
 class CacheStore:
@@ -78,6 +82,7 @@ class CacheStore:
         quotas: dict[str, int] | None = None,
         ram_file_dir: Path | None = None,
         writer_queue: int = 32,
+        chunk_tokens: int = kvc2.CHUNK_TOKENS,
     ) -> None:
         self.data_dir = Path(data_dir)
         try:
@@ -93,24 +98,23 @@ class CacheStore:
         }
         self._tiers: dict[str, Tier] = {TIER_RAM: self._ram, **self._file_tiers}
         self._catalog = Catalog()
-        self._lock = self._catalog.lock  # guards the catalog, in-flight saves and pins
+        self._lock = self._catalog.lock
         self._cond = threading.Condition(self._lock)
-        self._io_lock = threading.RLock()  # serialises every change of tier contents
-        self._inflight: dict[bytes, SaveJob] = {}
+        self._io_lock = threading.RLock()
         self._counters = Counters()
         self._problems = Problems()
         self._closed = False
         self._db = MetaDB(self.data_dir / DB_NAME)
         self.db_rebuilt = self._db.rebuilt
         self._journal = Journal(self._db, self._counters, self._problems)
-        self._evictor = Evictor(
-            self._catalog, self._tiers, self._journal, self._counters, self._problems, quotas
-        )
-        self._blobs = Blobs(
-            self._catalog, self._tiers, self._evictor, self._journal, self._counters, self._io_lock
-        )
+        cat, tiers, journal, counters = self._catalog, self._tiers, self._journal, self._counters
+        self._evictor = Evictor(cat, tiers, journal, counters, self._problems, quotas)
+        evictor, io_lock = self._evictor, self._io_lock
+        self._blobs = Blobs(cat, tiers, evictor, journal, counters, io_lock)
+        self._chunked = ChunkedRows(cat, tiers, evictor, journal, counters, io_lock, chunk_tokens)
+        self._lookup = Lookup(cat, tiers, self._blobs, self._chunked, journal, counters)
         with self._io_lock:
-            self._open_files()
+            open_files(self._file_tiers, self._db, self._catalog, self._evictor, self._journal, self._counters)
             self._evictor.gc()
         self._writer: Writer[SaveJob] = Writer(
             self._write_job, maxsize=writer_queue, on_error=self._on_write_error
@@ -128,18 +132,6 @@ class CacheStore:
     def _emit(self, kind: str, obj: Any) -> None:
         self._journal.emit(kind, obj)
 
-    def _open_files(self) -> None:
-        """Start-up: remove temp files, then apply ``reconcile``'s plan."""
-        for tier in self._file_tiers.values():
-            self._counters.add("temp_files_removed", tier.remove_temp_files())
-        plan = reconcile(self._file_tiers, self._db)
-        for tier_name, key in plan.delete_files:
-            self._file_tiers[tier_name].delete(key)
-        self._catalog.add_all(plan.rows.values())
-        self._counters.add_all(plan.counters)
-        self._journal.call("reconciling the database", self._db.delete, plan.drop_keys)
-        self._journal.put_many(plan.put_rows)
-
     # -- saving -------------------------------------------------------------------------
 
     def submit_save(
@@ -148,50 +140,61 @@ class CacheStore:
         model_id: str,
         meta: KeyMeta,
         tokens: Sequence[int],
-        payload: bytes | memoryview,
+        payload: Buffer,
         reason: str,
         tier: str,
         context_size: int = 0,
         prompt_text: str = "",
         quant_bits: int = 0,
+        session_id: str | None = None,
     ) -> bytes | None:
         """Queue a save; the key when queued or already present, None when dropped.
 
-        Never blocks. Counts ``saves_<reason>`` for every call, and ``duplicate_dropped`` or
-        ``saves_dropped`` when nothing new is queued.
+        Never blocks. A queued save is found by lookups at once (served from memory until
+        it is written). Counts ``saves_<reason>`` for every call, and ``duplicate_dropped``
+        or ``saves_dropped`` when nothing new is queued.
         """
         if reason not in SAVE_REASONS:
             raise ValueError(f"unknown save reason {reason!r}; expected one of {SAVE_REASONS}")
         if tier not in TIERS:
             raise ValueError(f"unknown cache tier {tier!r}; expected one of {TIERS}")
         tokens_le = encode_tokens(tokens)
+        n_tokens = len(tokens_le) // 4
         key = meta.key(tokens_le)
         job = SaveJob(
-            key, model_id, meta, tokens_le, len(tokens_le) // 4, payload, reason,
-            tier, context_size, prompt_text, quant_bits,
+            key, model_id, meta, tokens_le, n_tokens, payload, reason, tier, context_size,
+            prompt_text, quant_bits, session_id or "", is_cuttable(payload, n_tokens),
         )  # fmt: skip
         with self._lock:
             self._counters.add(f"saves_{reason}")
-            if key in self._catalog or key in self._inflight:
+            if key in self._catalog or self._catalog.is_pending(key):
                 self._counters.add("duplicate_dropped")
                 return key
             if self._closed:
                 self._counters.add("saves_dropped")
                 return None
-            self._inflight[key] = job
+            self._catalog.add_pending(Pending(job.pending_row(), job, job.cuttable))
             if not self._writer.submit(job):
-                del self._inflight[key]
+                self._catalog.drop_pending(key)
                 self._counters.add("saves_dropped")
                 return None
         return key
 
     def _write_job(self, job: SaveJob) -> None:
         """Writer thread: store the job, then let waiters and subscribers know."""
+        row: Row | None = None
         try:
-            row = self._blobs.write(job)
+            if job.cuttable:
+                try:
+                    row = self._chunked.write(job)
+                except seqstate.UnknownLayout as exc:  # parsed at submit; be safe anyway
+                    log.warning("cache payload cannot be chunked (%s); stored whole", exc)
+                    row = self._blobs.write(job)
+            else:
+                row = self._blobs.write(job)
         finally:
             with self._cond:
-                self._inflight.pop(job.key, None)
+                self._catalog.drop_pending(job.key)
                 self._cond.notify_all()
         if row is not None:
             self._journal.emit("published", row)
@@ -199,38 +202,49 @@ class CacheStore:
     def _on_write_error(self, job: SaveJob, exc: BaseException) -> None:
         self._evictor.write_failed(exc, "saving to the cache")
         with self._cond:
-            self._inflight.pop(job.key, None)
+            self._catalog.drop_pending(job.key)
             self._cond.notify_all()
 
     # -- lookups ------------------------------------------------------------------------
 
+    def find(
+        self,
+        meta: KeyMeta,
+        prompt: Sequence[int],
+        *,
+        parent_key: bytes | None = None,
+        min_tokens: int = 2,
+    ) -> Found | NotFound:
+        """The longest prefix of ``prompt`` shared with anything held (exact row, the
+        ``parent_key`` row, or any row longer, shorter or diverging), restored and cut to
+        exactly the shared cells; or why there is none (``lookup`` says how)."""
+        return self._lookup.find(meta, prompt, parent_key=parent_key, min_tokens=min_tokens)
+
+    def match(
+        self, meta: KeyMeta, prompt: Sequence[int], *, parent_key: bytes | None = None
+    ) -> Candidate | None:
+        """The best candidate ``find`` would restore (no bytes read): for benchmarks."""
+        cands = self._lookup.candidates(meta, prompt, parent_key)
+        return cands[0] if cands else None
+
     def lookup_exact(self, meta: KeyMeta, tokens: Sequence[int]) -> Row | None:
-        """The published row for exactly these tokens, or None."""
-        return self._catalog.get(meta.key(tokens))
+        """The row for exactly these tokens (published, or still being written), or None."""
+        return self._catalog.find(meta.key(tokens))
 
     def get(self, key: bytes) -> Row | None:
         """The published row for a key, or None."""
         return self._catalog.get(key)
 
     def wait_for(self, key: bytes, timeout_ms: int) -> Row | None:
-        """The row for ``key``; if its save is queued or being written, wait for the publish
-        up to ``timeout_ms``. None when it is neither published nor in flight, or on timeout."""
-        deadline = time.monotonic() + max(0, timeout_ms) / 1000
-        with self._cond:
-            while True:
-                row = self._catalog.get(key)
-                if row is not None or key not in self._inflight:
-                    return row
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return None
-                self._cond.wait(remaining)
+        """The row for ``key``, published or still being written (a save is found the
+        moment it is submitted, so this never needs to wait any more); None if unknown."""
+        return self._catalog.find(key)
 
     def longest_prefix(
         self, meta: KeyMeta, tokens: Sequence[int], *, max_len: int | None = None
     ) -> Row | None:
-        """The longest published row whose tokens are a prefix of ``tokens`` (any length
-        from 1 to ``max_len``), verified token for token. Linear in the prompt."""
+        """The longest row (published or being written) whose tokens are a prefix of
+        ``tokens`` (any length from 1 to ``max_len``), verified token for token."""
         t0 = time.perf_counter_ns()
         limit = len(tokens) if max_len is None else min(max_len, len(tokens))
         best = self._catalog.longest_prefix(meta, tokens, limit)
@@ -240,36 +254,10 @@ class CacheStore:
 
     # -- loading ------------------------------------------------------------------------
 
-    def load(self, row: Row) -> bytes | memoryview | None:
-        """The row's payload, CRC- and key-checked; None (a miss) if it is gone or bad.
-
-        The row is pinned against eviction while it is read. A corrupt, torn or missing
-        blob is deleted, its row dropped and ``corrupt_files`` counted.
-        """
-        t0 = time.perf_counter_ns()
-        cur = self._catalog.pin_load(row.key)
-        if cur is None:
-            return None
-        try:
-            payload = self._blobs.read_valid(cur)
-        finally:
-            self._catalog.unpin_load(row.key)
-        if payload is None:
-            return None
-        with self._lock:
-            updated = self._catalog.get(row.key)
-            if updated is not None:
-                updated = replace(updated, last_used=time.time(), hits=updated.hits + 1)
-                self._catalog.add(updated)
-        self._counters.add("loads")
-        # NOTE: not load_total_ns: the engine times the whole restore (read + unpack)
-        # and adds it there through count(); this is the blob read + check alone.
-        self._counters.add("blob_read_ns", time.perf_counter_ns() - t0)
-        if updated is not None:
-            self._tiers[updated.tier].touch(updated.key, updated.hits, int(updated.last_used))
-            self._journal.update(updated.key, last_used=updated.last_used, hits=updated.hits)
-            self._journal.emit("updated", updated)
-        return payload
+    def load(self, row: Row) -> Buffer | None:
+        """The row's whole payload, checked; None (a miss) if it is gone or damaged. A save
+        still being written is served from memory."""
+        return self._lookup.load(row)
 
     # -- counters -----------------------------------------------------------------------
 
@@ -307,18 +295,15 @@ class CacheStore:
             self._evictor.gc()
 
     def tier_usage(self) -> dict[str, tuple[int, int]]:
-        """``{tier: (used bytes, quota bytes)}``."""
+        """``{tier: (used bytes, quota bytes)}``, chunks shared by many rows counted once."""
         usage = self._catalog.usage_all()
         return {t: (usage[t], self._evictor.quotas[t]) for t in TIERS}
 
     def rows(self, model_id: str | None = None) -> list[Row]:
         """Snapshots of every row (published, then in-flight ones with status ``writing``)."""
         with self._lock:
-            out = [r for r in self._catalog.rows() if model_id is None or r.model_id == model_id]
-            for job in self._inflight.values():
-                if model_id is None or job.model_id == model_id:
-                    out.append(job.pending_row())
-        return out
+            out = self._catalog.rows() + self._catalog.pending_rows()
+        return [r for r in out if model_id is None or r.model_id == model_id]
 
     def pin(self, key: bytes) -> bool:
         """User pin: quotas never evict or demote the row. Persistent."""
@@ -346,7 +331,7 @@ class CacheStore:
                 return False
             if row.tier == TIER_DISK:
                 self._counters.add("evictions")
-                self._evictor.remove(row)
+                self._evictor.remove(row, evicted=True)
                 return True
             return self._evictor.demote(row)
 
@@ -366,7 +351,7 @@ class CacheStore:
             row = self.get(key)
             if row is None:
                 return False
-            return row.tier == tier or self._evictor.relocate(row, tier) is not None
+            return self._evictor.relocate(row, tier) is not None
 
     def clear(
         self,
@@ -395,17 +380,12 @@ class CacheStore:
             return self._evictor.gc()
 
     def verify(self, progress: ProgressFn | None = None) -> VerifyReport:
-        """Re-check the CRC and key of every blob; bad ones are deleted and counted."""
-        rows = [r for r in self.rows() if r.status == STATUS_AVAILABLE]
-        removed: list[str] = []
-        for i, row in enumerate(rows):
-            if progress:
-                progress(i, len(rows))
-            if self.get(row.key) is not None and self._blobs.read_valid(row) is None:
-                removed.append(row.key.hex())
-        if progress:
-            progress(len(rows), len(rows))
-        return VerifyReport(len(rows), len(rows) - len(removed), tuple(removed))
+        """Re-check every blob, manifest and chunk (CRCs and keys); bad ones are deleted and
+        counted. Rows sharing a bad chunk keep what precedes it (``rows_damaged``)."""
+        return verify_all(
+            self._catalog, self._tiers, self._blobs, self._chunked, self._evictor,
+            self._counters, self._io_lock, progress,
+        )  # fmt: skip
 
     # -- notifications, lifecycle -----------------------------------------------------------
 

@@ -1,17 +1,19 @@
-"""Where blob bytes live: ``ram`` (a dict in this process), ``ram_file`` (files on a tmpfs)
+"""Where cache bytes live: ``ram`` (a dict in this process), ``ram_file`` (files on a tmpfs)
 and ``disk`` (files under ``<data_dir>/kv/``).
 
-Every tier stores whole KVC blobs (the RAM tier keeps the prefix and the payload as two
-objects, so neither saving nor loading copies the payload), and a load validates RAM and
-file blobs the same way.
+A tier holds named files: KVC v1 blobs (``<hex key>.kvc``), KVC v2 chunks (``.kvch``) and
+row manifests (``.kvr``). The RAM tier keeps each file as the parts it was written from
+(header, payload), so neither saving nor loading copies a payload; every tier's files are
+validated the same way on load.
 
-File tiers publish atomically: an exclusive temp file (``O_EXCL``) is written, fsynced,
-renamed onto ``<hex key>.kvc``, the directory is fsynced, and the file's size and prefix are
-read back and checked (the payload's CRC32C is checked on every load). A crash can leave
-only temp files (``*.kvc-tmp``), which ``remove_temp_files`` deletes at start-up, so a torn
-``.kvc`` never appears under its final name.
+File tiers publish atomically: each file goes to an exclusive temp file (``O_EXCL``), is
+written and fsynced, then renamed onto its final name; the directory is fsynced once for
+the batch (``put``), and each file's size and first part are read back and checked (the
+payload's CRC32C is checked on every load). A crash can leave only temp files
+(``*.kvc-tmp``), which ``remove_temp_files`` deletes at start-up, so a torn file never
+appears under its final name.
 
-Tiers are not thread-safe on their own for the same key; the store serialises writers.
+Tiers are not thread-safe on their own for the same name; the store serialises writers.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import logging
 import os
 import secrets
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Protocol
 
@@ -34,93 +36,122 @@ TIER_RAM = "ram"
 TIER_RAM_FILE = "ram_file"
 TIER_DISK = "disk"
 TIERS = (TIER_RAM, TIER_RAM_FILE, TIER_DISK)
+PERSISTENCE = {TIER_RAM: 0, TIER_RAM_FILE: 1, TIER_DISK: 2}  # what outlives what
 
 BLOB_SUFFIX = ".kvc"
 TEMP_SUFFIX = ".kvc-tmp"
+
+Buffer = bytes | memoryview
+FileParts = tuple[str, Sequence[Buffer]]  # (name, parts whose concatenation is the file)
 
 
 class Tier(Protocol):
     name: str
 
-    def write(self, key: bytes, prefix: bytes, payload: bytes | memoryview) -> str:
-        """Store a blob (``prefix + payload``) atomically and validated; return its location."""
+    def put(self, files: Sequence[FileParts]) -> list[str]:
+        """Publish files atomically (each whole or not at all) and validated; locations."""
         ...
 
-    def read(self, key: bytes) -> bytes:
-        """The whole blob; ``FileNotFoundError`` when absent."""
+    def get(self, name: str) -> bytes:
+        """A whole file; ``FileNotFoundError`` when absent."""
         ...
 
-    def read_parts(self, key: bytes) -> tuple[bytes, bytes | memoryview]:
-        """The blob as (prefix, payload), unvalidated; ``FileNotFoundError`` when absent."""
+    def get_parts(self, name: str) -> tuple[Buffer, ...]:
+        """A file as stored: the RAM tier's parts, or a file tier's bytes as one part."""
         ...
 
-    def read_prefix(self, key: bytes) -> tuple[bytes, int]:
-        """The bytes before the payload and the blob's total size (for re-registration)."""
+    def get_head(self, name: str, n: int) -> tuple[bytes, int]:
+        """Up to ``n`` leading bytes of a file, and its size."""
         ...
 
-    def delete(self, key: bytes) -> None: ...
+    def remove(self, name: str) -> None: ...
 
-    def touch(self, key: bytes, hits: int, last_used: int) -> None:
-        """Best effort: record a load in the blob header (hit count, last-used time)."""
+    def has(self, name: str) -> bool: ...
+
+    def size_of(self, name: str) -> int | None:
+        """A file's size, or None when it is absent."""
         ...
 
-    def exists(self, key: bytes) -> bool: ...
+    def names(self, suffix: str) -> list[str]:
+        """Names of the files ending in ``suffix`` (``<64 hex digits><suffix>``)."""
+        ...
 
-    def list_keys(self) -> Iterator[bytes]: ...
+    def patch(self, name: str, offset: int, data: bytes) -> None:
+        """Best effort: overwrite a few header bytes in place (hit counts, last use)."""
+        ...
 
-    def location(self, key: bytes) -> str: ...
+    def location(self, name: str) -> str: ...
+
+
+def blob_name(key: bytes) -> str:
+    return key.hex() + BLOB_SUFFIX
+
+
+def name_key(name: str) -> bytes | None:
+    """The 32-byte key a file name starts with, or None when it is not ``<hex>.<suffix>``."""
+    head = name.split(".", 1)[0]
+    if len(head) != 64:
+        return None
+    try:
+        return bytes.fromhex(head)
+    except ValueError:
+        return None
 
 
 class RamTier:
-    """Blobs as (prefix, payload) pairs of bytes in a dict; lost when the process exits."""
+    """Files as tuples of their parts in a dict; lost when the process exits."""
 
     name = TIER_RAM
 
     def __init__(self) -> None:
-        self._blobs: dict[bytes, tuple[bytes, bytes | memoryview]] = {}
+        self._files: dict[str, tuple[Buffer, ...]] = {}
         self._lock = threading.Lock()
 
-    def write(self, key: bytes, prefix: bytes, payload: bytes | memoryview) -> str:
-        # Framing, lengths and key, as the file tiers' read-back checks. NOTE: not the payload
-        # CRC again: kvc.build computed it from this very (immutable) payload a moment ago.
-        meta = kvc.parse_meta(prefix, total_size=len(prefix) + len(payload))
-        if meta.payload_offset != len(prefix) or meta.key != key:
-            raise kvc.CorruptBlob("the prefix does not describe this payload or key")
+    def put(self, files: Sequence[FileParts]) -> list[str]:
         with self._lock:
-            self._blobs[key] = (prefix, payload)
-        return TIER_RAM
+            for name, parts in files:
+                self._files[name] = tuple(parts)
+        return [TIER_RAM] * len(files)
 
-    def read_parts(self, key: bytes) -> tuple[bytes, bytes | memoryview]:
+    def get_parts(self, name: str) -> tuple[Buffer, ...]:
         with self._lock:
-            parts = self._blobs.get(key)
+            parts = self._files.get(name)
         if parts is None:
-            raise FileNotFoundError(f"no RAM blob {key.hex()}")
+            raise FileNotFoundError(f"no RAM file {name}")
         return parts
 
-    def read(self, key: bytes) -> bytes:
-        prefix, payload = self.read_parts(key)
-        return prefix + payload
+    def get(self, name: str) -> bytes:
+        parts = self.get_parts(name)
+        return parts[0] if len(parts) == 1 and isinstance(parts[0], bytes) else b"".join(parts)
 
-    def read_prefix(self, key: bytes) -> tuple[bytes, int]:
-        prefix, payload = self.read_parts(key)
-        return prefix, len(prefix) + len(payload)
+    def get_head(self, name: str, n: int) -> tuple[bytes, int]:
+        parts = self.get_parts(name)
+        first = bytes(parts[0][:n]) if parts else b""
+        if len(first) < n and len(parts) > 1:
+            first = b"".join(parts)[:n]
+        return first, sum(len(p) for p in parts)
 
-    def delete(self, key: bytes) -> None:
+    def remove(self, name: str) -> None:
         with self._lock:
-            self._blobs.pop(key, None)
+            self._files.pop(name, None)
 
-    def touch(self, key: bytes, hits: int, last_used: int) -> None:
-        pass  # RAM blobs die with the process; the index has the numbers
-
-    def exists(self, key: bytes) -> bool:
+    def has(self, name: str) -> bool:
         with self._lock:
-            return key in self._blobs
+            return name in self._files
 
-    def list_keys(self) -> Iterator[bytes]:
+    def size_of(self, name: str) -> int | None:
         with self._lock:
-            return iter(list(self._blobs))
+            parts = self._files.get(name)
+        return None if parts is None else sum(len(p) for p in parts)
 
-    def location(self, key: bytes) -> str:
+    def names(self, suffix: str) -> list[str]:
+        with self._lock:
+            return [n for n in self._files if n.endswith(suffix)]
+
+    def patch(self, name: str, offset: int, data: bytes) -> None:
+        pass  # RAM files die with the process; the index has the numbers
+
+    def location(self, name: str) -> str:
         return TIER_RAM
 
 
@@ -132,7 +163,7 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def _write_all(fd: int, data: bytes | memoryview) -> None:
+def _write_all(fd: int, data: Buffer) -> None:
     view = memoryview(data)
     while view:
         n = os.write(fd, view)
@@ -140,7 +171,7 @@ def _write_all(fd: int, data: bytes | memoryview) -> None:
 
 
 class FileTier:
-    """Blobs as ``<hex key>.kvc`` files in one directory."""
+    """Files in one directory."""
 
     def __init__(self, name: str, directory: Path) -> None:
         self.name = name
@@ -151,101 +182,98 @@ class FileTier:
             log.error("cache tier %s: cannot create %s: %s", name, directory, exc)
 
     def path(self, key: bytes) -> Path:
-        return self.dir / (key.hex() + BLOB_SUFFIX)
+        """The path of a v1 blob."""
+        return self.dir / blob_name(key)
 
-    def location(self, key: bytes) -> str:
-        return str(self.path(key))
+    def location(self, name: str) -> str:
+        return str(self.dir / name)
 
-    def write(self, key: bytes, prefix: bytes, payload: bytes | memoryview) -> str:
-        final = self.path(key)
-        tmp = self.dir / f"{key.hex()}.{os.getpid()}-{secrets.token_hex(4)}{TEMP_SUFFIX}"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    def put(self, files: Sequence[FileParts]) -> list[str]:
+        done: list[Path] = []
+        temps: list[tuple[Path, Path]] = []
         try:
-            try:
-                _write_all(fd, prefix)
-                _write_all(fd, payload)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.rename(tmp, final)
+            for name, parts in files:
+                tmp = self.dir / f"{name}.{os.getpid()}-{secrets.token_hex(4)}{TEMP_SUFFIX}"
+                temps.append((tmp, self.dir / name))
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+                try:
+                    for part in parts:
+                        _write_all(fd, part)
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+            for tmp, final in temps:
+                os.rename(tmp, final)
+                done.append(final)
+            _fsync_dir(self.dir)
+            # NOTE: the size and the first part (a header) are read back, not the whole
+            # payload: re-reading and re-checking 14 MB took ~16 ms of CPU per save on this
+            # machine, next to the decode threads. Payload CRCs are checked on every load.
+            for (_name, parts), final in zip(files, done, strict=True):
+                with open(final, "rb") as f:
+                    size = os.fstat(f.fileno()).st_size
+                    head = f.read(len(parts[0])) if parts else b""
+                if size != sum(len(p) for p in parts) or (parts and head != parts[0]):
+                    raise kvc.CorruptBlob(f"{final} does not read back as written")
         except BaseException:
-            with contextlib.suppress(OSError):
-                tmp.unlink()
+            for tmp, _ in temps:
+                with contextlib.suppress(OSError):
+                    tmp.unlink()
+            for final in done:
+                with contextlib.suppress(OSError):
+                    final.unlink()
             raise
-        _fsync_dir(self.dir)
-        # NOTE: the size and the prefix are read back, not the whole payload: re-reading and
-        # re-checking 14 MB took ~16 ms of CPU per save on this machine, next to the decode
-        # threads. The payload's CRC32C (in the prefix) is checked on every load.
-        try:
-            with open(final, "rb") as f:
-                size = os.fstat(f.fileno()).st_size
-                head = f.read(len(prefix))
-            if size != len(prefix) + len(payload) or head != prefix:
-                raise kvc.CorruptBlob(f"{final} does not read back as written")
-        except (OSError, kvc.CorruptBlob):
-            with contextlib.suppress(OSError):
-                final.unlink()
-            raise
-        return str(final)
+        return [str(p) for p in done]
 
-    def read(self, key: bytes) -> bytes:
-        return self.path(key).read_bytes()
+    def get(self, name: str) -> bytes:
+        return (self.dir / name).read_bytes()
 
-    def read_parts(self, key: bytes) -> tuple[bytes, bytes | memoryview]:
-        data = self.read(key)
-        offset = kvc.payload_offset_of(data[: kvc.FIXED_SIZE])
-        return data[:offset], data[offset:]
+    def get_parts(self, name: str) -> tuple[Buffer, ...]:
+        return (self.get(name),)
 
-    def read_prefix(self, key: bytes) -> tuple[bytes, int]:
-        with open(self.path(key), "rb") as f:
-            size = os.fstat(f.fileno()).st_size
-            fixed = f.read(kvc.FIXED_SIZE)
-            offset = kvc.payload_offset_of(fixed)
-            if offset > size:
-                raise kvc.CorruptBlob("payload offset beyond the end of the file")
-            return fixed + f.read(offset - len(fixed)), size
+    def get_head(self, name: str, n: int) -> tuple[bytes, int]:
+        with open(self.dir / name, "rb") as f:
+            return f.read(n), os.fstat(f.fileno()).st_size
 
-    def delete(self, key: bytes) -> None:
+    def remove(self, name: str) -> None:
         with contextlib.suppress(FileNotFoundError):
-            self.path(key).unlink()
+            (self.dir / name).unlink()
 
-    def touch(self, key: bytes, hits: int, last_used: int) -> None:
-        # NOTE: header fields outside the CRC and the key, patched in place without fsync:
-        # they only order LRU and show hits after a database rebuild.
+    def has(self, name: str) -> bool:
+        return (self.dir / name).is_file()
+
+    def size_of(self, name: str) -> int | None:
         try:
-            fd = os.open(self.path(key), os.O_WRONLY)
+            st = os.stat(self.dir / name)
         except OSError:
-            return
-        try:
-            os.pwrite(fd, kvc.HITS_FIELD.pack(min(hits, 0xFFFFFFFF)), kvc.HITS_OFFSET)
-            os.pwrite(fd, kvc.LAST_USED_FIELD.pack(last_used), kvc.LAST_USED_OFFSET)
-        except OSError as exc:
-            log.debug("could not update the header of %s: %s", key.hex(), exc)
-        finally:
-            os.close(fd)
+            return None
+        return st.st_size if os.path.isfile(self.dir / name) else None
 
-    def exists(self, key: bytes) -> bool:
-        return self.path(key).is_file()
-
-    def list_keys(self) -> Iterator[bytes]:
+    def names(self, suffix: str) -> list[str]:
         try:
             names = os.listdir(self.dir)
         except OSError:
-            return iter(())
-        out = []
-        for name in names:
-            if not name.endswith(BLOB_SUFFIX) or len(name) != 64 + len(BLOB_SUFFIX):
-                continue
-            try:
-                out.append(bytes.fromhex(name[:64]))
-            except ValueError:
-                continue
-        return iter(out)
+            return []
+        return [n for n in names if n.endswith(suffix) and len(n) == 64 + len(suffix)]
+
+    def patch(self, name: str, offset: int, data: bytes) -> None:
+        # NOTE: header fields outside every CRC and key, patched in place without fsync:
+        # they only order LRU and show hits after a database rebuild.
+        try:
+            fd = os.open(self.dir / name, os.O_WRONLY)
+        except OSError:
+            return
+        try:
+            os.pwrite(fd, data, offset)
+        except OSError as exc:
+            log.debug("could not update the header of %s: %s", name, exc)
+        finally:
+            os.close(fd)
 
     def remove_temp_files(self) -> int:
         """Delete leftovers of interrupted writes; returns how many were removed.
 
-        Temp names carry the writer's pid (``<hex key>.<pid>-<rand>.kvc-tmp``); files of a
+        Temp names carry the writer's pid (``<name>.<pid>-<rand>.kvc-tmp``); files of a
         process that is still alive (say the GUI, while ``hearth cache ls`` runs) are kept.
         """
         removed = 0
@@ -261,9 +289,55 @@ class FileTier:
         return removed
 
 
+# -- KVC v1 whole-row blobs on any tier ----------------------------------------------------
+
+
+def write_blob(tier: Tier, key: bytes, prefix: bytes, payload: Buffer) -> str:
+    """Store a v1 blob (``prefix + payload``) atomically and validated; its location."""
+    meta = kvc.parse_meta(prefix, total_size=len(prefix) + len(payload))
+    if meta.payload_offset != len(prefix) or meta.key != key:
+        raise kvc.CorruptBlob("the prefix does not describe this payload or key")
+    return tier.put([(blob_name(key), (prefix, payload))])[0]
+
+
+def read_blob_parts(tier: Tier, key: bytes) -> tuple[bytes, Buffer]:
+    """A v1 blob as (prefix, payload), unvalidated; ``FileNotFoundError`` when absent."""
+    parts = tier.get_parts(blob_name(key))
+    if len(parts) == 2:
+        return bytes(parts[0]), parts[1]
+    data = bytes(parts[0]) if len(parts) == 1 else b"".join(parts)
+    offset = kvc.payload_offset_of(data[: kvc.FIXED_SIZE])
+    return data[:offset], data[offset:]
+
+
+def read_blob_prefix(tier: Tier, key: bytes) -> tuple[bytes, int]:
+    """The bytes before a v1 blob's payload and the blob's total size."""
+    fixed, size = tier.get_head(blob_name(key), kvc.FIXED_SIZE)
+    offset = kvc.payload_offset_of(fixed)
+    if offset > size:
+        raise kvc.CorruptBlob("payload offset beyond the end of the file")
+    head, _ = tier.get_head(blob_name(key), offset)
+    return head, size
+
+
+def touch_blob(tier: Tier, key: bytes, hits: int, last_used: int) -> None:
+    """Best effort: record a load in a v1 blob's header (hit count, last-used time)."""
+    name = blob_name(key)
+    tier.patch(name, kvc.HITS_OFFSET, kvc.HITS_FIELD.pack(min(hits, 0xFFFFFFFF)))
+    tier.patch(name, kvc.LAST_USED_OFFSET, kvc.LAST_USED_FIELD.pack(last_used))
+
+
+def blob_keys(tier: Tier) -> Iterator[bytes]:
+    for name in tier.names(BLOB_SUFFIX):
+        key = name_key(name)
+        if key is not None:
+            yield key
+
+
 def _writer_alive(temp_name: str) -> bool:
     try:
-        pid = int(temp_name.split(".")[1].split("-")[0])
+        stem = temp_name[: -len(TEMP_SUFFIX)]
+        pid = int(stem.rsplit(".", 1)[1].split("-")[0])
     except (IndexError, ValueError):
         return False
     if pid == os.getpid() or pid <= 0:

@@ -1,8 +1,14 @@
 """The scheduler's view of the KV cache: look up on admission, save at the five moments.
 
 ``NullCache`` always misses and never saves (cache off). ``StoreCache`` adapts an
-``app.cache.store.CacheStore`` for one model: it owns the hit/miss counters and the policy
+``app.cache.store.CacheStore`` for one model: it owns the hit counters and the policy
 gates, while the scheduler owns the KV (it packs and unpacks, between ticks).
+
+A lookup answers ``Hit`` or ``Miss``. A hit is the longest prefix the prompt shares with
+anything the cache holds — a row the prompt extends, a longer row, a row that diverges
+from it (regenerate, edit, branch), or a save still being written — with its payload
+already cut to exactly those cells. The scheduler decides what to re-prefill (always at
+least the last prompt token, for fresh logits). A miss says why nothing could be reused.
 """
 
 from __future__ import annotations
@@ -13,32 +19,50 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, Protocol
 
 from app.cache.keys import KeyMeta
+from app.cache.lookup import NotFound
 from app.cache.policy import CachePolicy, cold_save_split, should_continued_save, should_finish_save
-from app.cache.prefix import is_prefix
 
 if TYPE_CHECKING:
-    from app.cache.rows import Row
     from app.cache.store import CacheStore
 
 log = logging.getLogger(__name__)
 
 SaveReason = Literal["cold", "continued", "finish", "evict", "shutdown"]
+MissReason = Literal["nothing_shared", "evicted", "other_identity", "corrupt", "too_short"]
+
+# NOTE: a restore of n cells gives n - 1 reused tokens (the last prompt token is prefilled
+# again for fresh logits), so fewer than 2 shared tokens reuse nothing.
+MIN_RESTORE_TOKENS = 2
 
 
 @dataclass(frozen=True, slots=True)
 class Hit:
-    """A cache row to restore: its tokens (a prefix of the prompt) and packed KV."""
+    """What to restore: ``payload`` is a one-stream per-seq state holding exactly the cells
+    of ``tokens``, the prompt's first ``len(tokens)`` tokens."""
 
-    kind: Literal["exact", "partial"]
+    kind: Literal["exact", "partial"]  # exact: the whole prompt; partial: a head of it
     source: Literal["exact", "resume", "longest_prefix"]
     tokens: tuple[int, ...]
     payload: bytes | memoryview
+    row_tokens: int = 0  # length of the row it was cut from (longer when cut)
+    origin_session: str | None = None  # the session whose save it was, when known
+
+
+@dataclass(frozen=True, slots=True)
+class Miss:
+    """Nothing to restore, and why: ``tokens_shared`` is the longest prefix the prompt shares
+    with anything held or remembered (another identity's rows, evicted rows)."""
+
+    reason: MissReason
+    tokens_shared: int = 0
 
 
 class CacheHooks(Protocol):
     policy: CachePolicy
 
-    def lookup(self, meta: KeyMeta, prompt: Sequence[int], parent_key: bytes | None) -> Hit | None: ...
+    def lookup(
+        self, meta: KeyMeta, prompt: Sequence[int], parent_key: bytes | None, session_id: str | None = None
+    ) -> Hit | Miss: ...
 
     def count_miss(self) -> None: ...
 
@@ -46,8 +70,17 @@ class CacheHooks(Protocol):
 
     def count_load(self, ns: int) -> None: ...
 
-    def save(self, meta: KeyMeta, tokens: Sequence[int], payload: bytes | memoryview, reason: SaveReason, pack_ns: int) -> bytes | None:
-        """Queue a save; returns the key when queued or already present, None when dropped."""
+    def save(
+        self,
+        meta: KeyMeta,
+        tokens: Sequence[int],
+        payload: bytes | memoryview,
+        reason: SaveReason,
+        pack_ns: int,
+        session_id: str | None = None,
+    ) -> bytes | None:
+        """Queue a save; returns the key when queued or already present, None when dropped.
+        It is found by lookups at once (read-your-writes)."""
         ...
 
     def cold_split(self, num_tokens: int) -> int: ...
@@ -63,8 +96,10 @@ class NullCache:
     def __init__(self, policy: CachePolicy | None = None) -> None:
         self.policy = policy or CachePolicy()
 
-    def lookup(self, meta: KeyMeta, prompt: Sequence[int], parent_key: bytes | None) -> Hit | None:
-        return None
+    def lookup(
+        self, meta: KeyMeta, prompt: Sequence[int], parent_key: bytes | None, session_id: str | None = None
+    ) -> Hit | Miss:
+        return Miss("nothing_shared", 0)
 
     def count_miss(self) -> None:
         pass
@@ -75,7 +110,15 @@ class NullCache:
     def count_load(self, ns: int) -> None:
         pass
 
-    def save(self, meta: KeyMeta, tokens: Sequence[int], payload: bytes | memoryview, reason: SaveReason, pack_ns: int) -> bytes | None:
+    def save(
+        self,
+        meta: KeyMeta,
+        tokens: Sequence[int],
+        payload: bytes | memoryview,
+        reason: SaveReason,
+        pack_ns: int,
+        session_id: str | None = None,
+    ) -> bytes | None:
         return None
 
     def cold_split(self, num_tokens: int) -> int:
@@ -108,32 +151,20 @@ class StoreCache:
         self.context_size = context_size
         self.quant_bits = quant_bits
 
-    def lookup(self, meta: KeyMeta, prompt: Sequence[int], parent_key: bytes | None) -> Hit | None:
-        """Exact key, then ``parent_key`` resume, then the longest cached prefix."""
-        row = self.store.lookup_exact(meta, prompt)
-        if row is not None:
-            hit = self._restore(row, "exact", prompt)
-            if hit is not None:
-                return hit
-        if parent_key is not None:
-            row = self.store.wait_for(parent_key, self.policy.session_resume_wait_ms)
-            if row is not None and is_prefix(row.tokens, prompt):
-                hit = self._restore(row, "resume", prompt)
-                if hit is not None:
-                    return hit
-        row = self.store.longest_prefix(meta, prompt)
-        if row is not None:
-            return self._restore(row, "longest_prefix", prompt)
-        return None
-
-    def _restore(self, row: Row, source: Literal["exact", "resume", "longest_prefix"], prompt: Sequence[int]) -> Hit | None:
-        tokens = row.tokens
-        payload = self.store.load(row)
-        if payload is None:
-            return None
-        kind: Literal["exact", "partial"] = "exact" if len(tokens) == len(prompt) else "partial"
-        self.store.count(f"hits_{source}")
-        return Hit(kind, source, tokens, payload)
+    def lookup(
+        self, meta: KeyMeta, prompt: Sequence[int], parent_key: bytes | None, session_id: str | None = None
+    ) -> Hit | Miss:
+        """The longest prefix of ``prompt`` held anywhere (exact row, the ``parent_key`` row,
+        or any row sharing a head with it), cut to the shared cells; else why not."""
+        got = self.store.find(meta, prompt, parent_key=parent_key, min_tokens=MIN_RESTORE_TOKENS)
+        if isinstance(got, NotFound):
+            return Miss(got.reason, got.tokens_shared)
+        self.store.count(f"hits_{got.source}")
+        kind: Literal["exact", "partial"] = "exact" if got.n == len(prompt) else "partial"
+        return Hit(
+            kind, got.source, tuple(prompt[: got.n]), got.payload, got.row.n_tokens,
+            got.row.session_id or None,
+        )  # fmt: skip
 
     def count_miss(self) -> None:
         self.store.count("misses")
@@ -144,7 +175,15 @@ class StoreCache:
     def count_load(self, ns: int) -> None:
         self.store.count("load_total_ns", ns)
 
-    def save(self, meta: KeyMeta, tokens: Sequence[int], payload: bytes | memoryview, reason: SaveReason, pack_ns: int) -> bytes | None:
+    def save(
+        self,
+        meta: KeyMeta,
+        tokens: Sequence[int],
+        payload: bytes | memoryview,
+        reason: SaveReason,
+        pack_ns: int,
+        session_id: str | None = None,
+    ) -> bytes | None:
         self.store.count("pack_total_ns", pack_ns)
         return self.store.submit_save(
             model_id=self.model_id,
@@ -155,6 +194,7 @@ class StoreCache:
             tier=self.tier,
             context_size=self.context_size,
             quant_bits=self.quant_bits,
+            session_id=session_id,
         )
 
     def cold_split(self, num_tokens: int) -> int:

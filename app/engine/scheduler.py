@@ -28,7 +28,7 @@ from typing import Any
 from app.cache.keys import KeyMeta
 from app.engine.backend import Backend, DecodeOp, Op, Prefilled, PrefillOp, Sampled, StepResult
 from app.engine.batch import build_ops
-from app.engine.cache_hooks import CacheHooks, SaveReason
+from app.engine.cache_hooks import CacheHooks, Hit, SaveReason
 from app.engine.config import ModelConfig
 from app.engine.errors import (
     ContextOverflow,
@@ -307,7 +307,7 @@ class Scheduler:
         hit = None
         if self.meta is not None:
             hit = self.cache.lookup(self.meta, prompt, req.options.parent_key)
-        if hit is not None:
+        if isinstance(hit, Hit):
             t0 = time.perf_counter_ns()
             ok = self.backend.kv_unpack(req.seq_id, hit.payload)
             self.cache.count_load(time.perf_counter_ns() - t0)

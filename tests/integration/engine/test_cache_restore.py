@@ -125,6 +125,16 @@ def test_any_length_prefix_hit(tmp_path, tiny_model_path):
         assert stats.cache_delta.read == n
 
 
+def _first_kv_file(data_dir: Path, row_key: bytes) -> Path:
+    """The file holding a row's first cells: its v1 blob, or the chunk at position 0."""
+    for path in data_dir.rglob(row_key.hex() + ".kvc"):
+        return path
+    for path in data_dir.rglob("*.kvch"):
+        if int.from_bytes(path.read_bytes()[32:36], "little") == 0:  # header: start
+            return path
+    raise AssertionError("no file holds the row's KV")
+
+
 def test_corrupt_blob_goes_cold(tmp_path, tiny_model_path):
     with Engine(tmp_path / "d") as engine:
         model = engine.load_model("m", _config(tiny_model_path))
@@ -133,14 +143,14 @@ def test_corrupt_blob_goes_cold(tmp_path, tiny_model_path):
         engine.cache.flush()
         rows = [r for r in engine.cache.rows() if r.n_tokens == len(prompt)]
         assert rows
-        blob = next((tmp_path / "d").rglob(rows[0].key.hex() + ".kvc"))
-        data = bytearray(blob.read_bytes())
-        data[len(data) // 2] ^= 0xFF
-        blob.write_bytes(bytes(data))
-        # Also remove the other rows so nothing else can serve the prompt.
+        # Remove the other rows so nothing else can serve the prompt.
         for r in engine.cache.rows():
             if r.key != rows[0].key:
                 engine.cache.delete(r.key)
+        blob = _first_kv_file(tmp_path / "d", rows[0].key)
+        data = bytearray(blob.read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        blob.write_bytes(bytes(data))
         before = engine.counters()["corrupt_files"]
         _, stats = _run(model, prompt, n=3)
         assert stats.cache_hit_kind == "cold"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -79,11 +80,11 @@ class Gate:
 
     def install(self, monkeypatch: pytest.MonkeyPatch, store: CacheStore, tier: str) -> None:
         target = store._tiers[tier]
-        original = target.write
+        original = target.put
 
-        def gated(key: bytes, prefix: bytes, payload: bytes) -> str:
+        def gated(files: Any) -> list[str]:
             self.entered.set()
             assert self.release.wait(10), "test gate never released"
-            return original(key, prefix, payload)
+            return original(files)
 
-        monkeypatch.setattr(target, "write", gated)
+        monkeypatch.setattr(target, "put", gated)

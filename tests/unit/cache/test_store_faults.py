@@ -13,6 +13,7 @@ import pytest
 
 from app.cache import kvc, tiers
 from app.cache.store import DB_NAME, CacheStore
+from app.cache.tiers import blob_name
 from tests.unit.cache.conftest import META, Gate, payload_for, save
 
 PROMPT = list(range(500, 530))
@@ -145,10 +146,10 @@ def test_corrupt_blob_is_a_miss_and_removed(store: CacheStore, tier: str, damage
 def test_corrupt_ram_blob_is_a_miss(store: CacheStore) -> None:
     save(store, PROMPT, tier="ram")
     key = META.key(PROMPT)
-    prefix, payload = store._ram._blobs[key]
+    prefix, payload = store._ram._files[blob_name(key)]
     data = bytearray(payload)
     data[-1] ^= 1
-    store._ram._blobs[key] = (prefix, bytes(data))
+    store._ram._files[blob_name(key)] = (prefix, bytes(data))
     row = store.get(key)
     assert row is not None and store.load(row) is None
     assert store.counters()["corrupt_files"] == 1 and store.get(key) is None

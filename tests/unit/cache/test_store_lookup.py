@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import random
 import statistics
-import threading
 import time
 from dataclasses import replace
 
@@ -58,24 +57,29 @@ def test_count_bumps_engine_counters(store: CacheStore) -> None:
     assert store.counters()["hits_exact"] == 1 and store.counters()["pack_total_ns"] == 1234
 
 
-def test_wait_for_across_threads(store: CacheStore, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_save_is_found_at_once_while_it_is_written(
+    store: CacheStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Read-your-writes (#13 item 1): the writer is held inside the file write, and the
+    save is still found, listed and loaded (from memory) by every lookup."""
     gate = Gate()
     gate.install(monkeypatch, store, "disk")
     key = save(store, PROMPT, flush=False)
     assert key is not None
     assert gate.entered.wait(5)
-    assert store.lookup_exact(META, PROMPT) is None  # being written: not yet published
-    assert store.wait_for(key, 50) is None  # times out while the write is held
-
-    results: list[Row | None] = []
-    waiter = threading.Thread(target=lambda: results.append(store.wait_for(key, 10_000)))
-    waiter.start()
-    time.sleep(0.05)
-    assert not results  # still waiting
+    row = store.lookup_exact(META, PROMPT)
+    assert row is not None and row.key == key and row.status == "writing"
+    assert store.wait_for(key, 0) == row  # no waiting needed
+    longest = store.longest_prefix(META, PROMPT + [1, 2])
+    assert longest is not None and longest.key == key
+    assert store.load(row) == payload_for(PROMPT)  # served from memory
+    assert store.counters()["saves_finish"] == 1  # counted, and findable
+    assert store.get(key) is None  # not published yet
     gate.release.set()
-    waiter.join(10)
-    assert results and results[0] is not None and results[0].key == key
-    assert store.wait_for(key, 0) is not None  # published: immediate
+    assert store.flush(10)
+    published = store.wait_for(key, 0)
+    assert published is not None and published.status == "available"
+    assert store.load(published) == payload_for(PROMPT)
     assert store.wait_for(b"\x00" * 32, 10_000) is None  # unknown key: immediate
 
 

@@ -1,0 +1,267 @@
+"""Chunked rows (KVC v2, ``app.cache.kvc2``): a save becomes the chunks its chain does not
+have yet plus a manifest; a restore reads a chain's chunks back into one per-seq state.
+
+A save, on the writer thread with the store's ``io_lock`` held: the row's chain is
+attached in the catalog first (so the chunks it will share count this row and no
+eviction can take them), then the chunks no stored chunk serves are cut from the payload
+(``seqstate.split``), room is made for their bytes and the manifest's, all of them are
+published in one batch (chunks before the manifest; one directory fsync), the new chunks
+supersede the partial ones they extend, and the row goes live. Chunks it shares with rows
+in less lasting tiers then follow it (``Evictor.settle``).
+
+A restore of ``n`` tokens pins the row, reads the chunks covering them (each checked: both
+CRCs and its key), concatenates them and cuts the result to ``n`` cells. A chunk that fails
+its checks is deleted and the restore stops before it: the rows that share it fall back to
+what precedes it (the rest is prefilled, never served from bad bytes); a later save of the
+same tokens stores it again. A chunk that vanished under the read (superseded or moved)
+is looked up again.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, replace
+
+from app.cache import kvc, kvc2, seqstate
+from app.cache.blobs import SaveJob
+from app.cache.catalog import Catalog
+from app.cache.chunks import Chunk, Link
+from app.cache.counters import Counters
+from app.cache.eviction import Evictor
+from app.cache.journal import Journal
+from app.cache.meta import STATUS_AVAILABLE, STATUS_WRITING
+from app.cache.rows import Row
+from app.cache.tiers import Buffer, Tier
+
+log = logging.getLogger(__name__)
+
+
+def links_for(row_tokens_le: bytes, root: bytes, chunk_size: int) -> list[Link]:
+    """The chain a token string needs: one link per ``chunk_size`` tokens."""
+    links: list[Link] = []
+    parent = root
+    step = chunk_size * 4
+    for a in range(0, len(row_tokens_le), step):
+        tokens = row_tokens_le[a : a + step]
+        key = kvc2.chunk_key(parent, tokens)
+        links.append(Link(key, parent, a // 4, tokens))
+        parent = key
+    return links
+
+
+def root_of(job_or_row: SaveJob | Row, chunk_size: int) -> bytes:
+    if isinstance(job_or_row, SaveJob):
+        meta = job_or_row.meta
+        return kvc2.chain_root(meta.fingerprint, meta.quant_type, meta.ctx_params_hash, chunk_size)
+    r = job_or_row
+    return kvc2.chain_root(bytes.fromhex(r.fingerprint), r.quant_type, bytes.fromhex(r.ctx_hash), chunk_size)
+
+
+def is_cuttable(payload: Buffer, n_tokens: int) -> bool:
+    """Can this payload be stored as chunks (a state ``seqstate`` parses, one cell a token,
+    in position order)?"""
+    try:
+        st = seqstate.parse(payload)
+        return st.n_cells == n_tokens > 0 and seqstate.is_in_order(payload, st)
+    except (seqstate.UnknownLayout, ValueError):
+        return False
+
+
+@dataclass(frozen=True, slots=True)
+class Restored:
+    """What a restore gave: ``payload`` holds the first ``n`` cells (None when n is 0);
+    ``corrupt``: a damaged chunk cut it short."""
+
+    payload: bytes | None
+    n: int
+    corrupt: bool = False
+
+
+class ChunkedRows:
+    def __init__(
+        self,
+        catalog: Catalog,
+        tiers: dict[str, Tier],
+        evictor: Evictor,
+        journal: Journal,
+        counters: Counters,
+        io_lock: threading.RLock,
+        chunk_size: int = kvc2.CHUNK_TOKENS,
+    ) -> None:
+        self._catalog = catalog
+        self._tiers = tiers
+        self._evictor = evictor
+        self._journal = journal
+        self._counters = counters
+        self._io_lock = io_lock
+        self.chunk_size = chunk_size
+
+    # -- saving (writer thread) -------------------------------------------------------------
+
+    def write(self, job: SaveJob) -> Row | None:
+        """Store ``job`` as chunks and a manifest; the published row, or None."""
+        c = self.chunk_size
+        links = links_for(job.tokens_le, root_of(job, c), c)
+        row: Row | None = None
+        with self._io_lock:
+            with self._catalog.lock:
+                self._catalog.chunks.attach(job.key, links)  # a reservation: see the docstring
+                missing = [ln for ln in links if self._catalog.chunks.resolve(ln) is None]
+            try:
+                row = self._write_locked(job, links, missing)
+            finally:
+                if row is None:  # not published: release the reservation
+                    with self._catalog.lock:
+                        orphans = self._catalog.chunks.detach(job.key)
+                    self._evictor.delete_chunk_files(orphans)
+            if row is not None:
+                self._evictor.settle(row)
+        return row
+
+    def _write_locked(self, job: SaveJob, links: list[Link], missing: list[Link]) -> Row | None:
+        now = time.time()
+        files, new_chunks = self._new_chunk_files(job, missing, now)
+        manifest = kvc2.build_row(
+            kvc2.RowManifest(
+                fingerprint=job.meta.fingerprint, quant_type=job.meta.quant_type,
+                ctx_params_hash=job.meta.ctx_params_hash, tokens_le=job.tokens_le,
+                chunk_size=self.chunk_size, save_reason=job.reason, created=int(now),
+                context_size=job.context_size, quant_bits=job.quant_bits,
+                model_id=job.model_id, session_id=job.session_id, preview=job.prompt_text,
+            )
+        )  # fmt: skip
+        size = sum(len(h) + len(p) for _, (h, p) in files) + len(manifest)
+        tier = self._evictor.tier_for(job.tier, size)
+        if tier is None or not self._evictor.make_room(tier, size, frozenset({job.key})):
+            log.warning("cache save of %d bytes fits no tier; not stored", size)
+            self._counters.add("saves_rejected")
+            return None
+        name = kvc2.row_name(job.key)
+        row = job.row(
+            tier=tier, size=size, status=STATUS_WRITING, created=now, format=2,
+            chunk_size=self.chunk_size, location=self._tiers[tier].location(name),
+        )  # fmt: skip
+        self._journal.put(row)
+        try:
+            self._tiers[tier].put([*files, (name, (manifest,))])
+        except (OSError, kvc.CorruptBlob) as exc:
+            self._evictor.write_failed(exc, f"saving to the {tier} tier")
+            self._journal.delete([job.key])
+            return None
+        gone: list[Chunk] = []
+        with self._catalog.lock:
+            for chunk in new_chunks:
+                chunk.tier = tier
+                gone += self._catalog.chunks.put(chunk)
+            row = replace(row, status=STATUS_AVAILABLE, size=self._row_bytes(job.key, len(manifest)))
+            self._catalog.add(row, own_size=len(manifest), links=links)
+        self._evictor.delete_chunk_files(gone)
+        self._journal.put_chunks(new_chunks)
+        self._journal.update(job.key, status=STATUS_AVAILABLE, size=row.size)
+        return row
+
+    def _new_chunk_files(
+        self, job: SaveJob, missing: list[Link], now: float
+    ) -> tuple[list[tuple[str, tuple[bytes, bytes]]], list[Chunk]]:
+        files: list[tuple[str, tuple[bytes, bytes]]] = []
+        chunks: list[Chunk] = []
+        if not missing:
+            return files, chunks
+        bounds = sorted({ln.start for ln in missing} | {ln.start + len(ln.tokens_le) // 4 for ln in missing})
+        pieces = dict(zip(bounds, seqstate.split(job.payload, bounds), strict=False))
+        for ln in missing:
+            piece = pieces[ln.start]
+            header = kvc2.ChunkHeader(
+                key=ln.key, parent=ln.parent, start=ln.start, tokens_le=ln.tokens_le,
+                chunk_size=self.chunk_size, fingerprint=job.meta.fingerprint,
+                quant_type=job.meta.quant_type, ctx_params_hash=job.meta.ctx_params_hash,
+                created=int(now),
+            )  # fmt: skip
+            head = kvc2.build_chunk(header, piece)
+            files.append((kvc2.chunk_name(ln.key), (head, piece)))
+            chunks.append(
+                Chunk(ln.key, ln.parent, ln.start, ln.tokens_le, self.chunk_size,
+                      tier="pending", size=len(head) + len(piece), created=now)  # fmt: skip
+            )
+        return files, chunks
+
+    def _row_bytes(self, row_key: bytes, own: int) -> int:
+        """A chunked row's size as shown: its manifest plus every chunk it uses."""
+        total = own
+        for key in self._catalog.chunks.chain(row_key):
+            chunk = self._catalog.chunks.get(key)
+            total += chunk.size if chunk is not None else 0
+        return total
+
+    # -- restoring ---------------------------------------------------------------------------
+
+    def restore(self, row: Row, n: int) -> Restored:
+        """The first ``n`` cells of a chunked row, as far as its chunks are sound."""
+        if self._catalog.pin_load(row.key) is None:
+            return Restored(None, 0)
+        try:
+            for _ in range(3):
+                pieces, covered, corrupt, retry = self._read_chain(row.key, n)
+                if not retry:
+                    break
+        finally:
+            self._catalog.unpin_load(row.key)
+        m = min(n, covered)
+        if m <= 0:
+            return Restored(None, 0, corrupt)
+        state = seqstate.concat(pieces)
+        if covered > m:
+            state = seqstate.cut(state, m)
+        return Restored(state, m, corrupt)
+
+    def _read_chain(self, row_key: bytes, n: int) -> tuple[list[Buffer], int, bool, bool]:
+        """Read the chunks covering ``n`` tokens: (payloads, cells covered, corrupt, retry)."""
+        with self._catalog.lock:
+            chain = [self._catalog.chunks.get(k) for k in self._catalog.chunks.chain(row_key)]
+            needed = [(c.key, c.tier, c.start) for c in chain if c is not None and c.start < n]
+        pieces: list[Buffer] = []
+        covered = 0
+        for key, tier, start in needed:
+            if tier is None or start != covered:
+                break  # a missing link: what precedes it is all that can be restored
+            try:
+                header, payload = kvc2.read_chunk(self._tiers[tier], key)
+            except FileNotFoundError as exc:
+                with self._catalog.lock:
+                    now = self._catalog.chunks.get(key)
+                if now is None or now.tier != tier:  # superseded or moved meanwhile
+                    return pieces, covered, False, True
+                with self._io_lock:
+                    self._evictor.drop_chunk(key, exc)
+                break
+            except kvc.CorruptBlob as exc:
+                with self._io_lock:
+                    self._evictor.drop_chunk(key, exc)
+                return pieces, covered, True, False
+            pieces.append(payload)
+            covered = start + header.n
+        return pieces, covered, False, False
+
+    # -- verification ------------------------------------------------------------------------
+
+    def verify_chunk(self, chunk: Chunk) -> bool:
+        """Re-check one stored chunk; a bad one is dropped (its rows fall back before it)."""
+        if chunk.tier is None:
+            return True
+        try:
+            kvc2.read_chunk(self._tiers[chunk.tier], chunk.key)
+            return True
+        except FileNotFoundError:
+            with self._catalog.lock:
+                now = self._catalog.chunks.get(chunk.key)
+            if now is None or now.tier != chunk.tier:
+                return True  # superseded or moved meanwhile
+            with self._io_lock:
+                self._evictor.drop_chunk(chunk.key, FileNotFoundError("chunk file is gone"))
+            return False
+        except kvc.CorruptBlob as exc:
+            with self._io_lock:
+                self._evictor.drop_chunk(chunk.key, exc)
+            return False

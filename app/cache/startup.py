@@ -1,0 +1,69 @@
+"""Opening a cache directory: remove what interrupted writes left, then apply the plan
+``reconcile`` makes — index the chunks (a chunk another one extends is superseded on the
+way), index the rows and attach each chunked row to its chain, delete the files and
+database entries the plan drops, and delete chunks no row uses.
+
+NOTE: an unused chunk younger than ``ORPHAN_GRACE_S`` is kept: another process on the same
+data dir (the GUI while ``hearth cache ls`` runs) may be between a save's chunks and its
+manifest. It is collected at a later start-up.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import replace
+
+from app.cache.catalog import Catalog
+from app.cache.chunked import links_for, root_of
+from app.cache.chunks import Chunk
+from app.cache.counters import Counters
+from app.cache.eviction import Evictor
+from app.cache.journal import Journal
+from app.cache.kvc2 import CHUNK_TOKENS
+from app.cache.meta import MetaDB
+from app.cache.reconcile import reconcile
+from app.cache.tiers import FileTier
+
+ORPHAN_GRACE_S = 60.0
+
+
+def open_files(
+    tiers: Mapping[str, FileTier],
+    db: MetaDB,
+    catalog: Catalog,
+    evictor: Evictor,
+    journal: Journal,
+    counters: Counters,
+) -> None:
+    for tier in tiers.values():
+        counters.add("temp_files_removed", tier.remove_temp_files())
+    plan = reconcile(tiers, db)
+    for tier_name, name in plan.delete_files:
+        tiers[tier_name].remove(name)
+    gone: list[Chunk] = []
+    with catalog.lock:
+        for chunk in plan.chunks.values():
+            gone += catalog.chunks.put(chunk)
+        for row in plan.rows.values():
+            if row.format != 2:
+                catalog.add(row)
+                continue
+            c = row.chunk_size or CHUNK_TOKENS
+            own = plan.own_sizes.get(row.key, 0)
+            catalog.add(row, own_size=own, links=links_for(row.tokens_le, root_of(row, c), c))
+            chain = [catalog.chunks.get(k) for k in catalog.chunks.chain(row.key)]
+            shown = own + sum(ch.size for ch in chain if ch is not None)
+            if shown != row.size:
+                catalog.add(replace(row, size=shown))
+        cutoff = time.time() - ORPHAN_GRACE_S
+        for chunk in catalog.chunks.unused():
+            if chunk.created < cutoff and catalog.chunks.discard_unused(chunk.key) is not None:
+                gone.append(chunk)
+                counters.add("chunks_orphaned")
+    evictor.delete_chunk_files(gone)
+    counters.add_all(plan.counters)
+    journal.call("reconciling the database", db.delete, plan.drop_keys)
+    journal.call("reconciling the database", db.delete_chunks, plan.drop_chunks)
+    journal.put_many(plan.put_rows)
+    journal.put_chunks(c for c in plan.put_chunks if c.key not in {g.key for g in gone})

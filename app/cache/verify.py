@@ -1,0 +1,90 @@
+"""``CacheStore.verify``: re-check every file the cache holds — v1 blobs, v2 manifests and
+v2 chunks (both CRCs and the key) — deleting what fails.
+
+A bad blob or manifest takes its row with it. A bad chunk is dropped and every row that
+shares it keeps what precedes it: those rows restore up to the damage and the rest is
+prefilled (``rows_damaged``), and the next save of the same tokens stores the chunk again.
+Nothing damaged is ever served.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from app.cache import kvc, kvc2
+from app.cache.blobs import Blobs
+from app.cache.catalog import Catalog
+from app.cache.chunked import ChunkedRows
+from app.cache.counters import Counters
+from app.cache.eviction import Evictor
+from app.cache.meta import STATUS_AVAILABLE
+from app.cache.tiers import Tier
+
+ProgressFn = Callable[[int, int], None]
+
+
+@dataclass(frozen=True, slots=True)
+class VerifyReport:
+    checked: int  # rows checked
+    ok: int  # rows that restore in full
+    removed: tuple[str, ...]  # hex keys of the bad blobs, manifests and chunks deleted
+    chunks_checked: int = 0
+    rows_damaged: int = 0  # chunked rows that now restore only up to a lost chunk
+
+
+def verify_all(
+    catalog: Catalog,
+    tiers: dict[str, Tier],
+    blobs: Blobs,
+    chunked: ChunkedRows,
+    evictor: Evictor,
+    counters: Counters,
+    io_lock: threading.RLock,
+    progress: ProgressFn | None = None,
+) -> VerifyReport:
+    rows = [r for r in catalog.rows() if r.status == STATUS_AVAILABLE]
+    with catalog.lock:
+        chunks = [c for c in catalog.chunks if c.is_stored]
+    total = len(rows) + len(chunks)
+    removed: list[str] = []
+    bad_rows = 0
+    for i, row in enumerate(rows):
+        if progress:
+            progress(i, total)
+        if catalog.get(row.key) is None:
+            continue
+        if row.format == 1:
+            if blobs.read_valid(row) is None:
+                removed.append(row.key.hex())
+                bad_rows += 1
+            continue
+        try:
+            kvc2.read_row(tiers[row.tier], row.key)
+        except (OSError, kvc.CorruptBlob):
+            with io_lock:
+                if catalog.get(row.key) is not None:
+                    counters.add("corrupt_files")
+                    evictor.remove(row)
+            removed.append(row.key.hex())
+            bad_rows += 1
+    for j, chunk in enumerate(chunks):
+        if progress:
+            progress(len(rows) + j, total)
+        if not chunked.verify_chunk(chunk):
+            removed.append(chunk.key.hex())
+    if progress:
+        progress(total, total)
+    damaged = 0
+    with catalog.lock:
+        for row in catalog.rows():
+            if row.format == 2 and any(
+                (c := catalog.chunks.get(k)) is None or not c.is_stored
+                for k in catalog.chunks.chain(row.key)
+            ):
+                damaged += 1
+    return VerifyReport(
+        checked=len(rows), ok=len(rows) - bad_rows - damaged, removed=tuple(removed),
+        chunks_checked=len(chunks), rows_damaged=damaged,
+    )  # fmt: skip
