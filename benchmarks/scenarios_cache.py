@@ -153,16 +153,23 @@ def b5_prefix(n_rows: int = 10_000, prompt_len: int = 8_000) -> Result:
         try:
             progress(f"B5: indexing {n_rows} rows")
             _fill_index(store, meta, prompt, n_rows, rng)
-            cases = {"hit (prompt shares a cached prefix)": prompt, "miss (unrelated prompt)": [rng.randrange(49152) for _ in range(prompt_len)]}
+            cases = {
+                "hit (prompt shares a cached prefix)": prompt,
+                "hit (prompt is a prefix of longer rows)": prompt[: len(prompt) // 3],
+                "miss (unrelated prompt)": [rng.randrange(49152) for _ in range(prompt_len)],
+            }
             for name, tokens in cases.items():
+                # NOTE: ``match`` is the whole candidate search a lookup makes (exact key,
+                # the longest common prefix with any row, the longest row that is a prefix)
+                # without reading the bytes, which B3 measures.
                 times = []
                 hit = None
                 for _ in range(20):
                     t0 = time.perf_counter()
-                    hit = store.longest_prefix(meta, tokens)
+                    hit = store.match(meta, tokens)
                     times.append((time.perf_counter() - t0) * 1000)
-                res.rows.append([name, median(times), max(times), hit.n_tokens if hit else 0])
-                res.figures[name.split()[0]] = {"median_ms": median(times), "max_ms": max(times)}
+                res.rows.append([name, median(times), max(times), hit.n if hit else 0])
+                res.figures[name.split()[0] + name.split()[2]] = {"median_ms": median(times), "max_ms": max(times)}
         finally:
             store.close()
     res.met = all(row[1] <= 10 for row in res.rows)
@@ -170,9 +177,9 @@ def b5_prefix(n_rows: int = 10_000, prompt_len: int = 8_000) -> Result:
 
 
 def _fill_index(store: Any, meta: Any, prompt: list[int], n_rows: int, rng: Any) -> None:
-    """Publish ``n_rows`` rows straight into the store's in-memory index.
+    """Publish ``n_rows`` chunked rows straight into the store's in-memory catalog.
 
-    NOTE: B5 measures the lookup, not saving; writing 10,000 real blobs would only slow the
+    NOTE: B5 measures the lookup, not saving; writing 10,000 real rows would only slow the
     benchmark. Half the rows are prefixes of the prompt at random lengths (so the lookup
     has many candidates to reject), half are other conversations of random length.
     """
@@ -189,7 +196,6 @@ def _fill_index(store: Any, meta: Any, prompt: list[int], n_rows: int, rng: Any)
             key=meta.key(tokens), model_id="bench", fingerprint=meta.fingerprint.hex(),
             quant_type=meta.quant_type, ctx_hash=meta.ctx_params_hash.hex(), n_tokens=len(tokens),
             tokens_le=encode_tokens(tokens), tier="ram", size=0, save_reason="finish",
-            created=now, last_used=now,
+            created=now, last_used=now, format=2,
         )
-        with store._lock:
-            store._index.put(row)
+        store._catalog.add(row)

@@ -52,6 +52,7 @@ class SaveJob:
     quant_bits: int
     session_id: str = ""
     cuttable: bool = False  # ``seqstate`` parses the payload: store it as chunks
+    converts: str = ""  # a v1 row being converted to chunks: the tier of its blob
 
     def row(self, **where: Any) -> Row:
         """The row this job describes (``where``: tier, size, status, created, location…)."""

@@ -7,7 +7,9 @@ Indexes, all kept in step by ``add`` / ``remove`` / ``add_pending`` / ``drop_pen
 
 * ``index`` (``RowIndex``): published rows by key, and the any-length "longest row that is a
   prefix of the prompt" lookup; ``pending_index`` the same for saves not yet written
-  (read-your-writes: a save is found the moment it is submitted).
+  (read-your-writes: a save is found the moment it is submitted); ``whole`` and
+  ``pending_whole`` the same for rows that cannot be cut (v1 blobs), the only ones a
+  lookup still needs it for.
 * ``cuttable`` / ``everything`` (``PrefixIndex``): the longest common prefix of a prompt with
   any row that can be cut (chunked rows and parseable pending saves) / with any row at
   all, which says how much a miss shared and with what; ``tombstones`` the same for
@@ -52,6 +54,8 @@ class Catalog:
         self.lock = threading.RLock()
         self.index = RowIndex()
         self.pending_index = RowIndex()
+        self.whole = RowIndex()
+        self.pending_whole = RowIndex()
         self.chunks = ChunkIndex()
         self.cuttable = PrefixIndex()
         self.everything = PrefixIndex()
@@ -102,11 +106,15 @@ class Catalog:
             self._own[row.key] = (row.tier, size)
             self._own_usage[row.tier] += size
             self.index.put(row)
+            if row.format == 1:
+                self.whole.put(row)
+            else:
+                self.whole.remove(row.key)  # a v1 row converted to chunks
             if old is None:
                 self.everything.add(row.namespace, row.tokens_le, row.key)
-                if row.format == 2:
-                    self.cuttable.add(row.namespace, row.tokens_le, row.key)
                 self.tombstones.discard(row.namespace, row.tokens_le, row.key)
+            if row.format == 2 and (old is None or old.format != 2):
+                self.cuttable.add(row.namespace, row.tokens_le, row.key)
             if links:
                 self.chunks.attach(row.key, list(links))
 
@@ -122,6 +130,7 @@ class Catalog:
             row = self.index.remove(key)
             if row is None:
                 return None, []
+            self.whole.remove(key)
             tier, size = self._own.pop(key, (row.tier, 0))
             self._own_usage[tier] -= size
             self.everything.remove(row.namespace, row.tokens_le, row.key)
@@ -129,6 +138,13 @@ class Catalog:
             if evicted:
                 self.tombstones.add(row.namespace, row.tokens_le, row.key)
             return row, self.chunks.detach(key)
+
+    def is_damaged(self, key: bytes) -> bool:
+        """A chunked row one of whose chunks is lost (it restores only up to there)."""
+        with self.lock:
+            return any(
+                (c := self.chunks.get(k)) is None or not c.is_stored for k in self.chunks.chain(key)
+            )
 
     def own_size(self, key: bytes) -> int:
         with self.lock:
@@ -141,6 +157,8 @@ class Catalog:
             row = pending.row
             self._pending[row.key] = pending
             self.pending_index.put(row)
+            if not pending.cuttable:
+                self.pending_whole.put(row)
             self.everything.add(row.namespace, row.tokens_le, row.key)
             if pending.cuttable:
                 self.cuttable.add(row.namespace, row.tokens_le, row.key)
@@ -165,18 +183,23 @@ class Catalog:
                 return
             row = pending.row
             self.pending_index.remove(key)
+            self.pending_whole.remove(key)
             self.everything.remove(row.namespace, row.tokens_le, row.key)
             if pending.cuttable:  # NOTE: a published row has entries of its own (add)
                 self.cuttable.remove(row.namespace, row.tokens_le, row.key)
 
     # -- lookups ----------------------------------------------------------------------------
 
-    def longest_prefix(self, meta: KeyMeta, tokens: Sequence[int], limit: int) -> Row | None:
+    def longest_prefix(
+        self, meta: KeyMeta, tokens: Sequence[int], limit: int, *, whole_only: bool = False
+    ) -> Row | None:
         """The longest row (published or pending) whose tokens are ``tokens[:n]`` for some
-        ``n <= limit``, verified token for token. Linear in the prompt."""
+        ``n <= limit``, verified token for token. Linear in the prompt. ``whole_only``:
+        only rows that cannot be cut (the others are found by ``cuttable``)."""
         ns = namespace_of(meta)
         best: Row | None = None
-        for index in (self.index, self.pending_index):
+        indexes = (self.whole, self.pending_whole) if whole_only else (self.index, self.pending_index)
+        for index in indexes:
             with self.lock:
                 lengths = index.candidate_lengths(ns, tokens, limit)
             lengths = [n for n in lengths if best is None or n > best.n_tokens]

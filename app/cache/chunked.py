@@ -33,7 +33,7 @@ from app.cache.eviction import Evictor
 from app.cache.journal import Journal
 from app.cache.meta import STATUS_AVAILABLE, STATUS_WRITING
 from app.cache.rows import Row
-from app.cache.tiers import Buffer, Tier
+from app.cache.tiers import Buffer, Tier, blob_name
 
 log = logging.getLogger(__name__)
 
@@ -107,17 +107,35 @@ class ChunkedRows:
         row: Row | None = None
         with self._io_lock:
             with self._catalog.lock:
+                had_chain = self._catalog.chunks.has_row(job.key)  # a damaged row saved again
                 self._catalog.chunks.attach(job.key, links)  # a reservation: see the docstring
                 missing = [ln for ln in links if self._catalog.chunks.resolve(ln) is None]
             try:
                 row = self._write_locked(job, links, missing)
             finally:
-                if row is None:  # not published: release the reservation
+                if row is None and not had_chain:  # not published: release the reservation
                     with self._catalog.lock:
                         orphans = self._catalog.chunks.detach(job.key)
                     self._evictor.delete_chunk_files(orphans)
             if row is not None:
                 self._evictor.settle(row)
+        return row
+
+    def convert(self, job: SaveJob) -> Row | None:
+        """Writer thread: a v1 row (``job.converts``) stored again as chunks, its blob then
+        deleted; hits, last use and the user pin carry over. None when it is gone meanwhile."""
+        with self._io_lock:
+            old = self._catalog.get(job.key)
+            if old is None or old.format != 1:  # deleted, or converted, meanwhile
+                return None
+            row = self.write(replace(job, tier=old.tier))
+            if row is None:
+                return None
+            self._tiers[old.tier].remove(blob_name(job.key))
+            row = replace(row, hits=old.hits, last_used=old.last_used, pinned=old.pinned)
+            self._catalog.add(row)
+            self._journal.update(job.key, hits=row.hits, last_used=row.last_used, pinned=row.pinned)
+        self._counters.add("rows_converted")
         return row
 
     def _write_locked(self, job: SaveJob, links: list[Link], missing: list[Link]) -> Row | None:

@@ -4,17 +4,26 @@ Each command opens the store (which reconciles it with the files on disk), write
 text to ``out`` and returns a process exit code. ``add_arguments``/``run`` let the app's
 CLI mount them as a sub-command; ``main`` runs them standalone
 (``python -m app.cache.cli --data-dir DIR ls``).
+
+The environment's trouble is said in one line on stderr, never as a traceback: a
+read-only cache directory is listed as it is on disk (with a note that nothing can be
+changed there), and a directory that cannot be used at all exits with status 2.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
+from sqlalchemy.exc import SQLAlchemyError
+
+from app.cache.errors import environment_kind
 from app.cache.store import COUNTER_NAMES, CacheStore
 from app.units import human_bytes
 
@@ -29,10 +38,34 @@ def human_age(seconds: float) -> str:
     return f"{seconds:.0f}s"
 
 
-def _open(data_dir: Path, ram_file_dir: Path | None) -> CacheStore:
-    return CacheStore(data_dir, ram_file_dir=ram_file_dir)
+@contextlib.contextmanager
+def _open(data_dir: Path, ram_file_dir: Path | None) -> Iterator[CacheStore]:
+    store = CacheStore(data_dir, ram_file_dir=ram_file_dir)
+    try:
+        for problem in store.problems():
+            print(f"note: {problem.message}", file=sys.stderr)
+        yield store
+    finally:
+        store.close()
 
 
+def _clear_errors(cmd: Callable[..., int]) -> Callable[..., int]:
+    """The environment's failures as one line on stderr and exit status 2."""
+
+    @functools.wraps(cmd)
+    def wrapped(data_dir: Path, out: TextIO, **kwargs: Any) -> int:
+        try:
+            return cmd(data_dir, out, **kwargs)
+        except (OSError, SQLAlchemyError) as exc:
+            if environment_kind(exc) is None and not isinstance(exc, OSError):
+                raise  # a bug: let it be loud
+            print(f"hearth cache: cannot use the cache at {data_dir}: {exc}", file=sys.stderr)
+            return 2
+
+    return wrapped
+
+
+@_clear_errors
 def cmd_ls(
     data_dir: Path,
     out: TextIO,
@@ -73,12 +106,20 @@ def _write_usage(store: CacheStore, out: TextIO) -> None:
         out.write(f"  {tier:<9} {human_bytes(used):>11} / {human_bytes(quota):>11}  {pct:5.1f}%\n")
 
 
+@_clear_errors
 def cmd_stats(data_dir: Path, out: TextIO, *, ram_file_dir: Path | None = None) -> int:
     """Counters (summed over past sessions) and usage per tier."""
     with _open(data_dir, ram_file_dir) as store:
         counters = store.lifetime_counters()
-        n_rows = len(store.rows())
-        out.write(f"entries: {n_rows}\ntier usage:\n")
+        rows = store.rows()
+        chunked = sum(1 for r in rows if r.format == 2)
+        stored = sum(used for used, _ in store.tier_usage().values())
+        out.write(f"entries: {len(rows)} ({chunked} chunked, {len(rows) - chunked} whole)\n")
+        out.write(
+            f"stored: {human_bytes(stored)} (the rows hold {human_bytes(sum(r.size for r in rows))}"
+            " counting each shared chunk once per row)\n"
+        )
+        out.write("tier usage:\n")
         _write_usage(store, out)
     out.write("counters:\n")
     names = list(COUNTER_NAMES) + sorted(set(counters) - set(COUNTER_NAMES))
@@ -88,6 +129,7 @@ def cmd_stats(data_dir: Path, out: TextIO, *, ram_file_dir: Path | None = None) 
     return 0
 
 
+@_clear_errors
 def cmd_gc(data_dir: Path, out: TextIO, *, ram_file_dir: Path | None = None) -> int:
     """Apply the tier quotas now (demote, then evict least recently used rows)."""
     with _open(data_dir, ram_file_dir) as store:
@@ -97,6 +139,7 @@ def cmd_gc(data_dir: Path, out: TextIO, *, ram_file_dir: Path | None = None) -> 
     return 0
 
 
+@_clear_errors
 def cmd_verify(
     data_dir: Path,
     out: TextIO,
@@ -116,9 +159,14 @@ def cmd_verify(
     with _open(data_dir, ram_file_dir) as store:
         result = store.verify(report)
     out.write(f"verified {result.checked} blobs: {result.ok} ok, {len(result.removed)} removed\n")
+    if result.chunks_checked:
+        out.write(
+            f"checked {result.chunks_checked} chunks; {result.rows_damaged} rows now restore "
+            "only up to a lost chunk (the rest is computed again)\n"
+        )
     for key in result.removed:
         out.write(f"  removed {key}\n")
-    return 1 if result.removed else 0
+    return 1 if result.removed or result.rows_damaged else 0
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -16,7 +16,7 @@ COUNTER_NAMES = (
 EXTRA_COUNTERS = (
     "save_errors", "saves_rejected", "loads", "blob_read_ns", "temp_files_removed",
     "rows_dropped_missing", "rows_reregistered", "db_errors", "internal_errors",
-    "chunks_reregistered", "chunks_orphaned",
+    "chunks_reregistered", "chunks_orphaned", "rows_converted",
 )  # fmt: skip
 
 

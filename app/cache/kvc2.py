@@ -65,7 +65,7 @@ A row manifest, ``<hex key>.kvr``, where key is the SPEC §4 row key
                   5 finish (as in v1)
          6     2  reserved (0)
          8     4  u32 H = file size
-        12     4  u32 CRC32C of bytes [32, H)
+        12     4  u32 CRC32C of bytes [4, 8) then [32, H)
         16     4  u32 hit count        ┐ the only fields changed after publish, patched
         20     4  reserved (0)         │ in place on a load (outside the CRC)
         24     8  u64 last used        ┘
@@ -275,7 +275,11 @@ def build_row(m: RowManifest) -> bytes:
         m.created, m.context_size, m.quant_bits & 0xFF, m.fingerprint,
         quant_byte(m.quant_type), m.ctx_params_hash,
     ) + m.tokens_le + tlv  # fmt: skip
-    return body[:12] + struct.pack("<I", crc32c(body[32:])) + body[16:]
+    return body[:12] + struct.pack("<I", _row_crc(body)) + body[16:]
+
+
+def _row_crc(data: bytes) -> int:
+    return crc32c(data[4:8] + data[32:])
 
 
 def parse_row(data: bytes, expected_key: bytes) -> RowManifest:
@@ -284,7 +288,7 @@ def parse_row(data: bytes, expected_key: bytes) -> RowManifest:
         raise CorruptBlob("not a KVC v2 row manifest")
     (_m, _v, _k, reason, _r, size, crc, hits, last_used, chunk_size, n, created, context_size,
      quant_bits, fingerprint, qbyte, ctx_hash) = _ROW_HEAD.unpack_from(data, 0)  # fmt: skip
-    if size != len(data) or crc32c(data[32:]) != crc:
+    if size != len(data) or _row_crc(data) != crc:
         raise CorruptBlob("row manifest size or CRC32C mismatch")
     if reason not in _REASON_NAMES or not 0 < chunk_size < 1 << 20:
         raise CorruptBlob("implausible row manifest fields")

@@ -25,7 +25,7 @@ adapter set or context parameters); ``corrupt`` (the best candidate was damaged)
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
@@ -85,6 +85,7 @@ class Lookup:
         self._chunked = chunked
         self._journal = journal
         self._counters = counters
+        self.on_whole_read: Callable[[Row, Buffer], None] = lambda row, payload: None
 
     def candidates(self, meta: KeyMeta, prompt: Sequence[int], parent_key: bytes | None = None) -> list[Candidate]:
         """Every kind of candidate for ``prompt``, best first (no bytes are read)."""
@@ -109,7 +110,7 @@ class Lookup:
             row = cat.find(key) if key is not None else None
         if row is not None and n > 0:
             found.append(Candidate(row, n, "longest_prefix"))
-        row = cat.longest_prefix(meta, prompt, len(prompt))
+        row = cat.longest_prefix(meta, prompt, len(prompt), whole_only=True)
         if row is not None:
             found.append(Candidate(row, row.n_tokens, "longest_prefix"))
         found.sort(key=lambda c: (-c.n, _RANK[c.source]))
@@ -167,6 +168,8 @@ class Lookup:
             return None, 0, False  # a whole-row blob cannot be cut
         before = self._counters.get("corrupt_files")
         payload = self._blobs.read_valid(row)
+        if payload is not None:
+            self.on_whole_read(row, payload)
         return payload, (cand.n if payload is not None else 0), self._counters.get("corrupt_files") > before
 
     def load(self, row: Row) -> Buffer | None:
@@ -190,6 +193,8 @@ class Lookup:
                     payload = self._blobs.read_valid(cur)
                 finally:
                     self._catalog.unpin_load(row.key)
+                if payload is not None:
+                    self.on_whole_read(cur, payload)
         if payload is None:
             return None
         self._counters.add("loads")

@@ -35,6 +35,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sess
 from sqlalchemy.pool import StaticPool
 
 from app.cache.chunks import Chunk
+from app.cache.errors import environment_kind
 from app.cache.rows import Row, make_row
 
 log = logging.getLogger(__name__)
@@ -113,27 +114,37 @@ def _on_connect(dbapi_conn: Any, _record: Any) -> None:
 class MetaDB:
     """The cache's SQLite database. ``rebuilt`` is True when it started empty.
 
-    When the file cannot be used even after moving it aside (a read-only or missing data
-    dir), an in-memory database stands in (``in_memory``) so the cache keeps working for
-    this session; the blob files remain the truth for the next one.
+    A damaged file (not a database, failing ``quick_check``) is moved aside and a new one
+    started. A file that cannot be opened for writing — a read-only or missing data dir, a
+    database another program holds locked — is left alone: an in-memory database stands in
+    (``in_memory``, with ``unusable`` saying why) so the cache keeps working for this session;
+    the files remain the truth for the next one.
     """
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self.rebuilt = not path.exists()
         self.in_memory = False
+        self.unusable: BaseException | None = None
         try:
             self._engine, self._sessions = self._open()
+            return
         except (SQLAlchemyError, OSError) as exc:
-            log.warning("cache database %s is unusable (%s); moving it aside", path, exc)
+            first = exc
+        if environment_kind(first) in (None, "damaged"):
+            log.warning("cache database %s is damaged (%s); moving it aside", path, first)
             self._move_aside()
             self.rebuilt = True
             try:
                 self._engine, self._sessions = self._open()
-            except (SQLAlchemyError, OSError) as exc2:
-                log.error("cache database %s cannot be created (%s); using memory", path, exc2)
-                self.in_memory = True
-                self._engine, self._sessions = self._open()
+                return
+            except (SQLAlchemyError, OSError) as exc:
+                first = exc
+        log.error("cache database %s cannot be written (%s); using memory", path, first)
+        self.unusable = first
+        self.in_memory = True
+        self.rebuilt = True
+        self._engine, self._sessions = self._open()
 
     def _open(self) -> tuple[Engine, sessionmaker[Session]]:
         if self.in_memory:

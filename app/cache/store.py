@@ -1,13 +1,11 @@
 """CacheStore: the KV cache the engine talks to — saves, lookups, loads and management.
 
-It composes the parts: the catalog of rows, chunks and the bytes each tier holds
-(``catalog``), the tiers (``tiers``), quotas with LRU demotion and eviction
-(``eviction``), whole-row blobs (``blobs``, KVC v1) and chunked rows (``chunked``, KVC v2,
-the format of every save whose payload ``seqstate`` understands), the lookups
-(``lookup``), the background writer (``writer``), the SQLite metadata and change
-notifications (``journal``), and start-up reconciliation of the database with the files
-(``reconcile``, whose plan ``startup`` applies; a corrupt database is moved aside and
-rebuilt from the files, losing only user pins).
+It composes the parts: ``catalog`` (rows, chunks, bytes per tier), ``tiers``, ``eviction``
+(quotas, LRU demotion and eviction), ``blobs`` (whole rows, KVC v1) and ``chunked`` (KVC v2,
+every save whose payload ``seqstate`` understands), ``lookup``, ``manage`` (pins, moves,
+deletes), ``writer``, ``journal`` (SQLite metadata, change notifications) and ``startup``
+(applies ``reconcile``'s plan; a corrupt database is rebuilt from the files, losing only
+user pins).
 
 Read-your-writes: a save is in the catalog the moment ``submit_save`` returns, served from
 memory until the writer has published it, so the next request finds it however busy the
@@ -30,7 +28,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +41,8 @@ from app.cache.eviction import DEFAULT_QUOTAS, Evictor, check_quota
 from app.cache.journal import Journal, Subscriber
 from app.cache.keys import KeyMeta, encode_tokens
 from app.cache.lookup import Candidate, Found, Lookup, NotFound
-from app.cache.meta import STATUS_AVAILABLE, MetaDB
+from app.cache.manage import Management
+from app.cache.meta import MetaDB
 from app.cache.rows import PREVIEW_CHARS, Row
 from app.cache.startup import open_files
 from app.cache.tiers import (
@@ -58,6 +56,7 @@ from app.cache.tiers import (
     Tier,
     default_ram_file_dir,
 )
+from app.cache.tree import TreeNode, build_tree
 from app.cache.verify import VerifyReport, verify_all
 from app.cache.writer import Writer
 
@@ -106,6 +105,7 @@ class CacheStore:
         self._closed = False
         self._db = MetaDB(self.data_dir / DB_NAME)
         self.db_rebuilt = self._db.rebuilt
+        self._unwritable = self._probe()
         self._journal = Journal(self._db, self._counters, self._problems)
         cat, tiers, journal, counters = self._catalog, self._tiers, self._journal, self._counters
         self._evictor = Evictor(cat, tiers, journal, counters, self._problems, quotas)
@@ -113,12 +113,31 @@ class CacheStore:
         self._blobs = Blobs(cat, tiers, evictor, journal, counters, io_lock)
         self._chunked = ChunkedRows(cat, tiers, evictor, journal, counters, io_lock, chunk_tokens)
         self._lookup = Lookup(cat, tiers, self._blobs, self._chunked, journal, counters)
+        self._lookup.on_whole_read = self._convert
+        self._manage = Management(cat, evictor, journal, counters, io_lock)
         with self._io_lock:
             open_files(self._file_tiers, self._db, self._catalog, self._evictor, self._journal, self._counters)
             self._evictor.gc()
         self._writer: Writer[SaveJob] = Writer(
             self._write_job, maxsize=writer_queue, on_error=self._on_write_error
         )
+
+    def _probe(self) -> set[str]:
+        """File tiers this process cannot write (read-only dir): noted as Problems."""
+        out = set()
+        if self._db.unusable is not None:
+            self._problems.note(self._db.unusable, "opening the cache database; it lives in memory")
+        for name, tier in self._file_tiers.items():
+            exc = tier.probe_writable()
+            if exc is not None:
+                out.add(name)
+                self._problems.note(exc, f"the {name} tier at {tier.dir}; saves go elsewhere")
+        return out
+
+    def writable(self, tier: str) -> bool:
+        """Can saves land in this tier (the RAM tier always; a file tier if its directory
+        takes files)? The engine sends saves elsewhere when not, and says so."""
+        return tier not in self._unwritable
 
     # the catalog's parts under their historical names (tests and benchmarks reach in)
     @property
@@ -167,7 +186,8 @@ class CacheStore:
         )  # fmt: skip
         with self._lock:
             self._counters.add(f"saves_{reason}")
-            if key in self._catalog or self._catalog.is_pending(key):
+            known = key in self._catalog and not (job.cuttable and self._catalog.is_damaged(key))
+            if known or self._catalog.is_pending(key):  # a damaged row saved again is repaired
                 self._counters.add("duplicate_dropped")
                 return key
             if self._closed:
@@ -180,8 +200,25 @@ class CacheStore:
                 return None
         return key
 
+    def _convert(self, row: Row, payload: Buffer) -> None:
+        """A v1 blob was read and its payload can be cut: queue its conversion to chunks
+        (KVC v1 files keep working; each is converted the first time it is used)."""
+        if row.format != 1 or not is_cuttable(payload, row.n_tokens) or self._closed:
+            return
+        meta = KeyMeta(bytes.fromhex(row.fingerprint), row.quant_type, bytes.fromhex(row.ctx_hash))
+        job = SaveJob(
+            row.key, row.model_id, meta, row.tokens_le, row.n_tokens, payload, row.save_reason,
+            row.tier, row.context_size, row.prompt_preview, 0, row.session_id, True, row.tier,
+        )  # fmt: skip
+        self._writer.submit(job)  # a full queue only postpones it to the next use
+
     def _write_job(self, job: SaveJob) -> None:
         """Writer thread: store the job, then let waiters and subscribers know."""
+        if job.converts:
+            converted = self._chunked.convert(job)
+            if converted is not None:
+                self._journal.emit("updated", converted)
+            return
         row: Row | None = None
         try:
             if job.cuttable:
@@ -305,74 +342,35 @@ class CacheStore:
             out = self._catalog.rows() + self._catalog.pending_rows()
         return [r for r in out if model_id is None or r.model_id == model_id]
 
+    def tree(self, model_id: str | None = None) -> list[TreeNode]:
+        """What the cache holds as a tree of shared prefixes (``tree``): a system prompt
+        shared by many conversations is one node with them below."""
+        return build_tree(r for r in self._catalog.rows() if model_id is None or r.model_id == model_id)
+
     def pin(self, key: bytes) -> bool:
         """User pin: quotas never evict or demote the row. Persistent."""
-        return self._set_pinned(key, True)
+        return self._manage.set_pinned(key, True)
 
     def unpin(self, key: bytes) -> bool:
-        return self._set_pinned(key, False)
-
-    def _set_pinned(self, key: bytes, pinned: bool) -> bool:
-        with self._lock:
-            row = self._catalog.get(key)
-            if row is None:
-                return False
-            row = replace(row, pinned=pinned)
-            self._catalog.add(row)
-        self._journal.update(key, pinned=pinned)
-        self._journal.emit("updated", row)
-        return True
+        return self._manage.set_pinned(key, False)
 
     def evict(self, key: bytes) -> bool:
         """Demote a ram/ram_file row to disk, or delete a disk row."""
-        with self._io_lock:
-            row = self.get(key)
-            if row is None:
-                return False
-            if row.tier == TIER_DISK:
-                self._counters.add("evictions")
-                self._evictor.remove(row, evicted=True)
-                return True
-            return self._evictor.demote(row)
+        return self._manage.evict(key)
 
     def delete(self, key: bytes) -> bool:
-        with self._io_lock:
-            row = self.get(key)
-            if row is None:
-                return False
-            self._evictor.remove(row)
-            return True
+        return self._manage.delete(key)
 
     def move(self, key: bytes, tier: str) -> bool:
         """Move a row to another tier (making room there under its quota)."""
-        if tier not in TIERS:
-            raise ValueError(f"unknown cache tier {tier!r}; expected one of {TIERS}")
-        with self._io_lock:
-            row = self.get(key)
-            if row is None:
-                return False
-            return self._evictor.relocate(row, tier) is not None
+        return self._manage.move(key, tier)
 
     def clear(
-        self,
-        model_id: str | None = None,
-        older_than: float | None = None,
-        *,
-        include_pinned: bool = False,
+        self, model_id: str | None = None, older_than: float | None = None, *, include_pinned: bool = False
     ) -> int:
         """Delete rows (of one model / unused for ``older_than`` seconds); user-pinned rows
         are kept unless ``include_pinned``. Returns how many were deleted."""
-        cutoff = None if older_than is None else time.time() - older_than
-        n = 0
-        with self._io_lock:
-            for row in self.rows(model_id):
-                if row.status != STATUS_AVAILABLE or (row.pinned and not include_pinned):
-                    continue
-                if cutoff is not None and row.last_used >= cutoff:
-                    continue
-                self._evictor.remove(row)
-                n += 1
-        return n
+        return self._manage.clear(model_id, older_than, include_pinned)
 
     def gc(self) -> int:
         """Apply the quotas now; returns how many rows were demoted or deleted."""

@@ -270,6 +270,19 @@ class FileTier:
         finally:
             os.close(fd)
 
+    def probe_writable(self) -> OSError | None:
+        """None when a file can be created here, else the error that refused it (a
+        read-only file system, no permission, a missing directory)."""
+        probe = self.dir / f".probe-{os.getpid()}-{secrets.token_hex(4)}{TEMP_SUFFIX}"
+        try:
+            fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except OSError as exc:
+            return exc
+        os.close(fd)
+        with contextlib.suppress(OSError):
+            probe.unlink()
+        return None
+
     def remove_temp_files(self) -> int:
         """Delete leftovers of interrupted writes; returns how many were removed.
 

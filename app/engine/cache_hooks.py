@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Literal, Protocol
 from app.cache.keys import KeyMeta
 from app.cache.lookup import NotFound
 from app.cache.policy import CachePolicy, cold_save_split, should_continued_save, should_finish_save
+from app.cache.preview import Detokenizer, tail_preview
 
 if TYPE_CHECKING:
     from app.cache.store import CacheStore
@@ -143,11 +144,21 @@ class StoreCache:
         tier: str,
         context_size: int,
         quant_bits: int,
+        detokenize: Detokenizer | None = None,
     ) -> None:
+        """``detokenize``: the model's, for each row's preview text. NOTE: called on the
+        scheduler thread at save time (~50 tokens), never later: the writer thread may
+        outlive the model and its vocabulary."""
         self.store = store
+        self._detokenize = detokenize
         self.model_id = model_id
         self.policy = policy
-        self.tier = tier
+        self.tier = next((t for t in (tier, "ram_file", "ram") if store.writable(t)), "ram")
+        if self.tier != tier:
+            log.warning(
+                "the KV cache cannot write to its %s tier (read-only or missing directory); "
+                "model %s saves to %s for this session", tier, model_id, self.tier,
+            )  # fmt: skip
         self.context_size = context_size
         self.quant_bits = quant_bits
 
@@ -185,7 +196,14 @@ class StoreCache:
         session_id: str | None = None,
     ) -> bytes | None:
         self.store.count("pack_total_ns", pack_ns)
+        preview = ""
+        if self._detokenize is not None:
+            try:
+                preview = tail_preview(self._detokenize, tokens)
+            except Exception:  # a preview is never worth a lost save; but say so
+                log.exception("could not detokenize a cache row's preview")
         return self.store.submit_save(
+            prompt_text=preview,
             model_id=self.model_id,
             meta=meta,
             tokens=tokens,

@@ -113,6 +113,7 @@ class Engine:
                 tier=config.tier,
                 context_size=config.n_ctx,
                 quant_bits=info.quant_bits,
+                detokenize=backend.detokenize,
             )
             meta = KeyMeta(info.fingerprint, info.quant_type, info.ctx_params_hash)
         thinking = _marker_tokens(backend, config.thinking_markers, info.chat_template, "<think>", "</think>")

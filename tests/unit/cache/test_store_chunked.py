@@ -1,0 +1,357 @@
+"""KVC v2 in the store, on real files and SQLite: chunked rows round-trip, shared prefixes are
+stored once, a lookup reuses the longest prefix shared with any row (longer, diverging or
+still being written), and every reason a lookup can miss for is reported."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import pytest
+
+from app.cache import kvc2
+from app.cache.keys import KeyMeta
+from app.cache.kvc import crc32c
+from app.cache.lookup import Found, NotFound
+from app.cache.store import CacheStore
+from tests.helpers.kv_states import bytes_per_token, state_for
+from tests.unit.cache.conftest import META, OTHER_META, Gate
+
+SYSTEM = list(range(5000, 5300))  # a 300-token shared system prompt
+
+
+def put(
+    store: CacheStore,
+    tokens: Sequence[int],
+    *,
+    tier: str = "disk",
+    meta: KeyMeta = META,
+    session: str | None = None,
+    flush: bool = True,
+) -> bytes | None:
+    key = store.submit_save(
+        model_id="m", meta=meta, tokens=list(tokens), payload=state_for(tokens), reason="finish",
+        tier=tier, session_id=session, prompt_text=f"{len(tokens)} tokens",
+    )  # fmt: skip
+    if flush:
+        assert store.flush(10)
+    return key
+
+
+def found(store: CacheStore, prompt: Sequence[int], **kw: object) -> Found:
+    got = store.find(META, list(prompt), **kw)  # type: ignore[arg-type]
+    assert isinstance(got, Found), got
+    assert got.payload == state_for(list(prompt[: got.n])), "the restored cells are not the prompt's"
+    return got
+
+
+def files(store: CacheStore, suffix: str, tier: str = "disk") -> list[Path]:
+    return sorted(store._file_tiers[tier].dir.glob("*" + suffix))
+
+
+@pytest.fixture
+def small(open_store: Callable[..., CacheStore]) -> CacheStore:
+    """A store with 4-token chunks, so short token lists make long chains."""
+    return open_store(chunk_tokens=4)
+
+
+@pytest.mark.parametrize("tier", ["ram", "ram_file", "disk"])
+def test_chunked_round_trip_in_every_tier(small: CacheStore, tier: str) -> None:
+    tokens = list(range(100, 111))  # chunks of 4, 4, 3
+    key = put(small, tokens, tier=tier, session="chat-1")
+    row = small.get(key)  # type: ignore[arg-type]
+    assert row is not None and row.format == 2 and row.tier == tier and row.session_id == "chat-1"
+    assert small.load(row) == state_for(tokens)
+    got = found(small, tokens)
+    assert (got.source, got.n) == ("exact", 11)
+    if tier != "ram":
+        assert len(files(small, kvc2.CHUNK_SUFFIX, tier)) == 3
+        assert len(files(small, kvc2.ROW_SUFFIX, tier)) == 1
+    assert small.counters()[f"bytes_{tier}"] == sum(small.tier_usage()[tier][:1])
+
+
+def test_lookup_cuts_longer_and_diverging_rows_to_the_shared_prefix(small: CacheStore) -> None:
+    conv = list(range(10, 40))  # a saved 30-token conversation
+    put(small, conv, session="chat-A")
+    regenerate = conv[:22]  # the prompt of a reply being regenerated: a prefix of the row
+    got = found(small, regenerate)
+    assert (got.n, got.source, got.row.n_tokens, got.row.session_id) == (22, "longest_prefix", 30, "chat-A")
+    edit = conv[:17] + [999, 998, 997]  # an edited message: diverges inside a chunk
+    assert found(small, edit).n == 17
+    branch = conv[:9] + [1] * 12  # a branch from an early message
+    assert found(small, branch).n == 9
+    follow_up = conv + [77, 78]  # and the plain case, a prompt extending the row
+    assert found(small, follow_up).n == 30
+    miss = small.find(META, [3, 4, 5])
+    assert miss == NotFound("nothing_shared", 0)
+
+
+def test_a_save_is_found_and_cut_while_the_writer_still_writes_it(
+    small: CacheStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gate = Gate()
+    gate.install(monkeypatch, small, "disk")
+    conv = list(range(50, 70))
+    put(small, conv, flush=False, session="s")
+    assert gate.entered.wait(5)
+    got = found(small, conv[:13] + [1, 2])  # served from memory, cut to 13 cells
+    assert got.n == 13 and got.row.status == "writing" and got.row.session_id == "s"
+    assert found(small, conv).source == "exact"
+    gate.release.set()
+    assert small.flush(10)
+    assert found(small, conv[:13] + [1, 2]).row.status == "available"
+
+
+def test_a_shared_system_prompt_is_stored_once(open_store: Callable[..., CacheStore]) -> None:
+    """The ~20-chat flow of issue 13, at the real chunk size and a realistic KV size per
+    token (4 layers of 512-wide q8_0 K and V rows, ~4.4 KB a token)."""
+    store = open_store()
+    shape = {"n_layer": 4, "k_row": 544, "v_row": 544}
+    per_token = bytes_per_token(**shape)
+    unique: set[tuple[int, ...]] = set()
+    whole_rows = 0  # what storing every row whole (KVC v1) takes
+    for chat in range(20):
+        conv = list(SYSTEM)
+        for turn in range(4):
+            conv += [chat * 1000 + turn * 100 + i for i in range(60)]  # ~60 new tokens a turn
+            store.submit_save(model_id="m", meta=META, tokens=conv, payload=state_for(conv, **shape),
+                              reason="finish", tier="disk")  # fmt: skip
+            assert store.flush(10)
+            whole_rows += len(conv) * per_token
+            unique.update(tuple(conv[: i + 1]) for i in range(len(conv)))
+    used = store.tier_usage()["disk"][0]
+    ideal = len(unique) * per_token
+    print(f"\n20 chats x 4 turns: {used} bytes on disk, {ideal} unique, {whole_rows} as whole rows")
+    assert used <= 1.3 * ideal  # B8's goal
+    assert used <= whole_rows / 3  # issue 13: at most a third of storing whole rows
+    # every row still restores exactly
+    for row in store.rows():
+        assert store.load(row) == state_for(list(row.tokens), **shape)
+
+
+def test_a_full_chunk_supersedes_the_partial_tail_of_an_earlier_turn(small: CacheStore) -> None:
+    turn1 = list(range(200, 206))  # chunks [4] [2]
+    put(small, turn1)
+    assert len(files(small, kvc2.CHUNK_SUFFIX)) == 2
+    turn2 = turn1 + [300, 301, 302, 303]  # extends the partial: [4] [4] [2]
+    put(small, turn2)
+    assert len(files(small, kvc2.CHUNK_SUFFIX)) == 3  # the 2-token partial is gone
+    for tokens in (turn1, turn2):
+        assert found(small, tokens).n == len(tokens)
+
+
+def test_quotas_count_unique_bytes_and_evict_by_reference(open_store: Callable[..., CacheStore]) -> None:
+    store = open_store(chunk_tokens=4)
+    base = list(range(1, 13))  # three full chunks every row shares
+    put(store, base + [100, 101])
+    one_row = store.tier_usage()["disk"][0]
+    shared = sum(p.stat().st_size for p in files(store, kvc2.CHUNK_SUFFIX)) - (
+        store.tier_usage()["disk"][0] - sum(p.stat().st_size for p in files(store, kvc2.ROW_SUFFIX))
+        - sum(p.stat().st_size for p in files(store, kvc2.CHUNK_SUFFIX))
+    )
+    assert shared > 0
+    for i in range(2, 6):
+        put(store, base + [100 * i, 100 * i + 1])
+    used = store.tier_usage()["disk"][0]
+    assert used < 5 * one_row * 0.6  # the shared head counts once
+    assert used == sum(p.stat().st_size for p in files(store, "")) - sum(
+        p.stat().st_size for p in store._file_tiers["disk"].dir.glob("*.kvc")
+    )
+    store.set_quota("disk", used - 1)  # one row must go: the least recently used
+    assert store.counters()["evictions"] >= 1
+    keys_left = {r.tokens[-2] for r in store.rows()}
+    assert 100 not in keys_left  # the first row was the LRU one
+    for row in store.rows():  # the shared chunks stayed: every row still restores
+        assert store.load(row) == state_for(list(row.tokens))
+    assert store.tier_usage()["disk"][0] <= used - 1
+
+
+def test_demotion_moves_a_row_with_its_chunks(open_store: Callable[..., CacheStore]) -> None:
+    store = open_store(chunk_tokens=4)
+    a = list(range(1, 11))
+    b = a[:8] + [50, 51]
+    put(store, a, tier="ram_file")
+    put(store, b, tier="ram_file")
+    used = store.tier_usage()["ram_file"][0]
+    store.set_quota("ram_file", used - 1)  # A (LRU) is demoted to disk, shared chunks too
+    row_a = store.lookup_exact(META, a)
+    assert row_a is not None and row_a.tier == "disk" and store.counters()["demotions"] == 1
+    assert store.load(row_a) == state_for(a)
+    row_b = store.lookup_exact(META, b)
+    assert row_b is not None and store.load(row_b) == state_for(b)
+    assert store.tier_usage()["ram_file"][0] <= used - 1
+
+
+def test_a_row_saved_to_disk_takes_shared_chunks_from_less_lasting_tiers(
+    open_store: Callable[..., CacheStore],
+) -> None:
+    store = open_store(chunk_tokens=4)
+    put(store, list(range(1, 10)), tier="ram")
+    put(store, list(range(1, 9)) + [70, 71], tier="disk")  # shares two chunks held in RAM
+    store.close()
+    reopened = open_store(chunk_tokens=4)  # RAM is gone; the disk row must be whole
+    row = reopened.lookup_exact(META, list(range(1, 9)) + [70, 71])
+    assert row is not None and reopened.load(row) == state_for(list(range(1, 9)) + [70, 71])
+
+
+@pytest.mark.parametrize("how", ["deleted", "garbage"])
+def test_database_rebuilt_from_chunks_and_manifests(open_store: Callable[..., CacheStore], how: str) -> None:
+    store = open_store(chunk_tokens=4)
+    rows = {"a": list(range(1, 12)), "b": list(range(1, 7)) + [40, 41, 42]}
+    for sid, tokens in rows.items():
+        put(store, tokens, session=sid)
+    usage = store.tier_usage()["disk"][0]
+    store.close()
+    db = store.data_dir / "kvcache.sqlite"
+    if how == "deleted":
+        for suffix in ("", "-wal", "-shm"):
+            Path(f"{db}{suffix}").unlink(missing_ok=True)
+    else:
+        db.write_bytes(b"\x00garbage" * 1000)
+    again = open_store(chunk_tokens=4)
+    assert again.db_rebuilt and again.tier_usage()["disk"][0] == usage
+    assert again.counters()["rows_reregistered"] == 2 and again.counters()["chunks_reregistered"] >= 4
+    for sid, tokens in rows.items():
+        got = found(again, tokens)
+        assert got.n == len(tokens) and got.row.session_id == sid
+
+
+def test_unreferenced_chunks_are_collected_at_start_up(open_store: Callable[..., CacheStore]) -> None:
+    """A crash between a save's chunks and its manifest leaves chunks no row uses."""
+    store = open_store(chunk_tokens=4)
+    key = put(store, list(range(1, 10)))  # three chunks and a manifest
+    store.close()
+    # the crash: the manifest never landed, nor did the database learn of the chunks
+    (store._file_tiers["disk"].dir / kvc2.row_name(key)).unlink()  # type: ignore[arg-type]
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{store.data_dir / 'kvcache.sqlite'}{suffix}").unlink(missing_ok=True)
+    chunk_files = files(store, kvc2.CHUNK_SUFFIX)
+    for path in chunk_files[:2]:  # two written an hour ago; the third may be another
+        data = bytearray(path.read_bytes())  # process's save in progress: kept
+        data[40:48] = int(time.time() - 3600).to_bytes(8, "little")
+        size = int.from_bytes(data[8:12], "little")
+        data[12:16] = crc32c(bytes(data[16:size])).to_bytes(4, "little")
+        path.write_bytes(bytes(data))
+    again = open_store(chunk_tokens=4)
+    assert again.rows() == []
+    assert again.counters()["chunks_orphaned"] == 2
+    assert files(again, kvc2.CHUNK_SUFFIX) == chunk_files[2:]
+
+
+def test_miss_reasons(open_store: Callable[..., CacheStore]) -> None:
+    store = open_store(chunk_tokens=4)
+    conv = list(range(1, 21))
+    assert store.find(META, conv) == NotFound("nothing_shared", 0)
+    put(store, conv, meta=OTHER_META)  # another adapter set / context parameters
+    miss = store.find(META, conv + [5])
+    assert miss == NotFound("other_identity", 20)
+    put(store, [1, 99, 98])  # shares one token here: too little to restore
+    assert store.find(META, [1, 7]) == NotFound("too_short", 1)
+    key = put(store, list(range(500, 530)))
+    assert store.evict(key)  # type: ignore[arg-type]
+    assert store.find(META, list(range(500, 520))) == NotFound("evicted", 20)
+
+
+def test_a_damaged_shared_chunk_makes_every_row_fall_back_never_serve_bad_kv(
+    open_store: Callable[..., CacheStore],
+) -> None:
+    store = open_store(chunk_tokens=4)
+    head = list(range(1, 9))  # chunks H0 [1..4], H1 [5..8], shared by three rows
+    convs = [head + [100 * i + j for j in range(6)] for i in range(1, 4)]
+    for conv in convs:
+        put(store, conv)
+    h1 = kvc2.chain_keys(kvc2.chain_root(META.fingerprint, META.quant_type, META.ctx_params_hash, 4),
+                         bytes(b"".join(t.to_bytes(4, "little") for t in head)), 4)[1]  # fmt: skip
+    path = store._file_tiers["disk"].dir / kvc2.chunk_name(h1)
+    data = bytearray(path.read_bytes())
+    data[-3] ^= 0x40  # one flipped bit in the KV bytes
+    path.write_bytes(bytes(data))
+    for conv in convs:  # each falls back to the undamaged head: 4 tokens, never the bad chunk
+        got = found(store, conv)
+        assert got.n == 4 and store.counters()["corrupt_files"] == 1
+    assert not path.exists()
+    report = store.verify()
+    assert report.rows_damaged == 3 and report.removed == ()
+    put(store, head + [7, 7, 7])  # a new row over the same head stores the chunk again
+    for conv in convs:  # ...for everyone
+        assert found(store, conv).n == len(conv)
+    assert store.verify().rows_damaged == 0
+
+
+def test_a_row_saved_again_restores_its_lost_chunks(open_store: Callable[..., CacheStore]) -> None:
+    store = open_store(chunk_tokens=4)
+    conv = list(range(1, 15))
+    put(store, conv)
+    victim = files(store, kvc2.CHUNK_SUFFIX)[0]
+    victim.write_bytes(b"garbage")
+    assert store.verify().rows_damaged == 1
+    assert found(store, conv).n < len(conv)
+    put(store, conv)  # the same row again (say a shutdown save): not a duplicate while damaged
+    assert store.counters()["duplicate_dropped"] == 0
+    assert found(store, conv).n == len(conv) and store.verify().rows_damaged == 0
+
+
+def test_verify_finds_a_flipped_byte_in_a_shared_chunk(open_store: Callable[..., CacheStore]) -> None:
+    store = open_store(chunk_tokens=4)
+    for i in range(3):
+        put(store, list(range(1, 9)) + [i])
+    victim = files(store, kvc2.CHUNK_SUFFIX)[0]
+    data = bytearray(victim.read_bytes())
+    data[len(data) // 2] ^= 1
+    victim.write_bytes(bytes(data))
+    report = store.verify()
+    assert victim.name[:64] in report.removed and report.chunks_checked >= 4
+    assert report.rows_damaged >= 1 and store.counters()["corrupt_files"] == 1
+
+
+def test_v1_blobs_and_chunked_rows_live_together(open_store: Callable[..., CacheStore]) -> None:
+    store = open_store(chunk_tokens=4)
+    opaque = list(range(300, 310))
+    store.submit_save(model_id="m", meta=META, tokens=opaque, payload=b"\x07" * 99,
+                      reason="finish", tier="disk")  # fmt: skip  # not a seq state: stored whole
+    put(store, list(range(400, 410)))
+    assert store.flush(10)
+    formats = sorted(r.format for r in store.rows())
+    assert formats == [1, 2]
+    assert files(store, ".kvc") and files(store, kvc2.ROW_SUFFIX)
+    store.close()
+    again = open_store(chunk_tokens=4)
+    row = again.lookup_exact(META, opaque)
+    assert row is not None and again.load(row) == b"\x07" * 99
+    got = again.find(META, opaque + [1])
+    assert isinstance(got, Found) and got.n == 10 and got.payload == b"\x07" * 99
+    assert isinstance(again.find(META, opaque[:5]), NotFound)  # a whole blob is never cut
+
+
+def test_a_v1_blob_is_converted_to_chunks_the_first_time_it_is_used(
+    open_store: Callable[..., CacheStore],
+) -> None:
+    """Blobs written before KVC v2 keep working, and become chunks when first loaded."""
+    from app.cache import kvc
+    from app.cache.keys import encode_tokens
+    from app.cache.tiers import blob_name
+
+    store = open_store(chunk_tokens=4)
+    old = list(range(1, 15))
+    # a KVC v1 blob as the previous version wrote it, dropped into the disk tier
+    meta = kvc.BlobMeta(META.fingerprint, META.quant_type, META.ctx_params_hash, tuple(old),
+                        save_reason="finish", model_id="m", session_id="chat-old")  # fmt: skip
+    payload = state_for(old)
+    store.close()
+    blob = store._file_tiers["disk"].dir / blob_name(META.key(encode_tokens(old)))
+    blob.write_bytes(kvc.build_file(meta, payload))
+    store = open_store(chunk_tokens=4)
+    row = store.lookup_exact(META, old)
+    assert row is not None and row.format == 1 and row.session_id == "chat-old"
+    assert isinstance(store.find(META, old[:10] + [5]), NotFound)  # a whole blob is not cut
+    assert store.load(row) == payload  # the first use queues the conversion
+    assert store.flush(10)
+    row = store.lookup_exact(META, old)
+    assert row is not None and row.format == 2 and row.session_id == "chat-old" and row.hits == 1
+    assert not blob.exists() and store.counters()["rows_converted"] == 1
+    assert found(store, old[:10] + [5]).n == 10  # now it can be cut
+    store.close()
+    again = open_store(chunk_tokens=4)
+    row = again.lookup_exact(META, old)
+    assert row is not None and row.format == 2 and again.load(row) == payload
