@@ -45,14 +45,12 @@ def verify_all(
     progress: ProgressFn | None = None,
 ) -> VerifyReport:
     rows = [r for r in catalog.rows() if r.status == STATUS_AVAILABLE]
-    with catalog.lock:
-        chunks = [c for c in catalog.chunks if c.is_stored]
-    total = len(rows) + len(chunks)
     removed: list[str] = []
+    checked: set[bytes] = set()  # chunks, each once however many rows share it
     bad_rows = 0
-    for i, row in enumerate(rows):
+    for i, row in enumerate(rows):  # NOTE: progress counts rows, a row's chunks in its step
         if progress:
-            progress(i, total)
+            progress(i, len(rows))
         if catalog.get(row.key) is None:
             continue
         if row.format == 1:
@@ -69,13 +67,16 @@ def verify_all(
                     evictor.remove(row)
             removed.append(row.key.hex())
             bad_rows += 1
-    for j, chunk in enumerate(chunks):
-        if progress:
-            progress(len(rows) + j, total)
-        if not chunked.verify_chunk(chunk):
-            removed.append(chunk.key.hex())
+            continue
+        with catalog.lock:
+            chain = [c for k in catalog.chunks.chain(row.key) if (c := catalog.chunks.get(k)) is not None]
+        for chunk in chain:
+            if chunk.key not in checked and chunk.is_stored:
+                checked.add(chunk.key)
+                if not chunked.verify_chunk(chunk):
+                    removed.append(chunk.key.hex())
     if progress:
-        progress(total, total)
+        progress(len(rows), len(rows))
     damaged = 0
     with catalog.lock:
         for row in catalog.rows():
@@ -86,5 +87,5 @@ def verify_all(
                 damaged += 1
     return VerifyReport(
         checked=len(rows), ok=len(rows) - bad_rows - damaged, removed=tuple(removed),
-        chunks_checked=len(chunks), rows_damaged=damaged,
+        chunks_checked=len(checked), rows_damaged=damaged,
     )  # fmt: skip
