@@ -106,10 +106,8 @@ class Blobs:
         prefix = kvc.build(meta, job.payload)
         size = len(prefix) + len(job.payload)
         with self._io_lock:
-            tier = self._evictor.tier_for(job.tier, size)
-            if tier is None or not self._evictor.make_room(tier, size):
-                log.warning("cache save of %d bytes fits no tier; not stored", size)
-                self._counters.add("saves_rejected")
+            tier = self._evictor.place(job.tier, size)
+            if tier is None:
                 return None
             row = job.row(
                 tier=tier, size=size, status=STATUS_WRITING, created=time.time(),

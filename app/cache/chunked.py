@@ -151,10 +151,8 @@ class ChunkedRows:
             )
         )  # fmt: skip
         size = sum(len(h) + len(p) for _, (h, p) in files) + len(manifest)
-        tier = self._evictor.tier_for(job.tier, size)
-        if tier is None or not self._evictor.make_room(tier, size, frozenset({job.key})):
-            log.warning("cache save of %d bytes fits no tier; not stored", size)
-            self._counters.add("saves_rejected")
+        tier = self._evictor.place(job.tier, size, frozenset({job.key}))
+        if tier is None:
             return None
         name = kvc2.row_name(job.key)
         row = job.row(

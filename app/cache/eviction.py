@@ -87,6 +87,16 @@ class Evictor:
             return TIER_DISK
         return None
 
+    def place(self, wanted: str, size: int, protect: Protect = frozenset()) -> str | None:
+        """The tier ``size`` new bytes of a save go to, room made; None (counted as
+        ``saves_rejected``) when they fit nowhere."""
+        tier = self.tier_for(wanted, size)
+        if tier is None or not self.make_room(tier, size, protect):
+            log.warning("cache save of %d bytes fits no tier; not stored", size)
+            self._counters.add("saves_rejected")
+            return None
+        return tier
+
     def gc(self) -> int:
         """Apply every quota now; returns how many rows were demoted or evicted."""
         before = self._counters.get("evictions") + self._counters.get("demotions")

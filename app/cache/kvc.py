@@ -59,6 +59,7 @@ from __future__ import annotations
 
 import struct
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import google_crc32c
@@ -334,8 +335,9 @@ _TEXT_TAGS = {
 }
 
 
-def _decode_tlv(tlv: memoryview) -> dict[str, object]:
-    out: dict[str, object] = {}
+def iter_tlv(tlv: bytes | memoryview) -> Iterator[tuple[int, bytes]]:
+    """The (tag, value) records of a TLV section (u8 tag, u32 length, value); ``CorruptBlob``
+    when one runs past the section. KVC v2 manifests use the same records."""
     pos = 0
     while pos < len(tlv):
         if pos + _TLV_HEAD.size > len(tlv):
@@ -344,8 +346,13 @@ def _decode_tlv(tlv: memoryview) -> dict[str, object]:
         start = pos + _TLV_HEAD.size
         if start + n > len(tlv):
             raise CorruptBlob(f"TLV 0x{tag:02x} runs past its section")
-        value = bytes(tlv[start : start + n])
+        yield tag, bytes(tlv[start : start + n])
         pos = start + n
+
+
+def _decode_tlv(tlv: memoryview) -> dict[str, object]:
+    out: dict[str, object] = {}
+    for tag, value in iter_tlv(tlv):
         if tag == TAG_FINGERPRINT:
             _expect_len(tag, value, FINGERPRINT_LEN)
             out["fingerprint"] = value
@@ -362,7 +369,7 @@ def _decode_tlv(tlv: memoryview) -> dict[str, object]:
             _expect_len(tag, value, 4)
             out["token_count"] = _U32.unpack(value)[0]
         elif tag == TAG_TOKEN_IDS:
-            if n % 4:
+            if len(value) % 4:
                 raise CorruptBlob("token ids are not a whole number of u32")
             out["tokens"] = tuple(decode_tokens(value))
         elif tag in _TEXT_TAGS:

@@ -97,7 +97,7 @@ import struct
 from dataclasses import dataclass
 
 from app.cache.keys import KEY_LEN, make_key, quant_byte, quant_name
-from app.cache.kvc import SAVE_REASONS, CorruptBlob, crc32c
+from app.cache.kvc import SAVE_REASONS, CorruptBlob, crc32c, iter_tlv
 from app.cache.tiers import Buffer, Tier
 
 # NOTE: 128 tokens, from measurements on this 2-core machine (SmolLM2-135M, q8_0 K/V,
@@ -309,18 +309,7 @@ def parse_row(data: bytes, expected_key: bytes) -> RowManifest:
 
 
 def _decode_tlv(tlv: bytes) -> dict[int, str]:
-    out: dict[int, str] = {}
-    pos = 0
-    while pos < len(tlv):
-        if pos + _TLV_HEAD.size > len(tlv):
-            raise CorruptBlob("truncated TLV record header")
-        tag, n = _TLV_HEAD.unpack_from(tlv, pos)
-        start = pos + _TLV_HEAD.size
-        if start + n > len(tlv):
-            raise CorruptBlob(f"TLV 0x{tag:02x} runs past its section")
-        out[tag] = tlv[start : start + n].decode("utf-8", "replace")
-        pos = start + n
-    return out
+    return {tag: value.decode("utf-8", "replace") for tag, value in iter_tlv(tlv)}
 
 
 # -- on a tier -------------------------------------------------------------------------------
