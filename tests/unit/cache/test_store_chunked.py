@@ -355,3 +355,19 @@ def test_a_v1_blob_is_converted_to_chunks_the_first_time_it_is_used(
     again = open_store(chunk_tokens=4)
     row = again.lookup_exact(META, old)
     assert row is not None and row.format == 2 and again.load(row) == payload
+
+
+def test_a_row_being_loaded_keeps_its_chunks_through_eviction(open_store: Callable[..., CacheStore]) -> None:
+    store = open_store(chunk_tokens=4)
+    keep = list(range(1, 11))
+    put(store, keep)
+    for i in range(3):
+        put(store, list(range(1, 9)) + [50 + i, 60 + i])  # share keep's first two chunks
+    key = store.lookup_exact(META, keep).key  # type: ignore[union-attr]
+    store._load_pins[key] += 1  # as while a restore reads it
+    store.set_quota("disk", 1)  # everything else must go
+    assert [r.key for r in store.rows()] == [key]
+    store._load_pins[key] -= 1
+    assert store.load(store.get(key)) == state_for(keep)  # type: ignore[arg-type]
+    store.set_quota("disk", 0)
+    assert store.rows() == [] and files(store, "") == []
