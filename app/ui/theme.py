@@ -174,6 +174,8 @@ QFrame#chatHeader { background: %(window)s; border-bottom: 1px solid %(border)s;
 QLabel#chatTitle { font-size: 12pt; font-weight: 600; color: %(text)s; }
 QLabel#modelChip { background: %(accent_soft)s; color: %(accent)s; border-radius: 10px;
     padding: 2px 10px; font-size: 8.5pt; font-weight: 600; }
+QLabel#adapterChip { background: %(info_bg)s; color: %(info_text)s; border-radius: 10px;
+    padding: 2px 10px; font-size: 8.5pt; font-weight: 600; }
 QToolButton#headerButton { border: 1px solid transparent; border-radius: 8px; padding: 5px 8px;
     color: %(muted)s; }
 QToolButton#headerButton:hover, QToolButton#headerButton:checked { background: %(hover)s;

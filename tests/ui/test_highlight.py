@@ -68,9 +68,9 @@ def test_reply_code_blocks_are_highlighted_and_copy_plain_code(qtbot):
         'fn main() { println!("{}", "abc".chars().rev().collect::<String>()); }',
     ]
     assert all(b.is_highlighted() for b in blocks)
+    screenshot(host, "chat-code-highlight-light")
     blocks[1].copy_button.click()
     assert QGuiApplication.clipboard().text() == blocks[1].code()
-    screenshot(host, "chat-code-highlight-light")
     apply_theme(QApplication.instance(), "dark")
     dark = _shown(qtbot, MessageWidget("assistant", REPLY))
     screenshot(dark, "chat-code-highlight-dark")

@@ -1,0 +1,47 @@
+"""The chat header's LoRA indicator: which adapters shape this chat's replies, at what scale.
+
+``adapter_summary`` (no Qt) turns ``Model.list_adapters()`` into the chip's text and
+tooltip; ``AdapterChip`` shows it, hidden while the model has no adapter. The list is a
+plain read of the model's published adapter set, safe from the GUI thread.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtWidgets import QLabel, QWidget
+
+
+def adapter_summary(adapters: Sequence[Mapping[str, Any]]) -> tuple[str, str] | None:
+    """``(chip text, tooltip)`` for a model's adapters, or None when it has none."""
+    if not adapters:
+        return None
+    names = [(Path(str(a["path"])).stem, float(a["scale"])) for a in adapters]
+    first, scale = names[0]
+    text = f"LoRA · {first} ×{scale:.2f}" + (f" +{len(names) - 1}" if len(names) > 1 else "")
+    lines = [f"{name}: scale {s:.2f}" + (" (off)" if s == 0 else "") for name, s in names]
+    tip = (
+        "Replies in this chat come from the model with these LoRA adapters:\n"
+        + "\n".join(lines)
+        + "\nIts saved conversations are kept apart from the plain model's (another "
+        "fingerprint). Change them under Models › Adapters."
+    )
+    return text, tip
+
+
+class AdapterChip(QLabel):
+    """``adapterChip``: hidden unless the chat's model has adapters attached."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("adapterChip")
+        self.hide()
+
+    def show_adapters(self, adapters: Sequence[Mapping[str, Any]]) -> None:
+        summary = adapter_summary(adapters)
+        self.setVisible(summary is not None)
+        if summary is not None:
+            self.setText(summary[0])
+            self.setToolTip(summary[1])
