@@ -153,7 +153,8 @@ def test_longest_prefix_timing_10k_rows_8k_prompt(store: CacheStore) -> None:
         assert found is not None and found.n_tokens == 5003
     median_ms = statistics.median(times) * 1000
     print(f"\nlongest_prefix, 10k rows, 8000-token prompt: median {median_ms:.2f} ms")
-    assert median_ms < 100
+    # NOTE: printed, not asserted (issue 15 item 13: no timing assertions in tests); B5 of
+    # `hearth bench` measures the lookup time.
     found = store.longest_prefix(META, prompt, max_len=5002)
     assert found is not None and found.n_tokens == 777
 
@@ -206,4 +207,5 @@ def test_longest_prefix_timing_when_every_length_matches(store: CacheStore) -> N
         assert found is not None and found.n_tokens == 6999
     median_ms = statistics.median(times) * 1000
     print(f"\nlongest_prefix, 3500 matching lengths, 8000-token prompt: {median_ms:.2f} ms")
-    assert median_ms < 100
+    # NOTE: printed, not asserted (issue 15 item 13: no timing assertions in tests); B5 of
+    # `hearth bench` measures the lookup time.
