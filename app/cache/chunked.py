@@ -227,10 +227,7 @@ class ChunkedRows:
         m = min(n, covered)
         if m <= 0:
             return Restored(None, 0, corrupt)
-        state = seqstate.concat(pieces)
-        if covered > m:
-            state = seqstate.cut(state, m)
-        return Restored(state, m, corrupt)
+        return Restored(seqstate.concat(pieces, n_cells=m), m, corrupt)
 
     def _read_chain(self, row_key: bytes, n: int) -> tuple[list[Buffer], int, bool, bool]:
         """Read the chunks covering ``n`` tokens: (payloads, cells covered, corrupt, retry)."""

@@ -330,8 +330,8 @@ def read_chunk(tier: Tier, key: bytes) -> tuple[ChunkHeader, Buffer]:
     if len(parts) == 2:
         head, payload = bytes(parts[0]), parts[1]
         total = len(head) + len(payload)
-    else:
-        data = parts[0] if len(parts) == 1 else b"".join(parts)
+    else:  # NOTE: the payload as a view of the bytes read, not a 1.5 MB slice copy
+        data = memoryview(parts[0] if len(parts) == 1 else b"".join(parts))
         size = chunk_header_size(bytes(data[:16]))
         head, payload, total = bytes(data[:size]), data[size:], len(data)
     header = parse_chunk_header(head, total, key)

@@ -287,8 +287,9 @@ def split(buf: Buffer, bounds: Sequence[int], *, n_stream: int = 1) -> list[byte
     return [_assemble(view, st, [(a, b)], n_stream) for a, b in zip(bounds, bounds[1:], strict=False)]
 
 
-def concat(parts: Sequence[Buffer], *, n_stream: int = 1) -> bytes:
-    """One state from pieces whose cells follow each other (positions 0..n-1 overall)."""
+def concat(parts: Sequence[Buffer], *, n_stream: int = 1, n_cells: int | None = None) -> bytes:
+    """One state from pieces whose cells follow each other (positions 0..n-1 overall);
+    with ``n_cells``, only the first ``n_cells`` of them (a cut, without a second copy)."""
     if not parts:
         raise ValueError("nothing to concatenate")
     views = [memoryview(p).cast("B") for p in parts]
@@ -302,7 +303,15 @@ def concat(parts: Sequence[Buffer], *, n_stream: int = 1) -> bytes:
         if not (pos == np.arange(expected, expected + st.n_cells, dtype=np.int32)).all():
             raise UnknownLayout(f"a piece does not continue at position {expected}")
         expected += st.n_cells
-    return _assemble_many(views, states, n_stream)
+    if n_cells is None or n_cells >= expected:
+        return _assemble_many(views, states, n_stream)
+    if n_cells < 0:
+        raise ValueError(f"cannot keep {n_cells} cells")
+    ranges, start = [], 0
+    for st in states:
+        ranges.append((0, max(0, min(st.n_cells, n_cells - start))))
+        start += st.n_cells
+    return _assemble_many(views, states, n_stream, ranges)
 
 
 def _assemble(view: memoryview, st: SeqState, ranges: list[tuple[int, int]], n_stream: int) -> bytes:
