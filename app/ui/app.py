@@ -15,9 +15,11 @@ from PySide6.QtWidgets import QApplication
 
 from app.storage import SamplingSettings, Storage, StorageError, database_path
 from app.storage import data_dir as resolve_data_dir
+from app.ui.aio import gui_loop
 from app.ui.chat.controller import ChatController
 from app.ui.engine_bridge import EngineBridge, qthread_starter
 from app.ui.main_window import MainWindow
+from app.ui.startup import ModelLoading
 from app.ui.theme import apply_theme
 
 log = logging.getLogger(__name__)
@@ -57,12 +59,15 @@ def create_window(
     model_options: dict[str, Any] | None = None,
     default_sampling: SamplingSettings | None = None,
     work_areas: bool = True,
+    load_in_background: bool = False,
 ) -> MainWindow:
     """Build the whole window (engine, default model, database); no event loop is entered.
 
     ``data_dir`` defaults to ``HEARTH_DATA_DIR`` or the user data dir. The keyword seams
     (``engine_factory``, ``model_path`` …) let tests and tools swap parts;
     ``work_areas=False`` keeps placeholders for the Models and Cache areas.
+    ``load_in_background=True`` (what ``main`` uses) returns before the default model is
+    loaded: the window shows a loading state until it is (``window.model_loading``).
     """
     app = QApplication.instance() or QApplication(sys.argv[:1])
     assert isinstance(app, QApplication)
@@ -78,12 +83,20 @@ def create_window(
     engine: Any = None
     bridge: EngineBridge | None = None
     loaded_id = ""
+    pending: tuple[str, Callable[[], Any], str] | None = None  # id, config maker, label
     try:
         engine = (engine_factory or default_engine_factory)(base)
         path = str(model_path) if model_path is not None else str(_default_model_path())
         loaded_id = model_id or Path(path).stem
-        model = engine.load_model(loaded_id, default_model_config(path, **(model_options or {})))
-        bridge = EngineBridge(engine, model, loaded_id)
+
+        def make_config() -> Any:
+            return default_model_config(path, **(model_options or {}))
+
+        if load_in_background:
+            pending, loaded_id = (loaded_id, make_config, Path(path).stem), ""
+        else:
+            model = engine.load_model(loaded_id, make_config())
+            bridge = EngineBridge(engine, model, loaded_id)
     except Exception as exc:  # noqa: BLE001 — the window still opens and says why
         log.exception("could not load the model")
         errors.append(f"Could not load the model: {exc}")
@@ -122,6 +135,9 @@ def create_window(
     window.restore_session()
     for text in errors:
         window.show_error(text)
+    if pending is not None:
+        window.model_loading = ModelLoading(window, engine, *pending)
+        window.model_loading.start()
     return window
 
 
@@ -165,7 +181,6 @@ def _default_model_path() -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the GUI: QApplication + qasync loop on the GUI thread."""
-    import qasync
 
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -175,13 +190,13 @@ def main(argv: list[str] | None = None) -> int:
     app.setApplicationName("Hearth")
     app.setOrganizationName("Hearth")
     app.setQuitOnLastWindowClosed(True)
-    loop = qasync.QEventLoop(app)
-    asyncio.set_event_loop(loop)
-    window = create_window()
+    loop = gui_loop()  # the qasync loop the UI's coroutines run on
+    window = create_window(load_in_background=True)
     window.show()
     closed = asyncio.Event()
     app.aboutToQuit.connect(closed.set)
-    with loop:
+    try:
         loop.run_until_complete(closed.wait())
-    window.shutdown()
+    finally:
+        window.shutdown()
     return 0

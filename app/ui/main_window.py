@@ -34,6 +34,7 @@ from app.ui.engine_bridge import EngineBridge, StatusSnapshot
 from app.ui.placeholders import PlaceholderArea
 from app.ui.server import LocalServer
 from app.ui.server.panel import restore_local_server
+from app.ui.startup import ModelLoading
 from app.ui.theme import apply_theme, current_icon
 from app.ui.widgets.banner import NotificationBanner
 
@@ -64,6 +65,7 @@ class MainWindow(QMainWindow):
         self._on_close = on_close
         self._closed = False
         self.last_status: StatusSnapshot | None = None
+        self.model_loading: ModelLoading | None = None  # set while the default model loads
 
         self.banner = NotificationBanner()
         self.chat_page = ChatPage(controller)
@@ -200,6 +202,13 @@ class MainWindow(QMainWindow):
             self.chat_page.open_conversation(cid)
 
         self.show_info(f"Deleted “{title}”.", action="Undo", callback=undo)
+
+    def attach_model(self, model_id: str) -> None:
+        """Chat with ``model_id``, loaded meanwhile (at start, or from the Models view)."""
+        self._on_model_loaded(model_id)
+        sync = getattr(self.model_manager, "sync_loaded", None)
+        if sync is not None:
+            sync()
 
     def _on_model_loaded(self, model_id: str) -> None:
         """With no chat model yet, chat with the first model the Models view loads."""
