@@ -19,6 +19,7 @@ from PySide6.QtGui import QAction, QActionGroup, QKeySequence
 from PySide6.QtWidgets import QDialog, QMenu, QMessageBox
 
 from app.storage import THEMES, ChatPreset, Preferences, StorageError
+from app.ui.chat.adapter_chip import AdapterIndicator
 from app.ui.preferences_dialog import THEME_LABELS, PreferencesDialog
 from app.ui.server import LocalServerPanel
 from app.ui.shortcuts import ShortcutsDialog, shortcut
@@ -54,6 +55,15 @@ class AppActions(QObject):
         panel.defaults_changed.connect(self.apply_defaults)
         panel.error_raised.connect(window.show_error)
         controller.busy_changed.connect(lambda *_: self._update_stop())
+        # The chat header's LoRA chip follows the chat's model and its adapters.
+        self.adapter_indicator = AdapterIndicator(
+            window.chat_page.adapter_chip, window.engine, lambda: window.controller.model_id
+        )
+        changed = getattr(window.model_manager, "adapters_changed", None)
+        if changed is not None:
+            changed.connect(self.adapter_indicator.refresh)
+        controller.busy_changed.connect(self.adapter_indicator.refresh)
+        window.chat_page.current_changed.connect(self.adapter_indicator.refresh)
         window.chat_page.current_changed.connect(lambda *_: self._update_stop())
         self._update_stop()
 

@@ -24,3 +24,26 @@ def test_the_chip_is_hidden_without_adapters(qtbot):
     assert not chip.isHidden() and chip.text() == "LoRA · x ×0.50"
     chip.show_adapters([])
     assert chip.isHidden()
+
+
+def test_the_chat_header_shows_an_attached_adapter(make_window, qtbot, tiny_lora_path):
+    from tests.ui.helpers import type_and_send, wait_idle
+    from tests.ui.screens import screenshot
+
+    window = make_window(work_areas=True)
+    chip = window.chat_page.adapter_chip
+    type_and_send(qtbot, window, "before the adapter")
+    wait_idle(qtbot, window)
+    assert chip.isHidden()
+    page = window.model_manager.adapters_page
+    page.refresh_models(select="tiny")
+    with qtbot.waitSignal(window.model_manager.adapters_changed, timeout=30_000):
+        page.attach_adapter(tiny_lora_path)
+    assert not chip.isHidden()
+    assert chip.text() == f"LoRA · {tiny_lora_path.stem} ×1.00"
+    qtbot.waitUntil(lambda: chip.width() >= chip.sizeHint().width())  # laid out, not squeezed
+    screenshot(window, "chat-lora-indicator")
+    handle = window.engine.get_model("tiny").list_adapters()[0]["handle"]
+    with qtbot.waitSignal(window.model_manager.adapters_changed, timeout=30_000):
+        page.detach_adapter(handle)
+    assert chip.isHidden()

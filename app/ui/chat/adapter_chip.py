@@ -7,11 +7,17 @@ plain read of the model's published adapter set, safe from the GUI thread.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import logging
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from PySide6.QtCore import QObject
 from PySide6.QtWidgets import QLabel, QWidget
+
+from app.engine.errors import EngineError
+
+log = logging.getLogger(__name__)
 
 
 def adapter_summary(adapters: Sequence[Mapping[str, Any]]) -> tuple[str, str] | None:
@@ -45,3 +51,27 @@ class AdapterChip(QLabel):
         if summary is not None:
             self.setText(summary[0])
             self.setToolTip(summary[1])
+
+
+class AdapterIndicator(QObject):
+    """Keeps an :class:`AdapterChip` in step with the adapters of the chat's model.
+
+    ``model_of()`` names the model the open chat talks to ("" for none); call
+    :meth:`refresh` whenever that model or its adapters may have changed.
+    """
+
+    def __init__(self, chip: AdapterChip, engine: Any, model_of: Callable[[], str]) -> None:
+        super().__init__(chip)
+        self.chip = chip
+        self._engine = engine
+        self._model_of = model_of
+
+    def refresh(self, *_args: object) -> None:
+        model_id = self._model_of()
+        adapters: list[dict[str, Any]] = []
+        if model_id and self._engine is not None:
+            try:
+                adapters = self._engine.get_model(model_id).list_adapters()
+            except EngineError as exc:  # unloaded meanwhile: nothing is attached any more
+                log.debug("no adapters for %s: %s", model_id, exc)
+        self.chip.show_adapters(adapters)

@@ -15,6 +15,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.storage import SamplingSettings
+from app.ui.chat.adapter_chip import AdapterChip
 from app.ui.chat.chat_view import ChatView
 from app.ui.chat.composer import Composer
 from app.ui.chat.controller import ChatController
@@ -58,6 +59,8 @@ class ChatPage(QWidget):
         hl.setSpacing(10)
         hl.addWidget(self.title_label, 1)
         hl.addWidget(self.model_chip)
+        self.adapter_chip = AdapterChip()  # LoRA · name ×scale, while the model has adapters
+        hl.addWidget(self.adapter_chip)
         hl.addWidget(self.settings_button)
 
         composer_row = QHBoxLayout()
