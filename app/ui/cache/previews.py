@@ -1,7 +1,7 @@
 """Text previews of cache rows, detokenized lazily with the row's loaded model and cached.
 
 Previews are plain words: chat-template markup is turned into "User: …" by
-``app.ui.cache.template_text``. Rows only hold token ids; turning them into text needs the model's vocabulary, so a row
+``app.template_text``. Rows only hold token ids; turning them into text needs the model's vocabulary, so a row
 whose model is not loaded shows ``NO_PREVIEW``. Only rows a view asks for are decoded
 (the table asks for the visible ones), and each decode is remembered (bounded LRU).
 """
@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 
 from app.cache.index import Row
 from app.cache.keys import decode_tokens
-from app.ui.cache.template_text import readable
+from app.template_text import readable
 
 log = logging.getLogger(__name__)
 

@@ -24,11 +24,11 @@ from PySide6.QtWidgets import (
 )
 
 from app.cache.index import Row
+from app.template_text import transcript
 from app.ui.cache import fmt
 from app.ui.cache.actions import CacheActions
 from app.ui.cache.detail_split import detail_split
 from app.ui.cache.previews import PreviewCache
-from app.ui.cache.template_text import transcript
 from app.ui.qt_models.cache_rows import (
     COL_PREVIEW,
     COLUMNS,

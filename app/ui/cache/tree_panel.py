@@ -15,12 +15,12 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.template_text import transcript
 from app.ui.cache import fmt
 from app.ui.cache.detail_split import detail_split
 from app.ui.cache.prefix_tree import TreeNode, build_prefix_tree
 from app.ui.cache.previews import PreviewCache
 from app.ui.cache.row_state import CacheRowState
-from app.ui.cache.template_text import transcript
 from app.ui.qt_models.cache_tree import KEY_ROLE, NODE_ROLE, CachePrefixTreeModel
 from app.units import human_bytes
 

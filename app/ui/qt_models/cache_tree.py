@@ -10,10 +10,10 @@ from typing import Any
 
 from PySide6.QtCore import QAbstractItemModel, QModelIndex, QPersistentModelIndex, Qt
 
+from app.template_text import readable
 from app.ui.cache import fmt
 from app.ui.cache.prefix_tree import TreeNode
 from app.ui.cache.previews import PreviewCache
-from app.ui.cache.template_text import readable
 
 Index = QModelIndex | QPersistentModelIndex
 

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
+from app.template_text import readable, transcript, turns
 from app.ui.cache.dashboard import TAB_TREE
 from app.ui.cache.rows_panel import describe
-from app.ui.cache.template_text import readable, transcript, turns
 from app.ui.qt_models.cache_rows import COL_PREVIEW
 
 FAMILIES = {
