@@ -66,15 +66,37 @@ def turns(text: str) -> list[tuple[str | None, str]]:
     return out
 
 
-def readable(text: str) -> str:
-    """One line of plain text: "User: … Assistant: …", whitespace collapsed."""
-    parts = [f"{role}: {words}" if role else words for role, words in turns(text)]
+def last_role(text: str) -> str | None:
+    """Who is speaking at the end of ``text`` (the last role marker in it), or None."""
+    role = None
+    for m in _ROLE_MARKERS.finditer(text):
+        name = next((v for k, v in m.groupdict().items() if v and k.startswith("r")), None)
+        if name is None:
+            name = _IMPLIED[next(k for k, v in m.groupdict().items() if v)]
+        role = ROLE_NAMES.get(name.lower(), name.capitalize())
+    return role
+
+
+def continued(before: str, text: str) -> list[tuple[str | None, str]]:
+    """:func:`turns` of ``text``, which continues ``before`` (e.g. a tree line under its
+    parent): words ahead of ``text``'s first marker belong to ``before``'s last speaker."""
+    out = turns(text)
+    role = last_role(before)
+    if out and out[0][0] is None and role is not None and not _ROLE_MARKERS.match(text.lstrip()):
+        out[0] = (role, out[0][1])
+    return out
+
+
+def readable(text: str, before: str = "") -> str:
+    """One line of plain text: "User: … Assistant: …", whitespace collapsed. ``before``:
+    the text ``text`` continues, which names the speaker of its first words."""
+    parts = [f"{role}: {words}" if role else words for role, words in continued(before, text)]
     return " ".join(" ".join(parts).split())
 
 
-def transcript(text: str) -> str:
-    """A paragraph per turn, each headed by who said it."""
-    blocks = [f"{role}:\n{words}" if role else words for role, words in turns(text)]
+def transcript(text: str, before: str = "") -> str:
+    """A paragraph per turn, each headed by who said it (``before`` as in :func:`readable`)."""
+    blocks = [f"{role}:\n{words}" if role else words for role, words in continued(before, text)]
     return "\n\n".join(blocks)
 
 

@@ -33,6 +33,7 @@ from app.ui.cache.rows_panel import RowsPanel
 from app.ui.cache.scheduler_panel import SchedulerPanel, SessionNamer
 from app.ui.cache.stats_panel import StatsHistory, StatsPanel
 from app.ui.cache.tiers_panel import TiersPanel
+from app.ui.cache.titles import ConversationTitles
 from app.ui.cache.tree_panel import TreePanel
 from app.ui.qt_models.cache_rows import CacheRowsModel
 
@@ -71,7 +72,8 @@ class CacheDashboard(QWidget):
 
         self.state = CacheRowState()
         self.previews = PreviewCache(self._detokenizer_for)
-        self.rows_model = CacheRowsModel(self.state, self.previews, self)
+        self.titles = ConversationTitles(session_namer)
+        self.rows_model = CacheRowsModel(self.state, self.previews, self, titles=self.titles)
         self.rows_model.setObjectName("cacheRowsModel")
         self.cache_actions = CacheActions(self.store, self)
         self.history = StatsHistory()
@@ -79,7 +81,7 @@ class CacheDashboard(QWidget):
         self.rows_panel = RowsPanel(self.rows_model, self.previews, self.cache_actions)
         self.tiers_panel = TiersPanel(self.cache_actions)
         self.stats_panel = StatsPanel()
-        self.tree_panel = TreePanel(self.state, self.previews)
+        self.tree_panel = TreePanel(self.store, self.state, self.previews, self.titles)
         self.scheduler_panel = SchedulerPanel(engine, session_namer)
         self.feed = CacheFeed(self.store, self.state, self)
         self.feed.rows_changed.connect(self._on_rows_changed)
@@ -186,6 +188,7 @@ class CacheDashboard(QWidget):
             log.debug("cache counters unavailable: %s", exc)
             return
         self.refresh_models()
+        self.titles.clear()  # chats may have been renamed; re-read when next shown
         self.history.add(counters)
         self.tiers_panel.update_usage(usage)
         self.stats_panel.update_stats(self.history)

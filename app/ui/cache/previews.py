@@ -61,6 +61,11 @@ class PreviewCache:
             return None
         return _safe(detok, decode_tokens(row.tokens_le[start * 4 :]))
 
+    def decode(self, row: Row, tokens_le: bytes) -> str | None:
+        """Other tokens (u32 little-endian) as text with ``row``'s model, or None."""
+        detok = self._detokenizer_for(row)
+        return None if detok is None else _safe(detok, decode_tokens(tokens_le))
+
     def clear(self) -> None:
         self._tails.clear()
 

@@ -39,7 +39,7 @@ from app.ui.qt_models.cache_rows import (
 from app.units import human_bytes
 
 ALL = "All"
-COLUMN_WIDTHS = (110, 70, 80, 90, 125, 95, 95, 70, 70, 360)
+COLUMN_WIDTHS = (110, 170, 70, 80, 90, 125, 95, 95, 70, 70, 360)
 
 
 class RowsPanel(QWidget):
@@ -252,7 +252,8 @@ class RowsPanel(QWidget):
                   self.move_button):  # fmt: skip
             b.setEnabled(has)
         if len(rows) == 1:
-            self.detail.setPlainText(describe(rows[0], self._previews))
+            title = self.model.conversation(rows[0])
+            self.detail.setPlainText(describe(rows[0], self._previews, title))
         elif rows:
             total = sum(r.n_tokens for r in rows)
             size = sum(r.size for r in rows)
@@ -275,11 +276,12 @@ class RowsPanel(QWidget):
             self._actions.clear(*dialog.choice())
 
 
-def describe(row: Row, previews: PreviewCache) -> str:
+def describe(row: Row, previews: PreviewCache, title: str = "") -> str:
     """A plain-language description of one row, then its text."""
     text = previews.text(row)
+    chat = f"the conversation “{title}”" if title else "a conversation"
     lines = [
-        f"{row.n_tokens:,} tokens of a conversation with {row.model_id}, "
+        f"{row.n_tokens:,} tokens of {chat} with {row.model_id}, "
         f"kept in {fmt.TIER_LABELS.get(row.tier, row.tier)} ({human_bytes(row.size)}).",
         f"Saved {fmt.age(row.created)} because: {fmt.REASON_HELP.get(row.save_reason, row.save_reason)}",
         f"Reused {row.hits} time(s), last {fmt.age(row.last_used)}."

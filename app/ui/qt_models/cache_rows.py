@@ -25,6 +25,7 @@ from app.cache.index import Row
 from app.ui.cache import fmt
 from app.ui.cache.previews import PreviewCache
 from app.ui.cache.row_state import TIER_ORDER, CacheRowState
+from app.ui.cache.titles import ConversationTitles
 from app.ui.qt_models.adapter import ListAdapter
 from app.units import human_bytes
 
@@ -34,14 +35,15 @@ KEY_ROLE = Qt.ItemDataRole.UserRole + 1
 ROW_ROLE = Qt.ItemDataRole.UserRole + 2
 
 COLUMNS = (
-    "Model", "Tokens", "Size", "Where", "Saved because", "Saved", "Last used", "Reused",
-    "Pinned", "Ends with…",
+    "Model", "Conversation", "Tokens", "Size", "Where", "Saved because", "Saved", "Last used",
+    "Reused", "Pinned", "Ends with…",
 )  # fmt: skip
-COL_MODEL, COL_TOKENS, COL_SIZE, COL_TIER, COL_REASON, COL_CREATED, COL_USED, COL_HITS, \
-    COL_PINNED, COL_PREVIEW = range(len(COLUMNS))  # fmt: skip
+COL_MODEL, COL_CONVERSATION, COL_TOKENS, COL_SIZE, COL_TIER, COL_REASON, COL_CREATED, \
+    COL_USED, COL_HITS, COL_PINNED, COL_PREVIEW = range(len(COLUMNS))  # fmt: skip
 
 HEADER_TIPS = (
     "The model whose memory this is. A saved entry only works with the exact same model file.",
+    "The chat this was saved for (empty for requests without one, e.g. the local server).",
     "How many tokens (word pieces) of conversation this entry lets the model skip re-reading.",
     "How much space the saved memory takes.",
     "Where it is kept: RAM (fastest, gone when Hearth closes), RAM file (fast, gone at "
@@ -75,10 +77,18 @@ SORT_KEYS: dict[int, Callable[[Row], Any]] = {
 class CacheRowsModel(ListAdapter, QAbstractTableModel):
     """Table adapter: one row per cache entry, columns ``COLUMNS``."""
 
-    def __init__(self, state: CacheRowState, previews: PreviewCache, parent: Any = None) -> None:
+    def __init__(
+        self,
+        state: CacheRowState,
+        previews: PreviewCache,
+        parent: Any = None,
+        *,
+        titles: ConversationTitles | None = None,
+    ) -> None:
         super().__init__(parent)
         self._state = state
         self._previews = previews
+        self._titles = titles or ConversationTitles(None)
         self._last_sort: tuple[int, Any, int] | None = None
         self._muted = QColor("#8a8f98")
         self._pin_color = QColor("#e8590c")
@@ -134,6 +144,8 @@ class CacheRowsModel(ListAdapter, QAbstractTableModel):
     def _display(self, row: Row, col: int) -> Any:
         if col == COL_MODEL:
             return row.model_id
+        if col == COL_CONVERSATION:
+            return self.conversation(row)
         if col == COL_TOKENS:
             return f"{row.n_tokens:,}"
         if col == COL_SIZE:
@@ -156,6 +168,10 @@ class CacheRowsModel(ListAdapter, QAbstractTableModel):
             return self._previews.tail(row)
         return None
 
+    def conversation(self, row: Row) -> str:
+        """The title of the chat this row was saved for ("" when it has none)."""
+        return self._titles.title(row.session_id) or ""
+
     def _tooltip(self, row: Row, col: int) -> str:
         if col == COL_TIER:
             return fmt.TIER_HELP.get(row.tier, row.tier)
@@ -175,10 +191,16 @@ class CacheRowsModel(ListAdapter, QAbstractTableModel):
             return
         if column == COL_PREVIEW:
             key: Callable[[Row], Any] | None = _preview_sort(self._previews)
+        elif column == COL_CONVERSATION:
+            key = self._conversation_sort
         else:
             key = SORT_KEYS.get(column)
         self._state.sort(key, reverse=order == Qt.SortOrder.DescendingOrder)
         self._last_sort = (column, order, self._state.version)
+
+
+    def _conversation_sort(self, row: Row) -> str:
+        return self.conversation(row).casefold()
 
 
 class CacheRowsProxy(QSortFilterProxyModel):
@@ -230,6 +252,9 @@ class CacheRowsProxy(QSortFilterProxyModel):
             return False
         if self.text:
             if self.text in row.model_id.lower() or row.key_hex.startswith(self.text):
+                return True
+            src = self.sourceModel()
+            if isinstance(src, CacheRowsModel) and self.text in src.conversation(row).lower():
                 return True
             shown = self._previews.cached_tail(row.key) if self._previews else None
             return self.text in (shown or row.prompt_preview).lower()

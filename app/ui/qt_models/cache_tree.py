@@ -1,7 +1,10 @@
-"""``QAbstractItemModel`` adapter over a :class:`~app.ui.cache.prefix_tree.TreeNode` tree.
+"""``QAbstractItemModel`` adapter over the cache's chunk tree (``CacheStore.tree``).
 
-The tree is plain Python and rebuilt whole (``set_tree``) when the rows change; indexes
-carry a node id (``internalId``) looked up in a dict, never a raw Python pointer.
+The tree is ``app.cache.tree.TreeNode``s — frozen, built off the GUI thread and replaced
+whole (``set_tree``); a system prompt shared by several conversations is one node with
+them below. Indexes carry a node id (``internalId``) looked up in a dict, never a Python
+pointer. A node reads as words: its conversation's title (or "shared by N chats") and its
+text, detokenized with its model and cleared of template markup.
 """
 
 from __future__ import annotations
@@ -10,94 +13,146 @@ from typing import Any
 
 from PySide6.QtCore import QAbstractItemModel, QModelIndex, QPersistentModelIndex, Qt
 
+from app.cache.index import Row
+from app.cache.tree import TreeNode
 from app.template_text import readable
 from app.ui.cache import fmt
-from app.ui.cache.prefix_tree import TreeNode
 from app.ui.cache.previews import PreviewCache
+from app.ui.cache.titles import ConversationTitles
 
 Index = QModelIndex | QPersistentModelIndex
 
 NODE_ROLE = Qt.ItemDataRole.UserRole + 3
-KEY_ROLE = Qt.ItemDataRole.UserRole + 1  # same as the table's
+KEY_ROLE = Qt.ItemDataRole.UserRole + 1  # same as the table's: the row saved at this node
 
-TREE_COLUMNS = ("Conversation", "Tokens", "Adds", "Where", "Reused")
+TREE_COLUMNS = ("What it holds", "Tokens", "Adds", "Chats", "Where", "Reused")
+COL_LABEL, COL_TOKENS, COL_ADDS, COL_CHATS, COL_TIER, COL_HITS = range(len(TREE_COLUMNS))
 TREE_TIPS = (
-    "Each line is one saved point of a conversation. Indented lines continue the line "
-    "above: they share all of its tokens, so only the new part had to be computed.",
-    "Total tokens remembered at this point.",
-    "Tokens this entry adds to the one it continues.",
-    "Where this entry is kept (RAM, RAM file or Disk).",
-    "How many times a request resumed from this entry.",
+    "Each line is a stretch of tokens the cache holds once. Lines indented under it continue "
+    "it: a system prompt shared by several chats is one line with the chats below.",
+    "Tokens from the start of the conversation to the end of this line.",
+    "Tokens this line adds to the one it continues.",
+    "How many conversations use this line (and so did not compute it again).",
+    "Where the saved point that ends on this line is kept (RAM, RAM file or Disk).",
+    "How many times a request resumed from the saved point that ends on this line.",
 )
+LABEL_CHARS = 90
+CONTEXT_TOKENS = 16  # tokens before a line, read only to learn who speaks at its start
 
 
-class CachePrefixTreeModel(QAbstractItemModel):
-    def __init__(self, previews: PreviewCache, parent: Any = None) -> None:
+class CacheTreeModel(QAbstractItemModel):
+    def __init__(
+        self, previews: PreviewCache, titles: ConversationTitles, parent: Any = None
+    ) -> None:
         super().__init__(parent)
         self._previews = previews
-        self._root = TreeNode(None)
-        self._ids: dict[int, TreeNode] = {}
-        self._id_of: dict[int, int] = {}  # id(node) -> our id
-        self._labels: dict[int, str] = {}  # node id -> label (detokenizing is not free)
+        self._titles = titles
+        self._tops: list[TreeNode] = []
+        self._nodes: dict[int, TreeNode] = {}
+        self._parent: dict[int, int] = {}  # node id -> parent node id (absent: a top node)
+        self._place: dict[int, int] = {}  # node id -> row under its parent
+        self._id_of: dict[int, int] = {}  # id(node) -> node id
+        self._sample: dict[int, Row | None] = {}  # node id -> a row below it (its model)
+        self._labels: dict[int, str] = {}
 
-    def set_tree(self, root: TreeNode) -> None:
+    def set_tree(self, tops: list[TreeNode]) -> None:
         self.beginResetModel()
-        self._root = root
-        self._ids.clear()
+        self._tops = list(tops)
+        self._nodes.clear()
+        self._parent.clear()
+        self._place.clear()
         self._id_of.clear()
+        self._sample.clear()
         self._labels.clear()
-        for i, node in enumerate(root.walk()):
-            self._ids[i] = node
-            self._id_of[id(node)] = i
+        stack: list[tuple[TreeNode, int | None, int]] = [
+            (n, None, i) for i, n in enumerate(self._tops)
+        ]
+        while stack:
+            node, parent, place = stack.pop()
+            nid = len(self._nodes)
+            self._nodes[nid] = node
+            self._id_of[id(node)] = nid
+            self._place[nid] = place
+            if parent is not None:
+                self._parent[nid] = parent
+            stack.extend((c, nid, i) for i, c in enumerate(node.children))
         self.endResetModel()
 
     @property
-    def root(self) -> TreeNode:
-        return self._root
+    def tops(self) -> list[TreeNode]:
+        return self._tops
 
-    def node(self, index: Index) -> TreeNode:
-        if not index.isValid():
-            return self._root
-        return self._ids[index.internalId()]
+    def node(self, index: Index) -> TreeNode | None:
+        return self._nodes.get(index.internalId()) if index.isValid() else None
 
     def index_of(self, node: TreeNode, column: int = 0) -> QModelIndex:
-        if node is self._root or node.parent is None:
+        nid = self._id_of.get(id(node))
+        if nid is None:
             return QModelIndex()
-        return self.createIndex(node.row_in_parent, column, self._id_of[id(node)])
+        return self.createIndex(self._place[nid], column, nid)
 
     def find(self, key: bytes) -> QModelIndex:
-        for node in self._root.walk():
-            if node.row is not None and node.row.key == key:
-                return self.index_of(node)
+        """The node where the row with ``key`` ends."""
+        for nid, node in self._nodes.items():
+            if any(r.key == key for r in node.rows):
+                return self.createIndex(self._place[nid], 0, nid)
         return QModelIndex()
+
+    def sample_row(self, node: TreeNode) -> Row | None:
+        """A row in ``node``'s subtree: every one of them has the node's tokens and model."""
+        nid = self._id_of[id(node)]
+        if nid not in self._sample:
+            self._sample[nid] = next((r for n in node.walk() for r in n.rows), None)
+        return self._sample[nid]
+
+    def texts(self, node: TreeNode) -> tuple[str, str] | None:
+        """(the text just before ``node``, ``node``'s own text), raw, or None without a
+        loaded model. The words before name the speaker a continuing line starts with."""
+        sample = self.sample_row(node)
+        if sample is None:
+            return None
+        text = self._previews.decode(sample, node.tokens_le)
+        if text is None:
+            return None
+        lead = max(0, node.start - CONTEXT_TOKENS)
+        before = self._previews.decode(sample, sample.tokens_le[lead * 4 : node.start * 4]) or ""
+        return before, text
+
+    def label(self, node: TreeNode) -> str:
+        nid = self._id_of[id(node)]
+        if nid not in self._labels:
+            self._labels[nid] = self._label(node)
+        return self._labels[nid]
 
     # -- QAbstractItemModel -------------------------------------------------------------------
 
     def index(self, row: int, column: int, parent: Index = QModelIndex()) -> QModelIndex:  # noqa: B008
         if not self.hasIndex(row, column, parent):
             return QModelIndex()
-        node = self.node(parent)
-        if not 0 <= row < len(node.children):
+        siblings = self._children(parent)
+        if not 0 <= row < len(siblings):
             return QModelIndex()
-        return self.createIndex(row, column, self._id_of[id(node.children[row])])
+        return self.createIndex(row, column, self._id_of[id(siblings[row])])
 
     def parent(self, index: Index = QModelIndex()) -> QModelIndex:  # type: ignore[override]  # noqa: B008
         if not index.isValid():
             return QModelIndex()
-        node = self._ids.get(index.internalId())
-        if node is None or node.parent is None:
+        pid = self._parent.get(index.internalId())
+        if pid is None:
             return QModelIndex()
-        return self.index_of(node.parent)
+        return self.createIndex(self._place[pid], 0, pid)
 
-    def rowCount(self, parent: Index = QModelIndex()) -> int:  # noqa: B008
+    def rowCount(self, parent: Index = QModelIndex()) -> int:  # noqa: B008, N802
         if parent.isValid() and parent.column() != 0:
             return 0
-        return len(self.node(parent).children)
+        return len(self._children(parent))
 
-    def columnCount(self, parent: Index = QModelIndex()) -> int:  # noqa: B008
+    def columnCount(self, parent: Index = QModelIndex()) -> int:  # noqa: B008, N802
         return len(TREE_COLUMNS)
 
-    def headerData(self, section: int, orientation: Qt.Orientation, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
+    def headerData(  # noqa: N802
+        self, section: int, orientation: Qt.Orientation, role: int = Qt.ItemDataRole.DisplayRole
+    ) -> Any:
         if orientation != Qt.Orientation.Horizontal or not 0 <= section < len(TREE_COLUMNS):
             return None
         if role == Qt.ItemDataRole.DisplayRole:
@@ -107,49 +162,68 @@ class CachePrefixTreeModel(QAbstractItemModel):
         return None
 
     def data(self, index: Index, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
-        if not index.isValid():
+        node = self.node(index)
+        if node is None:
             return None
-        node = self._ids.get(index.internalId())
-        if node is None or node.row is None:
-            return None
-        row = node.row
         col = index.column()
         if role == NODE_ROLE:
             return node
         if role == KEY_ROLE:
-            return row.key
+            return node.rows[0].key if node.rows else None
         if role == Qt.ItemDataRole.DisplayRole:
-            if col == 0:
-                nid = index.internalId()
-                label = self._labels.get(nid)
-                if label is None:
-                    label = self._labels[nid] = self._label(node)
-                return label
-            if col == 1:
-                return f"{row.n_tokens:,}"
-            if col == 2:
-                return f"+{node.n_new_tokens:,}"
-            if col == 3:
-                return fmt.TIER_LABELS.get(row.tier, row.tier)
-            if col == 4:
-                return str(row.hits)
-        if role == Qt.ItemDataRole.ToolTipRole and col == 0:
-            shared = node.parent.n_tokens if node.parent else 0
-            return (
-                f"{row.n_tokens:,} tokens; the first {shared:,} are shared with the line above."
-                if shared
-                else f"{row.n_tokens:,} tokens; starts a conversation."
-            )
-        if role == Qt.ItemDataRole.TextAlignmentRole and col in (1, 2, 4):
+            return self._display(node, col)
+        if role == Qt.ItemDataRole.ToolTipRole and col == COL_LABEL:
+            return self._tooltip(node)
+        if role == Qt.ItemDataRole.TextAlignmentRole and col in (COL_TOKENS, COL_ADDS, COL_CHATS, COL_HITS):
             return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
         return None
 
+    # -- internals ----------------------------------------------------------------------------
+
+    def _children(self, parent: Index) -> list[TreeNode] | tuple[TreeNode, ...]:
+        node = self.node(parent)
+        return self._tops if node is None else node.children
+
+    def _display(self, node: TreeNode, col: int) -> str:
+        if col == COL_LABEL:
+            return self.label(node)
+        if col == COL_TOKENS:
+            return f"{node.end:,}"
+        if col == COL_ADDS:
+            return f"+{node.n_tokens:,}"
+        if col == COL_CHATS:
+            return str(len(node.sessions)) if node.sessions else "–"
+        if col == COL_TIER:
+            tiers = {fmt.TIER_LABELS.get(r.tier, r.tier) for r in node.rows}
+            return ", ".join(sorted(tiers)) if tiers else "–"
+        if col == COL_HITS:
+            return str(sum(r.hits for r in node.rows)) if node.rows else "–"
+        return ""
+
     def _label(self, node: TreeNode) -> str:
-        row = node.row
-        assert row is not None
-        start = node.parent.n_tokens if node.parent is not None else 0
-        text = self._previews.text(row, start)
-        if text is None:
-            return f"{fmt.REASON_LABELS.get(row.save_reason, row.save_reason)} · {row.key_hex[:8]}"
-        text = readable(text)
-        return ("… " if start else "") + (text[:90] + "…" if len(text) > 90 else text)
+        texts = self.texts(node)
+        if texts is None:  # no model loaded: the saved preview of a row ending here, if any
+            words = readable(node.rows[0].prompt_preview if node.rows else "(load the model)")
+        else:
+            words = readable(texts[1], before=texts[0])
+        if len(words) > LABEL_CHARS:
+            words = words[: LABEL_CHARS - 1] + "…"
+        if node.start:
+            words = "… " + words
+        who = self._titles.quoted(node.sessions)
+        if len(node.sessions) > 1:
+            return f"Shared by {len(node.sessions)} chats · {words}"
+        if who:
+            return f"{who[0]} · {words}"
+        return words
+
+    def _tooltip(self, node: TreeNode) -> str:
+        lines = [f"Tokens {node.start:,}–{node.end:,}: this line holds {node.n_tokens:,} of them."]
+        who = self._titles.quoted(node.sessions)
+        if who:
+            lines.append("Used by " + ", ".join(who) + ".")
+        elif node.sessions:
+            lines.append(f"Used by {len(node.sessions)} conversation(s).")
+        if node.rows:
+            lines.append(f"{len(node.rows)} saved point(s) end here.")
+        return "\n".join(lines)

@@ -44,8 +44,8 @@ def tiny(engine: Engine, tiny_model_path: Path) -> Any:
 def make_dashboard(qtbot: Any) -> Iterator[Callable[[Engine], CacheDashboard]]:
     made: list[CacheDashboard] = []
 
-    def make(engine: Engine) -> CacheDashboard:
-        dash = CacheDashboard(engine)
+    def make(engine: Engine, **kwargs: Any) -> CacheDashboard:
+        dash = CacheDashboard(engine, **kwargs)
         qtbot.addWidget(dash)
         dash.resize(1280, 820)
         dash.show()
@@ -59,13 +59,13 @@ def make_dashboard(qtbot: Any) -> Iterator[Callable[[Engine], CacheDashboard]]:
 
 
 def fake_row(tokens: list[int], *, model_id: str = "fake", tier: str = "ram", reason: str = "finish",
-             age: float = 0.0, meta: KeyMeta = FAKE_META) -> Row:
+             age: float = 0.0, meta: KeyMeta = FAKE_META, session: str = "") -> Row:
     now = time.time() - age
     return Row(
         key=meta.key(tokens), model_id=model_id, fingerprint=meta.fingerprint.hex(),
         quant_type=meta.quant_type, ctx_hash=meta.ctx_params_hash.hex(), n_tokens=len(tokens),
         tokens_le=encode_tokens(tokens), tier=tier, size=len(tokens) * 300, save_reason=reason,
-        created=now, last_used=now,
+        created=now, last_used=now, session_id=session,
     )  # fmt: skip
 
 

@@ -8,12 +8,13 @@ from typing import Any
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QApplication
 
+from app.cache.tree import build_tree
 from app.ui.cache.dashboard import TAB_TREE
-from app.ui.cache.prefix_tree import build_prefix_tree
 from app.ui.cache.previews import PreviewCache
 from app.ui.cache.row_state import CacheRowState
-from app.ui.qt_models.cache_rows import COL_TOKENS, CacheRowsModel, CacheRowsProxy
-from app.ui.qt_models.cache_tree import CachePrefixTreeModel
+from app.ui.cache.titles import ConversationTitles
+from app.ui.qt_models.cache_rows import COL_TOKENS, COL_USED, CacheRowsModel, CacheRowsProxy
+from app.ui.qt_models.cache_tree import CacheTreeModel
 from tests.ui.cache.conftest import fake_row, fill_index
 
 
@@ -22,7 +23,7 @@ def _rows() -> list[Any]:
     rows = [fake_row(system)]
     for conv in range(4):
         for turn in range(1, 4):
-            rows.append(fake_row(system + [conv] * (turn * 5)))
+            rows.append(fake_row(system + [conv] * (turn * 5), session=f"chat-{conv}"))
     rows.append(fake_row([1, 2, 3], tier="disk", reason="cold"))
     return rows
 
@@ -47,12 +48,17 @@ def test_table_model_passes_qtmodeltester(qtmodeltester: Any) -> None:
 
 
 def test_tree_model_passes_qtmodeltester(qtmodeltester: Any) -> None:
-    model = CachePrefixTreeModel(PreviewCache(_detok))
-    model.set_tree(build_prefix_tree(_rows()))
+    titles = ConversationTitles({f"chat-{i}": f"Chat number {i}" for i in range(4)}.get)
+    model = CacheTreeModel(PreviewCache(_detok), titles)
+    model.set_tree(build_tree(_rows()))
     assert model.rowCount() == 2  # the shared system prompt and the lone row
-    shared = model.index(1, 0)
+    shared = model.index(0, 0)
     assert model.rowCount(shared) == 4  # four conversations under the system prompt
-    assert model.index(0, 0, shared).data().startswith("… t0")
+    assert shared.data().startswith("Shared by 4 chats · t500 t501")
+    assert model.index(0, 3).data() == "4"  # chats using it
+    first = model.index(0, 0, shared)
+    assert first.data().startswith("“Chat number 0” · … t0 t0")
+    assert model.rowCount(first) == 1 and model.index(0, 2, first).data() == "+5"
     qtmodeltester.check(model)
 
 
@@ -67,7 +73,7 @@ def test_twenty_thousand_rows(engine: Any, make_dashboard: Any, qtbot: Any, reco
 
     timings = {"open": open_ms}
     for name, column, order in (("sort by tokens", COL_TOKENS, Qt.SortOrder.AscendingOrder),
-                                ("sort by last used", 6, Qt.SortOrder.DescendingOrder),
+                                ("sort by last used", COL_USED, Qt.SortOrder.DescendingOrder),
                                 ("sort by model", 0, Qt.SortOrder.AscendingOrder)):  # fmt: skip
         t0 = time.perf_counter()
         panel.table.sortByColumn(column, order)
@@ -109,10 +115,10 @@ def test_twenty_thousand_rows(engine: Any, make_dashboard: Any, qtbot: Any, reco
     assert not resets
 
     t0 = time.perf_counter()
-    dash.select_tab(TAB_TREE)  # builds the tree of the first model: 6,667 rows
-    QApplication.processEvents()
-    timings["prefix tree (6,667 rows)"] = (time.perf_counter() - t0) * 1000
-    assert dash.tree_panel.model.rowCount() == 6_667  # random rows: no shared prefixes
+    dash.select_tab(TAB_TREE)  # builds the tree of the first model (on a worker thread)
+    tree = dash.tree_panel.model
+    qtbot.waitUntil(lambda: sum(t.n_rows for t in tree.tops) == 6_667, timeout=60_000)
+    timings["tree (6,667 rows)"] = (time.perf_counter() - t0) * 1000
 
     report = "  ".join(f"{k}: {v:.0f} ms" for k, v in timings.items())
     print(f"\n20,000 rows — {report}")

@@ -1,10 +1,10 @@
-"""Plain-Python parts of the dashboard: the row list and the prefix tree (no Qt)."""
+"""Plain-Python parts of the dashboard: the row list (no Qt). The tree is the store's
+(``app.cache.tree``, tested in tests/unit/cache/test_tree.py)."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-from app.ui.cache.prefix_tree import build_prefix_tree
 from app.ui.cache.row_state import CacheRowState
 from tests.ui.cache.conftest import fake_row
 
@@ -46,48 +46,3 @@ def test_sorted_state_inserts_in_place() -> None:
     state.apply([("updated", replace(state.row(3), hits=1))])
     state.sort(lambda r: r.hits)
     assert state.row(3).hits == 1
-
-
-def test_prefix_tree_shares_the_longest_prefix() -> None:
-    system = list(range(100, 140))
-    shared = fake_row(system)
-    a1 = fake_row(system + [1, 2, 3])
-    a2 = fake_row(system + [1, 2, 3, 4, 5, 6])
-    b1 = fake_row(system + [9, 9])
-    lone = fake_row([7, 7, 7, 7])
-    other_model = fake_row(system + [1], model_id="x", meta=replace_meta())
-    root = build_prefix_tree([a2, lone, b1, shared, a1, other_model])
-    tops = {n.row.key for n in root.children}
-    assert tops == {shared.key, lone.key, other_model.key}
-    node = next(n for n in root.children if n.row.key == shared.key)
-    assert [c.row.key for c in node.children] == [b1.key, a1.key]
-    assert [c.row.key for c in node.children[1].children] == [a2.key]
-    assert node.children[1].children[0].n_new_tokens == 3
-
-
-def replace_meta():
-    from app.cache.keys import KeyMeta
-
-    return KeyMeta(bytes(32), "f16", bytes(32))
-
-
-def test_prefix_tree_matches_brute_force() -> None:
-    import random
-
-    rng = random.Random(3)
-    pool: list[list[int]] = [[rng.randrange(5) for _ in range(rng.randrange(1, 6))]]
-    for _ in range(300):  # grow conversations from earlier ones, or start new ones
-        base = rng.choice(pool) if rng.random() < 0.8 else []
-        pool.append(base + [rng.randrange(5) for _ in range(rng.randrange(1, 4))])
-    rows = {}
-    for tokens in pool:
-        row = fake_row(tokens)
-        rows[row.key] = row
-    root = build_prefix_tree(rows.values())
-    parent_of = {n.row.key: (n.parent.row.key if n.parent.row else None) for n in root.walk() if n.row}
-    assert len(parent_of) == len(rows)
-    for row in rows.values():
-        prefixes = [o for o in rows.values()
-                    if o.n_tokens < row.n_tokens and row.tokens_le.startswith(o.tokens_le)]  # fmt: skip
-        best = max(prefixes, key=lambda o: o.n_tokens, default=None)
-        assert parent_of[row.key] == (best.key if best else None)
