@@ -140,6 +140,9 @@ class RowsPanel(QWidget):
         box.setObjectName(name)
         box.addItems(items)
         box.setToolTip(tip)
+        # Wide enough for a model's name, and growing with the names added later.
+        box.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToContents)
+        box.setMinimumContentsLength(6)
         box.currentIndexChanged.connect(self._apply_filters)
         return box
 

@@ -52,7 +52,7 @@ def chart_colors() -> ChartColors:
 
 
 def stylesheet() -> str:
-    return _QSS % {k: getattr(palette(), k) for k in theme.Colors.__dataclass_fields__}
+    return _QSS % theme.style_values(palette())
 
 
 _QSS = """
@@ -95,5 +95,7 @@ QToolButton#cacheAction { border: 1px solid %(border)s; border-radius: 6px; padd
     background: %(surface)s; color: %(text)s; }
 QToolButton#cacheAction:hover { background: %(hover)s; }
 QToolButton#cacheAction[popupMode="InstantPopup"] { padding-right: 22px; }
+QToolButton#cacheAction::menu-indicator { image: url(%(arrow_down)s); subcontrol-origin: padding;
+    subcontrol-position: center right; width: 10px; height: 10px; right: 6px; }
 QToolButton#cacheAction:disabled { color: %(faint)s; }
 """
