@@ -28,6 +28,7 @@ from app.ui.cache import style
 from app.ui.cache.actions import CacheActions
 from app.ui.cache.feed import CacheFeed
 from app.ui.cache.previews import Detokenizer, PreviewCache
+from app.ui.cache.reuse_panel import ReusePanel
 from app.ui.cache.row_state import CacheRowState
 from app.ui.cache.rows_panel import RowsPanel
 from app.ui.cache.scheduler_panel import SchedulerPanel, SessionNamer
@@ -41,7 +42,7 @@ log = logging.getLogger(__name__)
 
 STATS_MS = 1000
 SCHEDULER_MS = 250
-TAB_ROWS, TAB_SPACE, TAB_TREE, TAB_SCHEDULER = range(4)
+TAB_ROWS, TAB_SPACE, TAB_TREE, TAB_SCHEDULER, TAB_REUSE = range(5)
 
 
 class CacheDashboard(QWidget):
@@ -83,6 +84,7 @@ class CacheDashboard(QWidget):
         self.stats_panel = StatsPanel()
         self.tree_panel = TreePanel(self.store, self.state, self.previews, self.titles)
         self.scheduler_panel = SchedulerPanel(engine, session_namer)
+        self.reuse_panel = ReusePanel(self.titles)
         self.feed = CacheFeed(self.store, self.state, self)
         self.feed.rows_changed.connect(self._on_rows_changed)
 
@@ -106,10 +108,12 @@ class CacheDashboard(QWidget):
         self.tabs.addTab(space_scroll, "Space && savings")
         self.tabs.addTab(self.tree_panel, "Conversation tree")
         self.tabs.addTab(self.scheduler_panel, "Live scheduler")
+        self.tabs.addTab(self.reuse_panel, "What was reused")
         self.tabs.setTabToolTip(TAB_ROWS, "Every saved point of every conversation, live.")
         self.tabs.setTabToolTip(TAB_SPACE, "How full each storage place is, and how often saved work was reused.")
         self.tabs.setTabToolTip(TAB_TREE, "Which conversations share a beginning.")
         self.tabs.setTabToolTip(TAB_SCHEDULER, "What each loaded model is doing right now.")
+        self.tabs.setTabToolTip(TAB_REUSE, "What each recent request reused, and why not more.")
         self.tabs.currentChanged.connect(self._on_tab_changed)
 
         title = QLabel("Cache")
@@ -195,6 +199,7 @@ class CacheDashboard(QWidget):
         self._update_model_lists()
         if self.tabs.currentIndex() == TAB_TREE:
             self.tree_panel.refresh()
+        self.reuse_panel.refresh(self._models)
 
     def select_tab(self, index: int) -> None:
         self.tabs.setCurrentIndex(index)
