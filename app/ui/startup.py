@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from PySide6.QtCore import QObject, Signal
 from PySide6.QtWidgets import QProgressBar
 
-from app.ui.models.tasks import TaskRunner
+from app.ui.tasks import TaskRunner
 
 if TYPE_CHECKING:
     from app.ui.main_window import MainWindow

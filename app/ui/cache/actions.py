@@ -17,7 +17,7 @@ from PySide6.QtCore import QObject, Signal
 
 from app.ui.aio import gui_loop
 from app.ui.cache import fmt
-from app.ui.models.tasks import TaskRunner
+from app.ui.tasks import TaskRunner
 from app.units import human_bytes
 
 log = logging.getLogger(__name__)

@@ -28,8 +28,8 @@ from app.ui.cache.detail_split import detail_split
 from app.ui.cache.previews import PreviewCache
 from app.ui.cache.row_state import CacheRowState
 from app.ui.cache.titles import ConversationTitles
-from app.ui.models.tasks import TaskRunner
 from app.ui.qt_models.cache_tree import COL_LABEL, KEY_ROLE, NODE_ROLE, CacheTreeModel
+from app.ui.tasks import TaskRunner
 from app.units import human_bytes
 
 AUTO_EXPAND_NODES = 500

@@ -30,8 +30,8 @@ from PySide6.QtWidgets import (
 from app.cache.keys import effective_fingerprint
 from app.models.adapters import AdapterError, check_adapter_matches
 from app.ui.models.format import short_hex
-from app.ui.models.tasks import TaskRunner
 from app.ui.models.widgets import MessageCard, button, caption, section
+from app.ui.tasks import TaskRunner
 
 logger = logging.getLogger(__name__)
 

@@ -31,8 +31,8 @@ from app.models.hub import HubClient, HubError
 from app.models.library import quant_from_filename
 from app.ui.aio import gui_loop
 from app.ui.models.format import human_duration, human_rate
-from app.ui.models.tasks import TaskRunner
 from app.ui.observable import ObservableList
+from app.ui.tasks import TaskRunner
 from app.units import human_bytes
 
 logger = logging.getLogger(__name__)

@@ -23,10 +23,10 @@ from PySide6.QtWidgets import (
 from app.models.hub import DEFAULT_ENDPOINT, HubClient, HubError, RemoteFile, RepoInfo
 from app.ui.models.download_delegate import DownloadDelegate
 from app.ui.models.downloads import DownloadItem, DownloadManager
-from app.ui.models.tasks import TaskRunner
 from app.ui.models.widgets import MessageCard, beside_card, button, caption, section, side_card
 from app.ui.qt_models.download_list import ITEM_ROLE, DownloadListModel
 from app.ui.qt_models.model_hub import HubResultsModel
+from app.ui.tasks import TaskRunner
 from app.units import human_bytes
 
 logger = logging.getLogger(__name__)

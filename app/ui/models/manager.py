@@ -37,8 +37,8 @@ from app.ui.models.library_page import LibraryPage
 from app.ui.models.library_state import LibraryCatalog
 from app.ui.models.settings import SETTINGS_FILE, JsonSettingsStore, LoadSettings
 from app.ui.models.style import models_stylesheet
-from app.ui.models.tasks import TaskRunner
 from app.ui.models.widgets import caption
+from app.ui.tasks import TaskRunner
 from app.ui.theme import colors
 
 logger = logging.getLogger(__name__)

@@ -12,7 +12,7 @@ import time
 from PySide6.QtCore import QObject
 
 from app.ui.aio import gui_loop, spawn
-from app.ui.models.tasks import TaskRunner
+from app.ui.tasks import TaskRunner
 from tests.ui.models.conftest import REPO
 
 
