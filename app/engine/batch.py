@@ -1,22 +1,73 @@
-"""Building one tick's op list under the batch budget (SPEC §2, the seed's ``step_tick``).
+"""One tick's plan: its op list under the batch budget (SPEC §2, the seed's ``step_tick``).
 
 Decode rows are kept whole; prefill rows are sliced head-first, each capped by
 ``prefill_chunk_size``, until the total fits ``n_batch``. If the decode rows alone do not
 fit, that is ``n_batch_too_small`` rather than a stall.
 
-Beyond the seed, ``max_prefill_seqs`` limits how many prefilling requests get a slice in one
-tick, the shortest remaining prefill first (see ``ModelConfig.prefill_seqs_per_tick``);
-``None`` keeps the seed's rule: every prefilling request, in admission order; ``0`` makes a
-decode-only tick.
+Beyond the seed, ``PrefillBudget`` decides how many prefilling requests get a slice in a
+tick (the rules and their measurements are ``ModelConfig``'s NOTEs on
+``prefill_seqs_per_tick`` and ``decode_ticks_between_prefills``):
+
+* a burst whose prompts all end in this tick, while nothing streams: every one of them, so
+  their replies start together and decode in full batches;
+* while replies stream: a decode-only tick after each prefill tick
+  (``decode_ticks_between_prefills``), then ``prefill_seqs_per_tick``, shortest remaining
+  prefill first (``None``: every prefilling request in admission order, the seed's rule).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
+from dataclasses import dataclass
 
 from app.engine.backend import DecodeOp, Op, PrefillOp
+from app.engine.config import ModelConfig
 from app.engine.errors import NBatchTooSmall
 from app.engine.request import Mode, Request
+
+
+@dataclass(frozen=True, slots=True)
+class TickPlan:
+    """What one tick does: the ops of its single ``llama_decode``, in batch order."""
+
+    ops: tuple[Op, ...] = ()
+
+    @property
+    def seq_ids(self) -> tuple[int, ...]:
+        return tuple(op.seq_id for op in self.ops)
+
+    @property
+    def num_prefill_tokens(self) -> int:
+        return sum(len(op.tokens) for op in self.ops if isinstance(op, PrefillOp))
+
+    @property
+    def num_decode_rows(self) -> int:
+        return sum(1 for op in self.ops if isinstance(op, DecodeOp))
+
+
+class PrefillBudget:
+    """How many prefilling requests get a slice this tick (see the module doc)."""
+
+    def __init__(self, decode_ticks_between_prefills: int) -> None:
+        self.decode_ticks_since_prefill = decode_ticks_between_prefills
+
+    def max_prefill_seqs(self, reqs: Collection[Request], config: ModelConfig) -> int | None:
+        streaming = any(r.wants_decode for r in reqs)
+        if not streaming and _prompts_fit_one_tick(reqs, config):
+            return None
+        if streaming and self.decode_ticks_since_prefill < config.decode_ticks_between_prefills:
+            return 0  # streaming replies get a decode-only tick first
+        return config.prefill_seqs_per_tick
+
+    def record(self, plan: TickPlan) -> None:
+        """A tick ran ``plan``."""
+        self.decode_ticks_since_prefill = 0 if plan.num_prefill_tokens else self.decode_ticks_since_prefill + 1
+
+
+def plan_tick(reqs: Collection[Request], config: ModelConfig, budget: PrefillBudget) -> TickPlan:
+    """The tick's plan under the batch budget and the prefill budget."""
+    ops = build_ops(reqs, config.n_batch, config.chunk_size, budget.max_prefill_seqs(reqs, config))
+    return TickPlan(tuple(ops))
 
 
 def build_ops(
@@ -31,13 +82,13 @@ def build_ops(
             "raise n_batch or lower n_seq_max"
         )
     ops: list[Op] = [
-        DecodeOp(r.seq_id, r.sampler, len(r.context_tokens), r.in_tool_syntax) for r in decoders
+        DecodeOp(r.seq_id, r.sampler, len(r.context_tokens), r.text.in_tool_syntax) for r in decoders
     ]
     budget = n_batch - len(decoders)
     prefilling = [r for r in reqs if r.prefill_cursor and not r.finishing]
     if max_prefill_seqs is not None:
         # Stable sort: equal remainders keep admission order.
-        prefilling.sort(key=lambda r: len(r.prefill_cursor) + len(r.cold_save_remaining or ()))
+        prefilling.sort(key=lambda r: r.num_to_prefill)
         del prefilling[max_prefill_seqs:]
     for r in prefilling:
         if budget <= 0:
@@ -53,3 +104,16 @@ def build_ops(
         ops.append(PrefillOp(r.seq_id, slice_, len(r.context_tokens), want_logits))
         budget -= cap
     return ops
+
+
+def _prompts_fit_one_tick(reqs: Iterable[Request], config: ModelConfig) -> bool:
+    """Would every prefilling request finish its prompt in one tick (chunk cap, n_batch)?"""
+    chunk = config.chunk_size
+    total = 0
+    for r in reqs:
+        if r.prefill_cursor and not r.finishing:
+            n = len(r.prefill_cursor)
+            if chunk is not None and n > chunk:
+                return False
+            total += n
+    return total <= config.n_batch

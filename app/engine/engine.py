@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from app.cache.keys import FingerprintCache, KeyMeta
@@ -15,8 +16,8 @@ from app.engine.config import Markers, ModelConfig
 from app.engine.errors import EngineError, InvalidRequest, NBatchTooSmall, NotFound
 from app.engine.events import ModelInfo
 from app.engine.model import Model
-from app.engine.request import MarkerTokens
 from app.engine.scheduler import Scheduler, start_thread
+from app.engine.text import MarkerTokens
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +31,7 @@ def llama_backend_factory(config: ModelConfig, fingerprint_of: Callable[[str], b
 
     return LlamaBackend(
         config.path,
-        n_ctx_per_seq=config.n_ctx,
+        n_ctx_per_seq=config.n_ctx_per_seq,
         n_seq_max=config.n_seq_max,
         n_batch=config.n_batch,
         n_gpu_layers=config.n_gpu_layers,
@@ -66,8 +67,11 @@ class Engine:
         self._thread_starter = thread_starter
         self._quotas = cache_quotas
         self._cache: Any = None
-        self._models: dict[str, Model] = {}
+        self._models: Mapping[str, Model] = MappingProxyType({})
+        """Replaced whole under ``_registry`` on every change, so any thread may read it."""
+        self._loading: set[str] = set()
         self._threads: dict[str, Any] = {}
+        self._registry = threading.Lock()
         self._lock = threading.Lock()
         self._closed = False
 
@@ -82,22 +86,32 @@ class Engine:
             return self._cache
 
     def load_model(self, model_id: str, config: ModelConfig) -> Model:
-        if self._closed:
-            raise EngineError("the engine is closed")
-        if model_id in self._models:
-            raise InvalidRequest(f"a model with id {model_id!r} is already loaded")
         if config.n_batch < config.n_seq_max:
             raise NBatchTooSmall(
                 f"n_batch={config.n_batch} cannot hold one decode row for each of "
                 f"n_seq_max={config.n_seq_max} sequences"
             )
-        backend = self._backend_factory(config)
+        with self._registry:
+            if self._closed:
+                raise EngineError("the engine is closed")
+            if model_id in self._models or model_id in self._loading:
+                raise InvalidRequest(f"a model with id {model_id!r} is already loaded")
+            self._loading.add(model_id)
         try:
-            model = self._build_model(model_id, config, backend)
-        except BaseException:
-            backend.close()
-            raise
-        self._models[model_id] = model
+            backend = self._backend_factory(config)
+            try:
+                model = self._build_model(model_id, config, backend)
+            except BaseException:
+                backend.close()
+                raise
+            with self._registry:
+                self._models = MappingProxyType({**self._models, model_id: model})
+        finally:
+            with self._registry:
+                self._loading.discard(model_id)
+        if self._closed:  # closed while this model loaded: it must not outlive the engine
+            self.unload(model_id)
+            raise EngineError("the engine is closed")
         return model
 
     def _build_model(self, model_id: str, config: ModelConfig, backend: Backend) -> Model:
@@ -111,7 +125,7 @@ class Engine:
                 model_id=model_id,
                 policy=policy,
                 tier=config.tier,
-                context_size=config.n_ctx,
+                context_size=config.n_ctx_per_seq,
                 quant_bits=info.quant_bits,
                 detokenize=backend.detokenize,
             )
@@ -119,7 +133,9 @@ class Engine:
         thinking = _marker_tokens(backend, config.thinking_markers, info.chat_template, "<think>", "</think>")
         tools = _marker_tokens(backend, config.tool_call_markers, info.chat_template, "<tool_call>", "</tool_call>")
         scheduler = Scheduler(backend, config, hooks, meta, thinking_markers=thinking, tool_markers=tools)
-        self._threads[model_id] = self._thread_starter(scheduler, f"scheduler-{model_id}")
+        thread = self._thread_starter(scheduler, f"scheduler-{model_id}")
+        with self._registry:
+            self._threads[model_id] = thread
         return Model(model_id, config, backend, scheduler, tier=config.tier)
 
     def list_models(self) -> list[ModelInfo]:
@@ -132,14 +148,20 @@ class Engine:
             raise NotFound(f"no loaded model {model_id!r}") from None
 
     def unload(self, model_id: str) -> None:
-        model = self._models.pop(model_id, None)
-        if model is None:
-            return
+        """Idempotent: ``shutdown`` saves, every request ends, the thread stops, memory is freed."""
+        with self._registry:
+            model = self._models.get(model_id)
+            if model is None:
+                return
+            self._models = MappingProxyType({k: m for k, m in self._models.items() if k != model_id})
+            thread = self._threads.pop(model_id, None)
         model.close()
-        thread = self._threads.pop(model_id, None)
         if thread is not None and hasattr(thread, "join"):
             thread.join(timeout=30)
-        model._free_native()
+        if model.scheduler.has_stopped:
+            model._free_native()
+        else:  # freeing the context under a running llama_decode would crash the process
+            log.error("model %s: the scheduler thread did not stop; its native memory stays allocated", model_id)
 
     def counters(self) -> dict[str, int]:
         counters: dict[str, int] = self.cache.counters()
@@ -147,9 +169,10 @@ class Engine:
 
     def close(self) -> None:
         """Shutdown saves for in-flight requests, then free every model and the store."""
-        if self._closed:
-            return
-        self._closed = True
+        with self._registry:
+            if self._closed:
+                return
+            self._closed = True
         for model_id in list(self._models):
             try:
                 self.unload(model_id)

@@ -78,3 +78,10 @@ class DecodeFailed(EngineError):
         kind = {1: "no KV slot available", 2: "aborted"}.get(rc, "fatal error")
         super().__init__(f"llama_decode returned {rc} ({kind})")
         self.rc = rc
+
+
+class SchedulerDied(EngineError):
+    """The model's scheduler thread stopped after an internal error (a bug, logged with its
+    traceback); every call on the model fails with this until it is reloaded."""
+
+    code = "engine_error"

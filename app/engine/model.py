@@ -13,14 +13,13 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
-from app.cache.keys import KeyMeta, effective_fingerprint
+from app.cache.keys import KeyMeta
+from app.engine.admission import Admission
 from app.engine.backend import Backend
 from app.engine.config import ModelConfig
-from app.engine.errors import Busy, EngineError, NotFound
+from app.engine.errors import EngineError, NotFound
 from app.engine.events import (
     CompletionResult,
     Done,
@@ -31,8 +30,9 @@ from app.engine.events import (
     SchedulerSnapshot,
     Stats,
 )
+from app.engine.lora import LoraSet
 from app.engine.request import Mode
-from app.engine.scheduler import Admission, Scheduler
+from app.engine.scheduler import Scheduler
 from app.engine.validation import (
     adapter_sha256,
     check_adapter_scale,
@@ -48,6 +48,7 @@ from app.engine.validation import (
 log = logging.getLogger(__name__)
 
 _refs = itertools.count(1)
+T = TypeVar("T")
 
 
 class Stream:
@@ -107,15 +108,6 @@ class Stream:
         return self._stats
 
 
-@dataclass(slots=True)
-class AdapterEntry:
-    handle: int
-    path: str
-    sha256: bytes
-    scale: float
-    native: Any
-
-
 class Model:
     """Handle to one loaded model. All methods are thread-safe."""
 
@@ -134,8 +126,7 @@ class Model:
         self.scheduler = scheduler
         self.tier = tier
         self.loaded_at = time.time()
-        self._adapters: dict[int, AdapterEntry] = {}
-        self._adapter_ids = itertools.count(1)
+        self._lora = LoraSet(backend)
         self._closed = False
 
     # ------------------------------------------------------------------ requests
@@ -178,7 +169,7 @@ class Model:
         self._check_open()
         options = parse_options(opts, default_tokens)
         prompt = check_tokens(tokens, self.backend.info.n_vocab)
-        return Admission(next(_refs) if ref is None else ref, mode, prompt, options, emit, Future())
+        return Admission(next(_refs) if ref is None else ref, mode, prompt, options, emit)
 
     def _post_admit(self, adm: Admission) -> None:
         self.scheduler.call(lambda: self.scheduler.admit(adm))
@@ -220,7 +211,7 @@ class Model:
             pending_len=snap.pending_len,
             last_cache_hit=snap.last_cache_hit,
             backend=info.name,
-            context_size=self.config.n_ctx,
+            context_size=self.config.n_ctx_per_seq,
             n_seq_max=self.config.n_seq_max,
             available_seqs=free,
             quant_type=info.quant_type,
@@ -273,73 +264,44 @@ class Model:
     def load_adapter(self, path: str) -> int:
         """Attach a LoRA at scale 1.0; the effective fingerprint changes for new requests."""
         sha = adapter_sha256(path)
-
-        def attach() -> int:
-            native = self.backend.load_adapter(path)
-            handle = next(self._adapter_ids)
-            self._adapters[handle] = AdapterEntry(handle, path, sha, 1.0, native)
-            self._apply_adapters()
-            return handle
-
-        handle: int = self.scheduler.call(attach)
-        return handle
+        return self._change_adapters(lambda: self._lora.attach(path, sha))
 
     def unload_adapter(self, handle: int) -> None:
         handle = check_handle(handle)
-
-        def detach() -> None:
-            entry = self._adapters.pop(handle, None)
-            if entry is not None:
-                self._apply_adapters()
-                self.backend.free_adapter(entry.native)
-
-        self.scheduler.call(detach)
+        self._change_adapters(lambda: self._lora.detach(handle))
 
     def set_adapter_scale(self, handle: int, scale: float) -> None:
         handle, scale = check_handle(handle), check_adapter_scale(scale)  # before llama.cpp sees them
-
-        def rescale() -> None:
-            entry = self._adapters.get(handle)
-            if entry is None:
-                raise NotFound(f"no adapter with handle {handle}")
-            entry.scale = float(scale)
-            self._apply_adapters()
-
-        self.scheduler.call(rescale)
+        self._change_adapters(lambda: self._lora.rescale(handle, scale))
 
     def list_adapters(self) -> list[dict[str, Any]]:
-        return [
-            {"handle": e.handle, "path": e.path, "sha256": e.sha256.hex(), "scale": e.scale}
-            for e in list(self._adapters.values())
-        ]
+        return self._lora.listing()
 
     def effective_fingerprint(self) -> bytes:
-        return effective_fingerprint(
-            self.backend.info.fingerprint, [(e.sha256, e.scale) for e in self._adapters.values()]
-        )
+        return self._lora.fingerprint(self.backend.info.fingerprint)
 
-    def _apply_adapters(self) -> None:
-        """Runs on the scheduler thread (see ``Scheduler.adapters_changed``)."""
-        self.backend.set_adapters([(e.native, e.scale) for e in self._adapters.values()])
-        info = self.backend.info
-        self.scheduler.adapters_changed(KeyMeta(self.effective_fingerprint(), info.quant_type, info.ctx_params_hash))
+    def _change_adapters(self, change: Callable[[], T]) -> T:
+        """Run ``change`` on the scheduler thread, then give new requests the new cache
+        identity (see ``Scheduler.adapters_changed``) — also after a failed change, whose
+        native state cannot be trusted to equal the old one."""
+
+        def run() -> T:
+            try:
+                return change()
+            finally:
+                info = self.backend.info
+                self.scheduler.adapters_changed(KeyMeta(self.effective_fingerprint(), info.quant_type, info.ctx_params_hash))
+
+        result: T = self.scheduler.call(run)
+        return result
 
     # ------------------------------------------------------------------ speculative decoding
 
     def verify(self, prefix: Sequence[int], candidates: Sequence[int], k: int) -> tuple[int, int | str]:
         """Greedy check of up to ``k`` draft tokens; ``Busy`` unless the model is idle."""
         drafts = check_verify(prefix, candidates, k, self.backend.info.n_vocab)
-
-        def run() -> tuple[int, int | str]:
-            sch = self.scheduler
-            if sch.reqs or sch.pending or not sch.free_seqs:
-                raise Busy("verify needs an idle model")
-            seq = sch.free_seqs[0]
-            accepted, nxt = self.backend.verify(seq, drafts[0], drafts[1])
-            return accepted, "eos" if nxt is None else nxt
-
-        result: tuple[int, int | str] = self.scheduler.call(run)
-        return result
+        accepted, nxt = self.scheduler.call(lambda: self.scheduler.verify(drafts[0], drafts[1]))
+        return accepted, "eos" if nxt is None else nxt
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -348,24 +310,14 @@ class Model:
         if self._closed:
             return
         self._closed = True
-
-        def wind_down() -> None:
-            sch = self.scheduler
-            if save:
-                sch.save_in_flight("shutdown")
-            sch._fail_all(EngineError("the model was unloaded", code="cancelled"))
-            for adm in list(sch.pending):
-                adm.result.set_exception(EngineError("the model was unloaded", code="cancelled"))
-                adm.emit(Error("the model was unloaded", "cancelled"))
-            sch.pending.clear()
-
         try:
-            self.scheduler.call(wind_down, timeout=60)
+            self.scheduler.call(lambda: self.scheduler.wind_down(save), timeout=60)
+        except EngineError as exc:  # the scheduler had stopped already: its requests have ended
+            log.warning("model %s: %s", self.id, exc)
         finally:
             self.scheduler.stop()
 
     def _free_native(self) -> None:
-        for entry in self._adapters.values():
-            self.backend.free_adapter(entry.native)
-        self._adapters.clear()
+        """After the scheduler thread has ended: free the adapters, then the backend."""
+        self._lora.free_all()
         self.backend.close()

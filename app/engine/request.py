@@ -1,25 +1,37 @@
-"""Per-request state (owned by the scheduler thread) and the text scanners it feeds.
+"""One in-flight request, as the scheduler thread sees it, and the records it reports from.
 
 ``Request`` keeps counters, not phases (STYLE §5): ``prefill_cursor`` holds the tokens still
-to push, ``context_tokens`` the tokens already in the seq's KV cells. ``StopScanner`` holds
-back enough text that a stop string spanning tokens is still cut; ``SpanTracker`` routes
-tokens into thinking / tool-call spans by matching their markers as token sequences.
+to push, ``context_tokens`` the tokens already in the seq's KV cells, ``generated`` what was
+sampled. Three small records hang off it: ``CacheAccount`` (what the cache gave and took),
+``Timings`` (when each phase started) and its ``TextPipeline`` (``app.engine.streaming``:
+everything between a sampled token and the text a caller sees). ``stats`` and ``outcome``
+turn them into the frozen records that leave the thread.
 """
 
 from __future__ import annotations
 
-import codecs
 import enum
-import hashlib
-import hmac
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
 from app.cache.keys import KeyMeta
 from app.engine.backend import SamplingParams
-from app.engine.events import CacheHitKind, Event, FinishReason
+from app.engine.events import (
+    CacheDelta,
+    CacheHitKind,
+    CompletionResult,
+    Event,
+    FinishReason,
+    PrefillResult,
+    Reuse,
+    Stats,
+)
+from app.engine.streaming import TextPipeline
+
+Outcome = CompletionResult | PrefillResult
 
 
 class Mode(enum.Enum):
@@ -43,129 +55,34 @@ class RequestOptions:
     """Beyond SPEC: keep generating past end-of-generation (benchmarks, like llama-server's)."""
 
 
-class StopScanner:
-    """First-match-by-list-order stop strings over streamed text, with hold-back.
+@dataclass(slots=True)
+class CacheAccount:
+    """What the request reused at admission and what its saves added (``Stats.cache_delta``)."""
 
-    ``feed`` returns text safe to emit now; up to ``max_len - 1`` characters are held so a
-    stop string spanning several tokens is still found and removed.
-    """
+    hit_kind: CacheHitKind = "cold"
+    num_reused: int = 0
+    """Prompt tokens whose KV came from elsewhere (``cache_delta.read``)."""
+    num_created: int = 0
+    """The largest save beyond ``num_reused`` (``cache_delta.created``)."""
+    last_save_at: int = 0
+    """Context length at the last save (or restore): continued saves count from here."""
+    finish_key: bytes | None = None
+    reuse: Reuse = field(default_factory=Reuse)
 
-    def __init__(self, stops: Sequence[str]) -> None:
-        self.stops = [s for s in stops if s]
-        self.hold = max((len(s) for s in self.stops), default=1) - 1
-        self.pending = ""
-        self.matched: str | None = None
-
-    def feed(self, text: str) -> str:
-        if not self.stops:
-            return text
-        self.pending += text
-        for stop in self.stops:
-            idx = self.pending.find(stop)
-            if idx >= 0:
-                self.matched = stop
-                out, self.pending = self.pending[:idx], ""
-                return out
-        if len(self.pending) <= self.hold:
-            return ""
-        cut = len(self.pending) - self.hold
-        out, self.pending = self.pending[:cut], self.pending[cut:]
-        return out
-
-    def flush(self) -> str:
-        out, self.pending = self.pending, ""
-        return out
+    def reused(self, kind: CacheHitKind, num_tokens: int) -> None:
+        """The seq starts out holding ``num_tokens`` prompt tokens taken from ``kind``."""
+        self.hit_kind, self.num_reused, self.last_save_at = kind, num_tokens, num_tokens
 
 
-class TextDecoder:
-    """Incremental UTF-8 decoding of token pieces (a token may hold half a character)."""
+@dataclass(slots=True)
+class Timings:
+    """``time.perf_counter()`` marks; ``Stats`` reports the spans between them."""
 
-    def __init__(self) -> None:
-        self._dec = codecs.getincrementaldecoder("utf-8")(errors="replace")
-
-    def feed(self, piece: bytes) -> str:
-        return self._dec.decode(piece)
-
-    def flush(self) -> str:
-        return self._dec.decode(b"", final=True)
-
-
-class Span(enum.Enum):
-    TEXT = "text"
-    THINKING = "thinking"
-    TOOL = "tool"
-
-
-@dataclass(frozen=True, slots=True)
-class MarkerTokens:
-    open: tuple[int, ...]
-    close: tuple[int, ...]
-
-
-class SpanTracker:
-    """Routes generated tokens into text / thinking / tool-call spans.
-
-    Markers are token sequences; tokens that could still be the start of a marker are held
-    until they either complete it (swallowed, span switches) or cannot (released as content).
-    ``push`` returns ``[(span, tokens), ...]`` plus transition events as ``(span, None)``
-    pairs: ``(THINKING, None)`` after a thinking close, ``(TOOL, None)`` after a tool close,
-    and opening a span is reported as ``("open", span)`` via ``opened``.
-    """
-
-    def __init__(self, thinking: MarkerTokens | None, tool: MarkerTokens | None) -> None:
-        self.markers = {Span.THINKING: thinking, Span.TOOL: tool}
-        self.span = Span.TEXT
-        self.held: list[int] = []
-
-    def _candidates(self) -> list[tuple[tuple[int, ...], Span | None]]:
-        """Markers that matter in the current span: (tokens, span it leads to)."""
-        if self.span is Span.TEXT:
-            return [(m.open, s) for s, m in self.markers.items() if m is not None and m.open]
-        marker = self.markers[self.span]
-        assert marker is not None
-        return [(marker.close, None)]
-
-    def push(self, token: int) -> list[tuple[Span, list[int] | None]]:
-        """Feed one token; returns content chunks and span transitions in order.
-
-        A transition is ``(new_span, None)``: entering THINKING/TOOL, or leaving to TEXT
-        (then ``new_span`` is TEXT and the closed span was the previous one).
-        """
-        self.held.append(token)
-        out: list[tuple[Span, list[int] | None]] = []
-        for seq, target in self._candidates():
-            n = len(seq)
-            if len(self.held) >= n and tuple(self.held[-n:]) == seq:
-                content = self.held[:-n]
-                if content:
-                    out.append((self.span, content))
-                self.held = []
-                self.span = target if target is not None else Span.TEXT
-                out.append((self.span, None))
-                return out
-        keep = self._longest_partial()
-        release = self.held[: len(self.held) - keep]
-        self.held = self.held[len(self.held) - keep :]
-        if release:
-            out.append((self.span, release))
-        return out
-
-    def _longest_partial(self) -> int:
-        best = 0
-        for seq, _ in self._candidates():
-            for k in range(min(len(seq) - 1, len(self.held)), 0, -1):
-                if tuple(self.held[-k:]) == seq[:k]:
-                    best = max(best, k)
-                    break
-        return best
-
-    def flush(self) -> list[int]:
-        held, self.held = self.held, []
-        return held
-
-    def force_text(self) -> None:
-        """Leave the current span without a close marker (thinking budget reached)."""
-        self.span = Span.TEXT
+    submitted_at: float = field(default_factory=time.perf_counter)
+    prefill_started_at: float | None = None
+    prefill_done_at: float | None = None
+    first_token_at: float | None = None
+    finished_at: float | None = None
 
 
 @dataclass(slots=True)
@@ -175,54 +92,43 @@ class Request:
     ref: int
     mode: Mode
     seq_id: int
-    prompt_tokens: list[int]
     options: RequestOptions
     emit: Callable[[Event], None]
+    text: TextPipeline
+    result: Future[Any]
     meta: KeyMeta | None
+    """The cache identity the request was admitted with (adapters may change meanwhile)."""
+    weights_epoch: int = 0
+    """Which adapter set the request's KV is computed with (``Admitter.weights_epoch``)."""
     sampler: Any = None
+    prompt_tokens: list[int] = field(default_factory=list)
     context_tokens: list[int] = field(default_factory=list)
     prefill_cursor: list[int] = field(default_factory=list)
-    cold_save_remaining: list[int] | None = None
     generated: list[int] = field(default_factory=list)
-    last_save_at: int = 0
-    cache_hit_kind: CacheHitKind = "cold"
-    cache_hit_prefix_len: int = 0
-    cache_created: int = 0
-    finish_key: bytes | None = None
-    cancel_pending: bool = False
-    context_full: bool = False
-    finishing: bool = False
-    finish_reason: FinishReason | None = None
-    error: Exception | None = None
-    submitted_at: float = field(default_factory=time.perf_counter)
-    prefill_started_at: float | None = None
-    prefill_done_at: float | None = None
-    first_token_at: float | None = None
-    finished_at: float | None = None
-    result_future: Any = None
-    weights_epoch: int = 0
-    """Which adapter set the request's KV is computed with (Scheduler.weights_epoch)."""
+    cold_save_remaining: list[int] | None = None
+    """Tokens to prefill after the cold save (the policy's split), None when there is none."""
     share_from: tuple[int, int] | None = None
     """(donor request ref, n tokens): waiting for another in-flight request to prefill a
     shared prompt head, which is then shared into this seq instead of prefilled again."""
-    # text pipeline
-    spans: SpanTracker | None = None
-    stop: StopScanner = field(default_factory=lambda: StopScanner(()))
-    text_decoder: TextDecoder = field(default_factory=TextDecoder)
-    reply_parts: list[str] = field(default_factory=list)
-    thinking_decoder: TextDecoder = field(default_factory=TextDecoder)
-    thinking_bytes: bytearray = field(default_factory=bytearray)
-    thinking_count: int = 0
-    thinking_capped: bool = False
-    tool_decoder: TextDecoder = field(default_factory=TextDecoder)
-    tool_parts: list[str] = field(default_factory=list)
-    tool_in_string: bool = False
-    tool_escape: bool = False
+    cache: CacheAccount = field(default_factory=CacheAccount)
+    times: Timings = field(default_factory=Timings)
+    finishing: bool = False
+    finish_reason: FinishReason | None = None
+    error: Exception | None = None
+    context_full: bool = False
+    ended: bool = False
+    """Its one ``Done`` or ``Error`` has been sent."""
 
     def mark(self, reason: FinishReason) -> None:
         """Finish at the end of this tick (the seed's ``finishing`` flag)."""
         self.finishing = True
         self.finish_reason = reason
+
+    def fail(self, error: Exception) -> None:
+        """End with ``Error`` at the end of this tick; the first failure is the one reported."""
+        if self.error is None:
+            self.error = error
+        self.finishing = True
 
     @property
     def num_prompt_tokens(self) -> int:
@@ -237,6 +143,11 @@ class Request:
         return len(self.generated)
 
     @property
+    def num_to_prefill(self) -> int:
+        """Prompt tokens still to push, the part after a cold save included."""
+        return len(self.prefill_cursor) + len(self.cold_save_remaining or ())
+
+    @property
     def is_prefilling(self) -> bool:
         return bool(self.prefill_cursor) or self.share_from is not None
 
@@ -244,22 +155,48 @@ class Request:
     def wants_decode(self) -> bool:
         return not self.is_prefilling and self.mode is not Mode.PREFILL_ONLY and not self.finishing
 
-    @property
-    def in_tool_syntax(self) -> bool:
-        """Inside a tool-call span but outside a JSON string: sample greedily."""
-        return self.spans is not None and self.spans.span is Span.TOOL and not self.tool_in_string
+    def stats(self) -> Stats:
+        times = self.times
+        end = times.finished_at or time.perf_counter()
+        started = times.prefill_started_at or times.submitted_at
+        prefill_done = times.prefill_done_at or end
+        first = times.first_token_at
+        return Stats(
+            prompt_tokens=self.num_prompt_tokens,
+            completion_tokens=self.num_generated,
+            prefill_ms=(prefill_done - started) * 1000,
+            generation_ms=(end - prefill_done) * 1000 if first is not None else 0.0,
+            ttft_ms=(first - times.submitted_at) * 1000 if first is not None else 0.0,
+            cache_hit_kind=self.cache.hit_kind,
+            finish_reason=self.finish_reason or "stop",
+            cancelled=self.finish_reason == "cancelled",
+            finish_key=self.cache.finish_key,
+            committed_tokens=self.num_computed_tokens,
+            cache_delta=CacheDelta(self.cache.num_reused, self.cache.num_created),
+            stop_sequence=self.text.stop_sequence,
+            context_full=self.context_full,
+            reuse=self.cache.reuse,
+        )
 
-    def track_tool_text(self, text: str) -> None:
-        """Follow JSON string state through tool-call text (payload strings vs syntax)."""
-        for ch in text:
-            if self.tool_escape:
-                self.tool_escape = False
-            elif ch == "\\" and self.tool_in_string:
-                self.tool_escape = True
-            elif ch == '"':
-                self.tool_in_string = not self.tool_in_string
-
-    def thinking_signature(self, key: bytes | None) -> bytes:
-        if not key:
-            return b""
-        return hmac.new(key, bytes(self.thinking_bytes), hashlib.sha256).digest()
+    def outcome(self, stats: Stats) -> Outcome:
+        """What ``complete`` / ``prefill_only`` return."""
+        if self.mode is Mode.PREFILL_ONLY:
+            return PrefillResult(
+                context_tokens=tuple(self.context_tokens),
+                committed_tokens=self.num_computed_tokens,
+                finish_key=self.cache.finish_key,
+                cache_hit_kind=self.cache.hit_kind,
+                cache_delta=stats.cache_delta,
+            )
+        return CompletionResult(
+            reply=self.text.reply,
+            generated=tuple(self.generated),
+            context_tokens=tuple(self.context_tokens),
+            committed_tokens=self.num_computed_tokens,
+            finish_key=self.cache.finish_key,
+            cache_hit_kind=self.cache.hit_kind,
+            finish_reason=stats.finish_reason,
+            cache_delta=stats.cache_delta,
+            stats=stats,
+            stop_sequence=stats.stop_sequence,
+        )

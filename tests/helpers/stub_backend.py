@@ -12,7 +12,7 @@ letter derived from the last tokens, forever.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -155,9 +155,9 @@ class StubBackend:
     def kv_pack(self, seq_id: int) -> bytes:
         return ",".join(map(str, self.kv.get(seq_id, []))).encode()
 
-    def kv_unpack(self, seq_id: int, payload: bytes) -> bool:
+    def kv_unpack(self, seq_id: int, payload: bytes | memoryview) -> bool:
         try:
-            self.kv[seq_id] = [int(t) for t in payload.decode().split(",") if t]
+            self.kv[seq_id] = [int(t) for t in bytes(payload).decode().split(",") if t]
         except ValueError:
             return False
         self.has_logits[seq_id] = False
@@ -205,3 +205,63 @@ class StubBackend:
 
     def close(self) -> None:
         self.closed = True
+
+
+@dataclass
+class FaultyBackend(StubBackend):
+    """The stub, plus faults: ``arm("decode", exc)`` makes the next matching call raise ``exc``
+    (once) before the stub does anything, so the scheduler's handling of each phase can be
+    tested. ``when`` filters on the call's arguments."""
+
+    armed: dict[str, list[tuple[Callable[..., bool], BaseException]]] = field(default_factory=dict)
+    raised: list[str] = field(default_factory=list)
+
+    def arm(self, method: str, exc: BaseException, when: Callable[..., bool] | None = None) -> None:
+        self.armed.setdefault(method, []).append((when or (lambda *args: True), exc))
+
+    def _fault(self, method: str, *args: Any) -> None:
+        for i, (when, exc) in enumerate(self.armed.get(method, [])):
+            if when(*args):
+                del self.armed[method][i]
+                self.raised.append(method)
+                raise exc
+
+    def sample(self, ops: Sequence[Op]) -> list[StepResult]:
+        self._fault("sample", ops)
+        return super().sample(ops)
+
+    def decode(self, ops: Sequence[Op], sampled: Sequence[StepResult]) -> None:
+        try:
+            self._fault("decode", ops)
+        except BaseException:
+            self._sampled = None  # like llama_decode, a failed decode ends the tick
+            raise
+        super().decode(ops, sampled)
+
+    def new_sampler(self, params: SamplingParams) -> Any:
+        self._fault("new_sampler", params)
+        return super().new_sampler(params)
+
+    def free_sampler(self, sampler: Any) -> None:
+        self._fault("free_sampler", sampler)
+        super().free_sampler(sampler)
+
+    def accept(self, sampler: Any, token: int) -> None:
+        self._fault("accept", sampler, token)
+        super().accept(sampler, token)
+
+    def seq_rm(self, seq_id: int, start: int = 0) -> None:
+        self._fault("seq_rm", seq_id, start)
+        super().seq_rm(seq_id, start)
+
+    def seq_cp(self, src: int, dst: int, n_tokens: int) -> None:
+        self._fault("seq_cp", src, dst, n_tokens)
+        super().seq_cp(src, dst, n_tokens)
+
+    def kv_pack(self, seq_id: int) -> bytes:
+        self._fault("kv_pack", seq_id)
+        return super().kv_pack(seq_id)
+
+    def kv_unpack(self, seq_id: int, payload: bytes | memoryview) -> bool:
+        self._fault("kv_unpack", seq_id)
+        return super().kv_unpack(seq_id, payload)

@@ -61,7 +61,7 @@ def collect(stream) -> list:
 
 
 def test_fifo_done_order_with_one_seq(make_model):
-    model, stub = make_model(StubBackend(n_seq_max=1))
+    model, stub = make_model(StubBackend(n_seq_max=1, step_delay=0.001))
     order: list[int] = []
     lock = threading.Lock()
 
@@ -73,10 +73,16 @@ def test_fifo_done_order_with_one_seq(make_model):
 
         return cb
 
-    streams = []
-    for i in range(4):
-        s = model.infer(tok(f"prompt {i}"), response_tokens=5, on_event=None)
+    # The first request runs until cancelled, so the other three are sure to queue behind it.
+    streams = [model.infer(tok("prompt 0"), response_tokens=10_000, on_event=on(0))]
+    for i in range(1, 4):
+        s = model.infer(tok(f"prompt {i}"), response_tokens=5, on_event=on(i))
         streams.append(s)
+    deadline = time.time() + 10
+    while model.snapshot().pending_len != 3 and time.time() < deadline:
+        time.sleep(0.002)
+    assert model.snapshot().pending_len == 3
+    streams[0].cancel()
     # One seq: each request must wait for the previous one; done order == submit order.
     done_at = []
     for s in streams:
@@ -87,6 +93,7 @@ def test_fifo_done_order_with_one_seq(make_model):
     # The stub ran them one after another: no step ever mixed two seqs... there is one seq.
     assert all(len(step) == 1 for step in stub.steps)
     assert done_at == sorted(done_at)
+    assert order == [0, 1, 2, 3]  # a LIFO dispatch of the waiting three gives [0, 3, 2, 1]
 
 
 def test_queued_admits_dispatch_when_a_seq_frees(make_model):
@@ -639,7 +646,7 @@ def test_a_burst_at_an_idle_engine_is_prefilled_in_one_tick(make_model):
     senders = [threading.Thread(target=send, args=(i,)) for i in range(4)]
     for t in senders:
         t.start()
-    while model.scheduler.inbox.qsize() < 4:
+    while model.scheduler.loop.inbox.qsize() < 4:
         time.sleep(0.001)
     gate.set()
     for t in senders:

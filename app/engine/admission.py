@@ -1,0 +1,338 @@
+"""Admission: an ``Admission`` becomes a running ``Request`` on a seq, or waits in ``pending``.
+
+Three paths (``AdmissionPath``):
+
+* ``STICKY`` — the request's session pins a seq whose tokens are a prefix of the prompt:
+  prefill only the new tokens (SPEC §2);
+* ``CONTINUE`` — ``continue_session``: the session's seq plus the caller's suffix, no prefix
+  check (the seed's ``continue/3``);
+* ``NEW`` — a free seq (or one an idle session gives up, least recently used first). The
+  seq starts from what is already computed elsewhere, in this order: the head of another
+  live seq (``app.engine.shares``), a cached prefix (exact → ``parent_key`` → longest), or
+  nothing (cold, with the policy's cold-save split).
+
+The request table and the seq pool are the scheduler's; admission adds to the first and
+takes from the second. Any failure while a request is being set up returns its seq (and
+sampler) before the error reaches the caller: no path leaks a seq.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any
+
+from app.cache.keys import KeyMeta
+from app.cache.prefix import is_prefix
+from app.engine.backend import Backend
+from app.engine.cache_hooks import CacheHooks, Hit
+from app.engine.errors import ContextOverflow, EngineError, InvalidRequest, NoSession, StickyBusy
+from app.engine.events import (
+    CacheDelta,
+    CompletionResult,
+    Done,
+    Error,
+    Event,
+    LastCacheHit,
+    PrefillProgress,
+    PrefillResult,
+    Stats,
+)
+from app.engine.request import Mode, Request, RequestOptions, Timings
+from app.engine.saves import Saver
+from app.engine.sessions import SeqPool
+from app.engine.shares import Shares
+from app.engine.streaming import TextPipeline
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class Admission:
+    """A request as posted by the Model, before it owns a seq."""
+
+    ref: int
+    mode: Mode
+    prompt: list[int]
+    options: RequestOptions
+    emit: Callable[[Event], None]
+    result: Future[Any] = field(default_factory=Future)
+    continue_suffix: list[int] | None = None
+    submitted_at: float = field(default_factory=time.perf_counter)
+
+
+class AdmissionPath(enum.Enum):
+    NEW = "new"
+    STICKY = "sticky"
+    CONTINUE = "continue"
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """Where an admission starts: its path, its seq, and what that seq already holds."""
+
+    path: AdmissionPath
+    seq_id: int
+    stored: tuple[int, ...] = ()
+
+
+class Admitter:
+    """Admits requests for one scheduler; owns ``pending`` and the cache identity of new requests."""
+
+    def __init__(
+        self,
+        backend: Backend,
+        cache: CacheHooks,
+        pool: SeqPool,
+        reqs: dict[int, Request],
+        saver: Saver,
+        shares: Shares,
+        meta: KeyMeta | None,
+        *,
+        n_ctx_per_seq: int,
+        make_text: Callable[[Admission], TextPipeline],
+    ) -> None:
+        self._backend = backend
+        self._cache = cache
+        self._pool = pool
+        self._reqs = reqs
+        self._saver = saver
+        self._shares = shares
+        self._n_ctx_per_seq = n_ctx_per_seq
+        self._make_text = make_text
+        self.pending: deque[Admission] = deque()
+        self.meta = meta
+        """The cache identity new requests get (None: the cache is off)."""
+        self.weights_epoch = 0
+        """Bumped whenever the adapter set or a scale changes."""
+        self.last_hit: LastCacheHit | None = None
+
+    # ------------------------------------------------------------------ admit / dispatch
+
+    def admit(self, adm: Admission) -> None:
+        """Start ``adm`` on a seq now, or queue it in ``pending``; a bad admission raises."""
+        adm.emit = _logging_errors(adm.emit)
+        route = self._route(adm)
+        if route is None:
+            self.pending.append(adm)
+        else:
+            self._start(adm, route)
+
+    def dispatch(self) -> None:
+        """Start waiting admissions, oldest first, while a seq can be had."""
+        while self.pending:
+            seq_id = self._take_seq()
+            if seq_id is None:
+                return
+            adm = self.pending.popleft()
+            try:
+                self._start(adm, Route(AdmissionPath.NEW, seq_id))
+            except Exception as exc:
+                _reject(adm, exc)
+
+    def cancel(self, ref: int) -> bool:
+        """Cancel a waiting admission: it ends ``cancelled`` without ever running."""
+        adm = next((a for a in self.pending if a.ref == ref), None)
+        if adm is None:
+            return False
+        self.pending.remove(adm)
+        stats = Stats(len(adm.prompt), 0, 0.0, 0.0, 0.0, "cold", "cancelled", True, None, 0)
+        outcome: CompletionResult | PrefillResult
+        if adm.mode is Mode.PREFILL_ONLY:
+            outcome = PrefillResult((), 0, None, "cold", CacheDelta())
+        else:
+            outcome = CompletionResult("", (), tuple(adm.prompt), 0, None, "cold", "cancelled", CacheDelta(), stats)
+        if not adm.result.done():
+            adm.result.set_result(outcome)
+        adm.emit(Done(stats))
+        return True
+
+    def fail_pending(self, exc: Exception) -> None:
+        while self.pending:
+            _reject(self.pending.popleft(), exc)
+
+    def new_weights(self, meta: KeyMeta | None) -> None:
+        """The adapter set changed: idle sessions' KV is stale, new requests get ``meta``."""
+        self.weights_epoch += 1
+        for sid in self._pool.idle_sessions(busy=self._reqs):
+            self._pool.drop(sid)
+        if self.meta is not None:
+            self.meta = meta
+
+    # ------------------------------------------------------------------ routing
+
+    def _route(self, adm: Admission) -> Route | None:
+        """Choose the path; None when the admission must wait for a seq."""
+        sid = adm.options.session_id
+        if sid is not None and self._session_in_flight(sid):
+            raise StickyBusy(f"session {sid!r} already has a request in flight")
+        session = self._pool.session(sid)
+        if adm.continue_suffix is not None:
+            if session is None:
+                raise NoSession(f"no live session {sid!r} to continue")
+            adm.prompt = session.tokens + adm.continue_suffix
+            self._check_fits(adm.prompt)
+            return Route(AdmissionPath.CONTINUE, session.seq_id, tuple(session.tokens))
+        self._check_fits(adm.prompt)
+        if session is not None and sid is not None:
+            if is_prefix(session.tokens, adm.prompt):
+                return Route(AdmissionPath.STICKY, session.seq_id, tuple(session.tokens))
+            self._pool.drop(sid)  # divergence: free the seq, admit normally
+        seq_id = self._take_seq()
+        return None if seq_id is None else Route(AdmissionPath.NEW, seq_id)
+
+    def _check_fits(self, prompt: list[int]) -> None:
+        if not prompt:
+            raise InvalidRequest("the prompt is empty")
+        if len(prompt) >= self._n_ctx_per_seq:
+            raise ContextOverflow(
+                f"prompt of {len(prompt)} tokens does not fit the context of "
+                f"{self._n_ctx_per_seq} tokens per sequence"
+            )
+
+    def _session_in_flight(self, sid: str) -> bool:
+        """A request of this session is running or waiting for a seq."""
+        return any(r.options.session_id == sid for r in self._reqs.values()) or any(
+            a.options.session_id == sid for a in self.pending
+        )
+
+    def _take_seq(self) -> int | None:
+        """A free seq; else beyond the seed: release the least recently used idle session, so
+        new work never starves (its KV is saved first, its next turn restores it)."""
+        seq_id = self._pool.take()
+        if seq_id is not None:
+            return seq_id
+        sid = self._pool.lru_idle(busy=self._reqs)
+        if sid is None:
+            return None
+        session = self._pool.sessions[sid]
+        self._saver.session(self.meta, session)
+        self._pool.drop(sid)
+        return self._pool.take()
+
+    # ------------------------------------------------------------------ starting a request
+
+    def _start(self, adm: Admission, route: Route) -> None:
+        """Build the request on the route's seq and set up its first prefill."""
+        touched = False  # has the seq's KV been changed yet?
+        sampler = None
+        try:
+            text = self._make_text(adm)
+            if adm.mode is not Mode.PREFILL_ONLY:
+                sampler = self._backend.new_sampler(adm.options.sampling)
+            req = Request(
+                ref=adm.ref, mode=adm.mode, seq_id=route.seq_id, options=adm.options, emit=adm.emit,
+                text=text, result=adm.result, meta=self.meta, weights_epoch=self.weights_epoch,
+                sampler=sampler, prompt_tokens=list(adm.prompt),
+                times=Timings(adm.submitted_at, prefill_started_at=time.perf_counter()),
+            )  # fmt: skip
+            touched = True
+            if route.path is AdmissionPath.NEW:
+                self._setup_new(req)
+            else:
+                self._setup_session(req, route)
+        except Exception as exc:
+            self._undo_start(adm, route, sampler, touched)
+            if isinstance(exc, EngineError):
+                raise
+            log.exception("admitting request %d failed", adm.ref)
+            raise EngineError(f"admission failed: {exc!r}") from exc
+        if adm.options.session_id is not None:
+            self._pool.unpin(adm.options.session_id)  # the request holds the seq now
+        self._reqs[req.seq_id] = req
+        self.last_hit = LastCacheHit(req.cache.hit_kind, req.cache.num_reused)
+        req.emit(PrefillProgress(len(req.context_tokens), req.num_prompt_tokens))
+
+    def _undo_start(self, adm: Admission, route: Route, sampler: Any, touched: bool) -> None:
+        """Give back what a failed start took: the sampler, and the seq (its cells, once
+        touched, are unknown: cleared before the seq's next use)."""
+        if sampler is not None:
+            try:
+                self._backend.free_sampler(sampler)
+            except Exception:
+                log.exception("freeing the sampler of a failed admission failed")
+        if route.path is AdmissionPath.NEW:
+            if touched:
+                self._pool.quarantine(route.seq_id)
+            else:
+                self._pool.free.appendleft(route.seq_id)  # untouched: first in line again
+        elif touched and adm.options.session_id is not None:
+            self._pool.unpin(adm.options.session_id)  # the session's KV is no longer known
+            self._pool.quarantine(route.seq_id)
+
+    def _setup_session(self, req: Request, route: Route) -> None:
+        """The seq already holds ``route.stored``; prefill only the new tokens."""
+        stored = list(route.stored)
+        suffix = req.prompt_tokens[len(stored) :]
+        req.cache.hit_kind = "sticky" if route.path is AdmissionPath.STICKY else "continuation"
+        req.cache.num_reused = len(stored)
+        if suffix:
+            req.context_tokens = stored
+            req.prefill_cursor = list(suffix)
+        else:  # nothing new: drop the last cell and re-prefill it for fresh logits
+            self._backend.seq_rm(req.seq_id, len(stored) - 1)
+            req.context_tokens = stored[:-1]
+            req.prefill_cursor = [stored[-1]]
+        if route.path is AdmissionPath.STICKY:
+            self._cache.count_sticky()
+
+    def _setup_new(self, req: Request) -> None:
+        """A shared head of another live seq, else a cached prefix, else cold with its split."""
+        self._pool.clear_for_use(req.seq_id)
+        if self._shares.setup(req, self.weights_epoch) or self._restore(req):
+            return
+        self._cache.count_miss()
+        prompt = req.prompt_tokens
+        split = self._cache.cold_split(len(prompt)) if req.mode is not Mode.PREFILL_ONLY else 0
+        if split:
+            req.prefill_cursor = list(prompt[:split])
+            req.cold_save_remaining = list(prompt[split:])
+        else:
+            req.prefill_cursor = list(prompt)
+
+    def _restore(self, req: Request) -> bool:
+        """Warm path: exact → ``parent_key`` resume → longest cached prefix (SPEC §2)."""
+        if req.meta is None:
+            return False
+        prompt = req.prompt_tokens
+        hit = self._cache.lookup(req.meta, prompt, req.options.parent_key)
+        if not isinstance(hit, Hit):
+            return False
+        t0 = time.perf_counter_ns()
+        ok = self._backend.kv_unpack(req.seq_id, hit.payload)
+        self._cache.count_load(time.perf_counter_ns() - t0)
+        if not ok:
+            log.warning("cached KV for a %d-token prefix did not load; going cold", len(hit.tokens))
+            self._backend.seq_rm(req.seq_id, 0)
+            return False
+        n = len(hit.tokens)
+        self._backend.seq_rm(req.seq_id, n - 1)  # re-prefill the last token for fresh logits
+        req.context_tokens = list(hit.tokens[:-1])
+        req.prefill_cursor = [hit.tokens[-1], *prompt[n:]]
+        req.cache.reused(hit.kind, n)
+        return True
+
+
+def _logging_errors(emit: Callable[[Event], None]) -> Callable[[Event], None]:
+    """A raising event callback is the caller's bug: log it, never fail the request for it."""
+
+    def deliver(event: Event) -> None:
+        try:
+            emit(event)
+        except Exception:
+            log.exception("an event callback raised on %s", type(event).__name__)
+
+    return deliver
+
+
+def _reject(adm: Admission, exc: Exception) -> None:
+    """A waiting admission that cannot start ends with one Error."""
+    code = getattr(exc, "code", "engine_error")
+    if not adm.result.done():
+        adm.result.set_exception(exc)
+    adm.emit(Error(str(exc), code))

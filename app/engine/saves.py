@@ -1,0 +1,78 @@
+"""The scheduler's saves: pack a seq's KV and hand it to the cache writer (SPEC §4).
+
+Five moments: ``cold`` (after the policy's trimmed prefix is prefilled), ``continued`` (every
+``continued_interval`` tokens, after the decode that pushed the last of them), ``finish``,
+``evict`` (an idle session released, or ``Model.evict``) and ``shutdown``. The pack runs on
+the scheduler thread between backend calls, when the seq holds exactly the saved tokens (the
+cache-key invariant); the file write runs on the writer thread.
+
+A save is an optimisation, never a reason to fail a request: the pack only reads the KV, so
+a failed save is logged with its traceback and the request goes on.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable, Sequence
+
+from app.cache.keys import KeyMeta
+from app.engine.backend import Backend
+from app.engine.cache_hooks import CacheHooks, SaveReason
+from app.engine.request import Request
+from app.engine.sessions import Session
+
+log = logging.getLogger(__name__)
+
+
+class Saver:
+    def __init__(self, backend: Backend, cache: CacheHooks) -> None:
+        self._backend = backend
+        self._cache = cache
+
+    def save(self, req: Request, reason: SaveReason) -> bytes | None:
+        """Save the request's whole context (its seq holds exactly ``context_tokens``)."""
+        tokens = req.context_tokens
+        key = self._save(req.meta, req.seq_id, tokens, reason)
+        if key is not None:
+            req.cache.num_created = max(req.cache.num_created, len(tokens) - req.cache.num_reused)
+        return key
+
+    def cold(self, req: Request) -> None:
+        """The policy's trimmed prefix is in the KV: save it before the rest is prefilled."""
+        self.save(req, "cold")
+        req.cache.last_save_at = len(req.context_tokens)
+
+    def continued(self, req: Request) -> None:
+        """After a decode: a continued save when the policy's interval has passed."""
+        if not req.finishing and self._cache.wants_continued(len(req.context_tokens), req.cache.last_save_at):
+            self.save(req, "continued")
+            req.cache.last_save_at = len(req.context_tokens)
+
+    def finish(self, req: Request) -> None:
+        if self._cache.wants_finish(len(req.context_tokens)):
+            req.cache.finish_key = self.save(req, "finish")
+
+    def session(self, meta: KeyMeta | None, session: Session) -> None:
+        """An idle session is released: save what its seq holds (``evict``)."""
+        self._save(meta, session.seq_id, session.tokens, "evict")
+
+    def in_flight(self, reqs: Iterable[Request], reason: SaveReason) -> int:
+        """``evict`` / ``shutdown``: one save per in-flight request with a non-empty context."""
+        num = 0
+        for req in reqs:
+            if req.context_tokens and self.save(req, reason) is not None:
+                req.cache.last_save_at = len(req.context_tokens)
+                num += 1
+        return num
+
+    def _save(self, meta: KeyMeta | None, seq_id: int, tokens: Sequence[int], reason: SaveReason) -> bytes | None:
+        if meta is None or not tokens:
+            return None
+        try:
+            t0 = time.perf_counter_ns()
+            payload = self._backend.kv_pack(seq_id)
+            return self._cache.save(meta, tokens, payload, reason, time.perf_counter_ns() - t0)
+        except Exception:
+            log.exception("a %s save of seq %d (%d tokens) failed; generation goes on", reason, seq_id, len(tokens))
+            return None

@@ -1,0 +1,134 @@
+"""The seq pool of one context: free seqs, stale seqs, and the seqs idle sessions pin.
+
+Every seq id ``0 .. n_seq_max-1`` is at any time in exactly one place: running a request
+(the scheduler's request table), pinned by an idle sticky session (``sessions``, least
+recently used first), or ``free`` (FIFO). A free seq may still be ``stale``: it holds a
+finished request's cells, kept until the engine is idle or the seq is taken again (see
+``give_back``). ``clear_for_use`` empties a seq before a new request fills it.
+
+A native call that fails while a seq is given back leaves the seq's cells unknown; the seq
+is then kept as stale (``quarantine``), so its next user clears it first. No path loses a seq.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict, deque
+from collections.abc import Collection, Iterable
+from dataclasses import dataclass
+
+from app.engine.backend import Backend
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class Session:
+    """A sticky session's pinned seq and the tokens its KV cells hold."""
+
+    seq_id: int
+    tokens: list[int]
+
+
+class SeqPool:
+    """Free / stale / pinned seqs of one context (the running ones are the scheduler's)."""
+
+    def __init__(self, backend: Backend, n_seq_max: int) -> None:
+        self._backend = backend
+        self.n_seq_max = n_seq_max
+        self.free: deque[int] = deque(range(n_seq_max))
+        self.stale: set[int] = set()
+        self.sessions: OrderedDict[str, Session] = OrderedDict()
+
+    # ------------------------------------------------------------------ free seqs
+
+    def take(self) -> int | None:
+        """The free seq that waited longest, or None. Clear it with ``clear_for_use``."""
+        return self.free.popleft() if self.free else None
+
+    def peek(self) -> int | None:
+        return self.free[0] if self.free else None
+
+    def clear_for_use(self, seq_id: int) -> None:
+        """Empty a seq before a new request fills it (it may be stale)."""
+        self._backend.seq_rm(seq_id, 0)
+        self.stale.discard(seq_id)
+
+    def give_back(self, seq_id: int, *, others_running: bool) -> None:
+        """A finished request's seq returns to the free list. If clearing it raises, the
+        seq is quarantined and the error raised.
+
+        NOTE: clearing the seq while other seqs run would leave a hole in the unified KV
+        buffer that the running seqs' next tokens fill, ahead of their earlier cells; with
+        llama.cpp's f16 attention accumulators the order of a seq's cells changes its logits
+        (by up to ~0.7 on SmolLM2), so batched could differ from solo. Its cells stay until
+        the scheduler is idle (``clear_stale``) or the seq is taken again (``clear_for_use``).
+        """
+        if others_running:
+            self.stale.add(seq_id)
+        else:
+            try:
+                self._backend.seq_rm(seq_id, 0)
+            except BaseException:
+                self.quarantine(seq_id)
+                raise
+        self.free.append(seq_id)
+
+    def quarantine(self, seq_id: int) -> None:
+        """Return a seq whose cells are unknown (a native call failed): cleared before reuse."""
+        self.stale.add(seq_id)
+        self.free.append(seq_id)
+
+    def clear_stale(self) -> None:
+        """Idle: drop the cells of seqs released while others were running.
+
+        A seq that cannot be cleared now stays free: ``clear_for_use`` clears it before its
+        next request, and that request fails if it cannot.
+        """
+        stale, self.stale = self.stale, set()
+        for seq_id in sorted(stale):
+            try:
+                self._backend.seq_rm(seq_id, 0)
+            except Exception:
+                log.exception("clearing stale seq %d failed", seq_id)
+
+    # ------------------------------------------------------------------ sessions
+
+    def pin(self, sid: str, seq_id: int, tokens: list[int]) -> None:
+        """An idle session keeps its seq (most recently used last)."""
+        self.sessions[sid] = Session(seq_id, list(tokens))
+        self.sessions.move_to_end(sid)
+
+    def session(self, sid: str | None) -> Session | None:
+        return None if sid is None else self.sessions.get(sid)
+
+    def unpin(self, sid: str) -> Session | None:
+        """A new request of the session takes its seq over (or nobody had it)."""
+        return self.sessions.pop(sid, None)
+
+    def drop(self, sid: str) -> None:
+        """Free a session's seq and its cells."""
+        session = self.sessions.pop(sid)
+        try:
+            self._backend.seq_rm(session.seq_id, 0)
+        except Exception:
+            log.exception("clearing session %r's seq %d failed", sid, session.seq_id)
+            self.quarantine(session.seq_id)
+            return
+        self.free.append(session.seq_id)
+
+    def lru_idle(self, busy: Collection[int]) -> str | None:
+        """The least recently used session whose seq is not running a request."""
+        return next((sid for sid, s in self.sessions.items() if s.seq_id not in busy), None)
+
+    def idle_sessions(self, busy: Collection[int]) -> list[str]:
+        return [sid for sid, s in self.sessions.items() if s.seq_id not in busy]
+
+    # ------------------------------------------------------------------ invariant
+
+    def check(self, running: Iterable[int]) -> None:
+        """Every seq id is exactly once running, pinned or free (tests; a leak breaks it)."""
+        pinned = [s.seq_id for s in self.sessions.values()]
+        seen = sorted([*running, *pinned, *self.free])
+        assert seen == list(range(self.n_seq_max)), f"seq pool out of step: {seen}"
+        assert self.stale <= set(self.free), f"stale seqs {self.stale} not free"
