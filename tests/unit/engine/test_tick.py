@@ -1,0 +1,225 @@
+"""Admission and the tick, called directly on the stub backend: exact seq ids and orders.
+
+No thread, no polling: each test admits, ticks and reads the request table, the pending
+queue and the ops the backend saw (``[kind, seq_id, n_tokens]`` per op).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from app.engine.admission import AdmissionPath
+from app.engine.errors import ContextOverflow, NoSession, StickyBusy
+from app.engine.events import Done, PrefillProgress, TokenId
+from app.engine.shares import SHARE_MIN_TOKENS
+from tests.helpers.stub_backend import StubBackend
+from tests.unit.engine.harness import make, tok
+
+HEAD = "You are a careful assistant. Answer briefly and kindly. "
+assert len(HEAD) > SHARE_MIN_TOKENS
+
+
+def test_admission_fills_seqs_in_order_then_queues():
+    h = make(StubBackend(n_seq_max=2))
+    refs = [h.admit(f"prompt {i}") for i in range(4)]
+    assert h.running() == {0: refs[0], 1: refs[1]}
+    assert h.pending() == refs[2:]
+    assert h.events[refs[0]] == [PrefillProgress(0, len("prompt 0"))]
+    assert h.events[refs[2]] == []  # nothing until it gets a seq
+
+
+def test_a_burst_is_prefilled_in_one_tick_then_decodes_together():
+    h = make(StubBackend(n_seq_max=3))
+    h.admit("aaaa")
+    h.admit("bb")
+    h.admit("cccccc")
+    assert h.tick() == [["prefill", 0, 4], ["prefill", 1, 2], ["prefill", 2, 6]]
+    assert h.tick() == [["decode", 0, 1], ["decode", 1, 1], ["decode", 2, 1]]
+
+
+def test_pending_admissions_start_first_in_first_out():
+    h = make(StubBackend(n_seq_max=1))
+    refs = [h.admit(f"prompt {i}", response_tokens=2) for i in range(4)]
+    assert h.pending() == refs[1:]
+    h.run()
+    assert h.ended == refs  # a LIFO dispatch ends them 1, 4, 3, 2
+    assert all(isinstance(h.outcome(r), Done) for r in refs)
+
+
+def test_a_request_finishes_and_the_next_starts_in_the_same_tick():
+    h = make(StubBackend(n_seq_max=1))
+    a = h.admit("ab", response_tokens=1)
+    b = h.admit("cd", response_tokens=1)
+    assert h.tick() == [["prefill", 0, 2]]
+    assert h.tick() == [["decode", 0, 1]]  # a's one token: a ends, b gets seq 0
+    assert h.ended == [a]
+    assert h.running() == {0: b}
+    assert h.tick() == [["prefill", 0, 2]]
+    assert h.stub.kv[0] == tok("cd")  # seq 0 was cleared for b (nothing else ran)
+
+
+def test_while_streaming_one_prefill_per_tick_shortest_first_with_a_decode_tick_between():
+    h = make(StubBackend(n_seq_max=3), prefill_chunk_size=8)
+    s = h.admit("x", response_tokens=100)
+    assert h.tick() == [["prefill", 0, 1]]
+    assert h.tick() == [["decode", 0, 1]]
+    h.admit("a" * 20)  # seq 1: three chunks
+    h.admit("hi?")  # seq 2: one slice, so it goes first
+    ticks = [h.tick() for _ in range(8)]
+    assert ticks == [
+        [["decode", 0, 1], ["prefill", 2, 3]],
+        [["decode", 0, 1], ["decode", 2, 1]],  # a decode-only tick after a prefill tick
+        [["decode", 0, 1], ["decode", 2, 1], ["prefill", 1, 8]],
+        [["decode", 0, 1], ["decode", 2, 1]],
+        [["decode", 0, 1], ["decode", 2, 1], ["prefill", 1, 8]],
+        [["decode", 0, 1], ["decode", 2, 1]],  # "hi?" has its 5 tokens and ends
+        [["decode", 0, 1], ["prefill", 1, 4]],
+        [["decode", 0, 1], ["decode", 1, 1]],
+    ]
+    assert h.running()[0] == s
+
+
+def test_the_seed_rule_prefills_everyone_every_tick():
+    h = make(StubBackend(n_seq_max=3), prefill_chunk_size=4, prefill_seqs_per_tick=None)
+    h.admit("x", response_tokens=100)
+    h.tick()
+    h.tick()
+    h.admit("a" * 6)
+    h.admit("b" * 6)
+    assert h.tick() == [["decode", 0, 1], ["prefill", 1, 4], ["prefill", 2, 4]]
+
+
+def test_cancel_ends_a_running_request_now_and_its_seq_goes_to_the_next():
+    h = make(StubBackend(n_seq_max=1))
+    a = h.admit("a", response_tokens=100)
+    b = h.admit("b", response_tokens=1)
+    h.tick()
+    h.tick()
+    h.sch.cancel(a)
+    assert h.ended == [a]
+    done = h.outcome(a)
+    assert isinstance(done, Done) and done.stats.cancelled and done.stats.completion_tokens == 1
+    assert h.running() == {0: b}
+    h.sch.cancel(a)  # idempotent
+    h.sch.cancel(12345)  # unknown: ignored
+    assert h.ended == [a]
+
+
+def test_cancel_of_a_waiting_admission_ends_it_without_running():
+    h = make(StubBackend(n_seq_max=1))
+    a = h.admit("a", response_tokens=100)
+    b = h.admit("b")
+    h.sch.cancel(b)
+    assert h.pending() == [] and h.ended == [b]
+    assert h.outcome(b).stats.cancelled
+    assert h.running() == {0: a}
+
+
+def test_sticky_turn_prefills_only_its_suffix_on_the_sessions_seq():
+    h = make(StubBackend(n_seq_max=2, script={"U1>": "r1"}))
+    h.admit("other", response_tokens=100)  # seq 0 stays busy
+    h.admit("U1>", session_id="c", response_tokens=10)
+    while h.sch.pool.session("c") is None:
+        h.tick()
+    stored = h.sch.pool.sessions["c"].tokens
+    assert (h.sch.pool.sessions["c"].seq_id, stored) == (1, tok("U1>r1") + [0])
+    b = h.admit(stored + tok(" U2>"), session_id="c")
+    assert h.running()[1] == b and "c" not in h.sch.pool.sessions
+    assert h.sch.reqs[1].cache.hit_kind == "sticky"
+    assert ["prefill", 1, len(" U2>")] in h.tick()
+
+
+def test_a_session_admission_routes_by_what_its_seq_holds():
+    h = make(StubBackend(n_seq_max=2, script={"U1>": "r1"}))
+    h.admit("U1>", session_id="c", response_tokens=10)
+    h.run()
+    stored = h.sch.pool.sessions["c"].tokens
+    assert h.sch.admission._route(h.admission(stored + [65], session_id="c")).path is AdmissionPath.STICKY
+    adm = h.admission([], session_id="c")
+    adm.continue_suffix = tok("!")
+    route = h.sch.admission._route(adm)
+    assert route is not None and (route.path, route.seq_id) == (AdmissionPath.CONTINUE, 0)
+    assert adm.prompt == stored + tok("!")
+
+
+def test_a_diverging_prompt_frees_the_sessions_seq_and_starts_anew():
+    h = make(StubBackend(n_seq_max=1, script={"U1>": "r1"}))
+    h.admit("hello U1>", session_id="c", response_tokens=10)
+    h.run()
+    b = h.admit("something else", session_id="c")
+    assert h.running() == {0: b} and h.sch.reqs[0].cache.hit_kind == "cold"
+    assert h.tick() == [["prefill", 0, len("something else")]]
+
+
+def test_session_errors():
+    h = make(StubBackend(n_seq_max=2), n_ctx=16)
+    h.admit("long", session_id="c", response_tokens=100)
+    with pytest.raises(StickyBusy):
+        h.admit("long more", session_id="c")
+    adm = h.admission([], session_id="nobody")
+    adm.continue_suffix = tok("x")
+    with pytest.raises(NoSession):
+        h.sch.admit(adm)
+    with pytest.raises(ContextOverflow):
+        h.admit("x" * 16)
+    assert h.running() == {0: 1} and h.pending() == []  # no seq taken by the refusals
+
+
+def test_the_least_recently_used_idle_session_gives_its_seq_up():
+    h = make(StubBackend(n_seq_max=2))
+    h.admit("one", session_id="a", response_tokens=1)
+    h.run()
+    h.admit("two", session_id="b", response_tokens=1)
+    h.run()
+    assert {s: v.seq_id for s, v in h.sch.pool.sessions.items()} == {"a": 0, "b": 1}
+    c = h.admit("three")
+    assert h.running() == {0: c}
+    assert list(h.sch.pool.sessions) == ["b"]
+
+
+def test_a_waiting_request_takes_the_shared_head_once_the_donor_holds_it():
+    h = make(StubBackend(n_seq_max=2), prefill_chunk_size=16)
+    a = h.admit(HEAD + "A?")
+    b = h.admit(HEAD + "B?")
+    assert h.sch.reqs[1].share_from == (a, len(HEAD))
+    rows = []
+    while h.sch.reqs[1].share_from is not None:
+        rows.append(h.tick())
+    # Only the donor prefills: its 58 tokens in chunks of 16, then b shares the head.
+    assert rows == [[["prefill", 0, 16]]] * 3 + [[["prefill", 0, 10]]]
+    assert h.stub.kv[1] == tok(HEAD)  # shared, not prefilled
+    assert h.tick() == [["decode", 0, 1]]  # a streams now: a decode-only tick first
+    assert h.tick() == [["decode", 0, 1], ["prefill", 1, 2]]  # then b prefills "B?" only
+    h.run()
+    assert h.outcome(b).stats.cache_delta.read == len(HEAD)
+
+
+def test_a_waiter_whose_donor_is_cancelled_prefills_its_whole_prompt():
+    h = make(StubBackend(n_seq_max=2), prefill_chunk_size=16)
+    a = h.admit(HEAD + "A?")
+    b = h.admit(HEAD + "B?")
+    h.tick()  # the donor holds 16 tokens, less than the head
+    h.sch.cancel(a)
+    req = h.sch.reqs[1]
+    assert req.share_from is None and req.cache.hit_kind == "cold"
+    assert req.prefill_cursor == tok(HEAD + "B?")
+    h.run()
+    assert isinstance(h.outcome(b), Done)
+
+
+def test_every_token_streams_before_the_decode_that_pushes_it():
+    h = make(StubBackend(script={"Q:": "ok"}))
+    seen = []
+    ref = h.admit("Q:", response_tokens=10)
+    emit = h.sch.reqs[0].emit
+
+    def spy(event):
+        if isinstance(event, TokenId):
+            seen.append((event.id, h.stub.decoded_ticks, len(h.stub.steps)))
+        emit(event)
+
+    h.sch.reqs[0].emit = spy
+    h.run()
+    assert [s[0] for s in seen] == [ord("o"), ord("k"), 0]
+    assert all(decoded == started - 1 for _, decoded, started in seen)
+    assert isinstance(h.outcome(ref), Done)
