@@ -12,6 +12,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from app.listeners import Listeners
 from app.remote.endpoint import EndpointError, RemoteEndpoint
 
 log = logging.getLogger(__name__)
@@ -31,7 +32,7 @@ class RemoteRegistry:
     def __init__(self, store: SettingsStore) -> None:
         self._store = store
         self._lock = threading.Lock()
-        self._listeners: list[Listener] = []
+        self._listeners: Listeners[None] = Listeners()
         self._endpoints: dict[str, RemoteEndpoint] = {}
         for raw in store.get_setting(SETTING, []) or []:
             try:
@@ -64,21 +65,10 @@ class RemoteRegistry:
         self._notify()
 
     def subscribe(self, listener: Listener) -> Callable[[], None]:
-        with self._lock:
-            self._listeners.append(listener)
-
-        def unsubscribe() -> None:
-            with self._lock:
-                if listener in self._listeners:
-                    self._listeners.remove(listener)
-
-        return unsubscribe
+        return self._listeners.subscribe(lambda _none: listener())
 
     def _save(self) -> None:
         self._store.set_setting(SETTING, [e.to_json() for e in self._endpoints.values()])
 
     def _notify(self) -> None:
-        with self._lock:
-            listeners = list(self._listeners)
-        for listener in listeners:
-            listener()
+        self._listeners.notify(None)

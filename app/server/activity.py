@@ -8,7 +8,6 @@ adapter only re-emits them as queued Qt signals.
 from __future__ import annotations
 
 import dataclasses
-import logging
 import threading
 import time
 from collections import OrderedDict, deque
@@ -16,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-log = logging.getLogger(__name__)
+from app.listeners import Listeners
 
 RequestState = Literal["running", "done", "cancelled", "error"]
 
@@ -49,7 +48,7 @@ class Activity:
     def __init__(self, capacity: int = 200) -> None:
         self._live: OrderedDict[str, RequestRecord] = OrderedDict()
         self._done: deque[RequestRecord] = deque(maxlen=capacity)
-        self._listeners: list[Listener] = []
+        self._listeners: Listeners[RequestRecord] = Listeners()
         self._lock = threading.Lock()
         self._t0: dict[str, float] = {}
 
@@ -88,21 +87,7 @@ class Activity:
             return tuple(self._done)
 
     def subscribe(self, listener: Listener) -> Callable[[], None]:
-        with self._lock:
-            self._listeners.append(listener)
-
-        def unsubscribe() -> None:
-            with self._lock:
-                if listener in self._listeners:
-                    self._listeners.remove(listener)
-
-        return unsubscribe
+        return self._listeners.subscribe(listener)
 
     def _notify(self, record: RequestRecord) -> None:
-        with self._lock:
-            listeners = list(self._listeners)
-        for listener in listeners:
-            try:
-                listener(record)
-            except Exception:  # a broken listener must not fail the request it observes
-                log.exception("activity listener raised")
+        self._listeners.notify(record)
