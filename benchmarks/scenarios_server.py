@@ -29,6 +29,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -154,7 +155,11 @@ def _turn(base: str, model: str, messages: list[dict[str, str]], extra: dict[str
     parts: list[str] = []
     usage: dict[str, Any] = {}
     timings: dict[str, Any] = {}
-    with urllib.request.urlopen(req, timeout=900) as resp:
+    try:
+        resp = urllib.request.urlopen(req, timeout=900)
+    except urllib.error.HTTPError as exc:  # say why, not just the status
+        raise RuntimeError(f"HTTP {exc.code} from {base}: {exc.read()[:500]!r}") from exc
+    with resp:
         for raw in resp:
             line = raw.decode().strip()
             if not line.startswith("data:") or line == "data: [DONE]":
