@@ -5,8 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from tests.integration.server.conftest import Served, start_server, wait_until
 
 SYSTEM = ("You are Hearth's test assistant. You answer questions about cooking, gardening and "
@@ -43,12 +41,6 @@ def test_client_disconnect_mid_stream_frees_the_sequence(served: Served) -> None
     assert after.choices[0].message.content is not None
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "needs #13 read-your-writes: on main a finish save becomes visible to lookups only once the "
-    "writer thread has published it, so a turn sent right after the reply is often cold "
-    "(cached 0 of 79 in 3 of 4 runs here; with a 2 s pause it reuses all of them). Remove this "
-    "mark when #13 lands."
-))
 def test_second_turn_reports_the_conversation_as_cached(served: Served) -> None:
     """Issue #16 acceptance: turn 2 re-sends turn 1 (prompt + reply) and reports at least
     that many tokens, less one, as cached. Depends on #13 (read-your-writes and the longest
