@@ -2,14 +2,16 @@
 
 Three paths (``AdmissionPath``):
 
-* ``STICKY`` — the request's session pins a seq whose tokens are a prefix of the prompt:
-  prefill only the new tokens (SPEC §2);
+* ``STICKY`` — the request's session pins a seq: when its tokens are a prefix of the prompt,
+  prefill only the new tokens (SPEC §2); when the prompt diverges from them (regenerate,
+  edit, branch), beyond the seed, keep the common prefix and prefill the rest — unless a live
+  seq or the cache holds a longer head (``app.engine.reuse``);
 * ``CONTINUE`` — ``continue_session``: the session's seq plus the caller's suffix, no prefix
   check (the seed's ``continue/3``);
 * ``NEW`` — a free seq (or one an idle session gives up, least recently used first). The
-  seq starts from what is already computed elsewhere, in this order: the head of another
-  live seq (``app.engine.shares``), a cached prefix (exact → ``parent_key`` → longest), or
-  nothing (cold, with the policy's cold-save split).
+  seq starts from the longest head already computed elsewhere: another live seq
+  (``app.engine.shares``) or the cache (exact → ``parent_key`` → longest common prefix with
+  any row), else nothing (cold, with the policy's cold-save split) — ``app.engine.reuse``.
 
 The request table and the seq pool are the scheduler's; admission adds to the first and
 takes from the second. Any failure while a request is being set up returns its seq (and
@@ -30,7 +32,7 @@ from typing import Any
 from app.cache.keys import KeyMeta
 from app.cache.prefix import is_prefix
 from app.engine.backend import Backend
-from app.engine.cache_hooks import CacheHooks, Hit
+from app.engine.cache_hooks import CacheHooks
 from app.engine.errors import ContextOverflow, EngineError, InvalidRequest, NoSession, StickyBusy
 from app.engine.events import (
     CacheDelta,
@@ -41,9 +43,11 @@ from app.engine.events import (
     LastCacheHit,
     PrefillProgress,
     PrefillResult,
+    Reuse,
     Stats,
 )
 from app.engine.request import Mode, Request, RequestOptions, Timings
+from app.engine.reuse import OwnSeq, Reuser
 from app.engine.saves import Saver
 from app.engine.sessions import SeqPool
 from app.engine.shares import Shares
@@ -103,6 +107,7 @@ class Admitter:
         self._reqs = reqs
         self._saver = saver
         self._shares = shares
+        self._reuser = Reuser(backend, shares)
         self._n_ctx_per_seq = n_ctx_per_seq
         self._make_text = make_text
         self.pending: deque[Admission] = deque()
@@ -180,9 +185,7 @@ class Admitter:
             return Route(AdmissionPath.CONTINUE, session.seq_id, tuple(session.tokens))
         self._check_fits(adm.prompt)
         if session is not None and sid is not None:
-            if is_prefix(session.tokens, adm.prompt):
-                return Route(AdmissionPath.STICKY, session.seq_id, tuple(session.tokens))
-            self._pool.drop(sid)  # divergence: free the seq, admit normally
+            return Route(AdmissionPath.STICKY, session.seq_id, tuple(session.tokens))
         seq_id = self._take_seq()
         return None if seq_id is None else Route(AdmissionPath.NEW, seq_id)
 
@@ -211,7 +214,7 @@ class Admitter:
         if sid is None:
             return None
         session = self._pool.sessions[sid]
-        self._saver.session(self.meta, session)
+        self._saver.session(self.meta, sid, session)
         self._pool.drop(sid)
         return self._pool.take()
 
@@ -233,7 +236,12 @@ class Admitter:
             )  # fmt: skip
             touched = True
             if route.path is AdmissionPath.NEW:
-                self._setup_new(req)
+                self._pool.clear_for_use(req.seq_id)
+                self._reuser.start(req, self._cache, self.weights_epoch)
+            elif route.path is AdmissionPath.STICKY and not is_prefix(route.stored, adm.prompt):
+                assert adm.options.session_id is not None
+                own = OwnSeq(route.seq_id, route.stored, adm.options.session_id)
+                self._reuser.start(req, self._cache, self.weights_epoch, own)
             else:
                 self._setup_session(req, route)
         except Exception as exc:
@@ -278,44 +286,9 @@ class Admitter:
             self._backend.seq_rm(req.seq_id, len(stored) - 1)
             req.context_tokens = stored[:-1]
             req.prefill_cursor = [stored[-1]]
+        req.cache.reuse = Reuse("session", len(req.context_tokens), len(stored), None, req.options.session_id)
         if route.path is AdmissionPath.STICKY:
             self._cache.count_sticky()
-
-    def _setup_new(self, req: Request) -> None:
-        """A shared head of another live seq, else a cached prefix, else cold with its split."""
-        self._pool.clear_for_use(req.seq_id)
-        if self._shares.setup(req, self.weights_epoch) or self._restore(req):
-            return
-        self._cache.count_miss()
-        prompt = req.prompt_tokens
-        split = self._cache.cold_split(len(prompt)) if req.mode is not Mode.PREFILL_ONLY else 0
-        if split:
-            req.prefill_cursor = list(prompt[:split])
-            req.cold_save_remaining = list(prompt[split:])
-        else:
-            req.prefill_cursor = list(prompt)
-
-    def _restore(self, req: Request) -> bool:
-        """Warm path: exact → ``parent_key`` resume → longest cached prefix (SPEC §2)."""
-        if req.meta is None:
-            return False
-        prompt = req.prompt_tokens
-        hit = self._cache.lookup(req.meta, prompt, req.options.parent_key)
-        if not isinstance(hit, Hit):
-            return False
-        t0 = time.perf_counter_ns()
-        ok = self._backend.kv_unpack(req.seq_id, hit.payload)
-        self._cache.count_load(time.perf_counter_ns() - t0)
-        if not ok:
-            log.warning("cached KV for a %d-token prefix did not load; going cold", len(hit.tokens))
-            self._backend.seq_rm(req.seq_id, 0)
-            return False
-        n = len(hit.tokens)
-        self._backend.seq_rm(req.seq_id, n - 1)  # re-prefill the last token for fresh logits
-        req.context_tokens = list(hit.tokens[:-1])
-        req.prefill_cursor = [hit.tokens[-1], *prompt[n:]]
-        req.cache.reused(hit.kind, n)
-        return True
 
 
 def _logging_errors(emit: Callable[[Event], None]) -> Callable[[Event], None]:

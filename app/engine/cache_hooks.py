@@ -62,8 +62,12 @@ class CacheHooks(Protocol):
     policy: CachePolicy
 
     def lookup(
-        self, meta: KeyMeta, prompt: Sequence[int], parent_key: bytes | None, session_id: str | None = None
-    ) -> Hit | Miss: ...
+        self, meta: KeyMeta, prompt: Sequence[int], parent_key: bytes | None, session_id: str | None = None,
+        *, min_tokens: int = MIN_RESTORE_TOKENS,
+    ) -> Hit | Miss:
+        """``min_tokens``: a hit shares at least this many tokens (admission passes what a
+        live seq already offers, plus one, so the cache is read only when it does better)."""
+        ...
 
     def count_miss(self) -> None: ...
 
@@ -98,7 +102,8 @@ class NullCache:
         self.policy = policy or CachePolicy()
 
     def lookup(
-        self, meta: KeyMeta, prompt: Sequence[int], parent_key: bytes | None, session_id: str | None = None
+        self, meta: KeyMeta, prompt: Sequence[int], parent_key: bytes | None, session_id: str | None = None,
+        *, min_tokens: int = MIN_RESTORE_TOKENS,
     ) -> Hit | Miss:
         return Miss("nothing_shared", 0)
 
@@ -163,11 +168,12 @@ class StoreCache:
         self.quant_bits = quant_bits
 
     def lookup(
-        self, meta: KeyMeta, prompt: Sequence[int], parent_key: bytes | None, session_id: str | None = None
+        self, meta: KeyMeta, prompt: Sequence[int], parent_key: bytes | None, session_id: str | None = None,
+        *, min_tokens: int = MIN_RESTORE_TOKENS,
     ) -> Hit | Miss:
         """The longest prefix of ``prompt`` held anywhere (exact row, the ``parent_key`` row,
         or any row sharing a head with it), cut to the shared cells; else why not."""
-        got = self.store.find(meta, prompt, parent_key=parent_key, min_tokens=MIN_RESTORE_TOKENS)
+        got = self.store.find(meta, prompt, parent_key=parent_key, min_tokens=max(min_tokens, MIN_RESTORE_TOKENS))
         if isinstance(got, NotFound):
             return Miss(got.reason, got.tokens_shared)
         self.store.count(f"hits_{got.source}")

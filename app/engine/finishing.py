@@ -11,17 +11,20 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import deque
 
 from app.engine.admission import Admitter
 from app.engine.backend import Backend
 from app.engine.errors import EngineError
-from app.engine.events import Done, Error
+from app.engine.events import Done, Error, ReuseRecord
 from app.engine.request import Request
 from app.engine.saves import Saver
 from app.engine.sessions import SeqPool
 from app.engine.shares import Shares
 
 log = logging.getLogger(__name__)
+
+RECENT_REUSE = 50
 
 
 class Finisher:
@@ -40,6 +43,8 @@ class Finisher:
         self._saver = saver
         self._shares = shares
         self._admission = admission
+        self.recent_reuse: deque[ReuseRecord] = deque(maxlen=RECENT_REUSE)
+        """What the last requests reused (``SchedulerSnapshot.recent_reuse``), newest last."""
 
     def end(self, req: Request) -> None:
         """Finish save (unless it failed), release the seq, then exactly one Done or Error."""
@@ -71,7 +76,7 @@ class Finisher:
             self._pool.pin(sid, req.seq_id, req.context_tokens)
             return
         try:
-            self._pool.give_back(req.seq_id, others_running=bool(self._reqs))
+            self._pool.give_back(req.seq_id)
         except Exception as exc:
             log.exception("clearing request %d's seq %d failed", req.ref, req.seq_id)
             req.fail(exc)
@@ -80,6 +85,9 @@ class Finisher:
         if req.ended:
             return
         req.ended = True
+        self.recent_reuse.append(ReuseRecord(
+            req.options.session_id, req.num_prompt_tokens, req.cache.reuse, req.cache.hit_kind, time.time()
+        ))  # fmt: skip
         if req.error is not None:
             err = req.error
             if not isinstance(err, EngineError):  # a bug, logged where it happened

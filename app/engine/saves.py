@@ -33,7 +33,7 @@ class Saver:
     def save(self, req: Request, reason: SaveReason) -> bytes | None:
         """Save the request's whole context (its seq holds exactly ``context_tokens``)."""
         tokens = req.context_tokens
-        key = self._save(req.meta, req.seq_id, tokens, reason)
+        key = self._save(req.meta, req.seq_id, tokens, reason, req.options.session_id)
         if key is not None:
             req.cache.num_created = max(req.cache.num_created, len(tokens) - req.cache.num_reused)
         return key
@@ -53,9 +53,9 @@ class Saver:
         if self._cache.wants_finish(len(req.context_tokens)):
             req.cache.finish_key = self.save(req, "finish")
 
-    def session(self, meta: KeyMeta | None, session: Session) -> None:
+    def session(self, meta: KeyMeta | None, sid: str, session: Session) -> None:
         """An idle session is released: save what its seq holds (``evict``)."""
-        self._save(meta, session.seq_id, session.tokens, "evict")
+        self._save(meta, session.seq_id, session.tokens, "evict", sid)
 
     def in_flight(self, reqs: Iterable[Request], reason: SaveReason) -> int:
         """``evict`` / ``shutdown``: one save per in-flight request with a non-empty context."""
@@ -66,13 +66,17 @@ class Saver:
                 num += 1
         return num
 
-    def _save(self, meta: KeyMeta | None, seq_id: int, tokens: Sequence[int], reason: SaveReason) -> bytes | None:
+    def _save(
+        self, meta: KeyMeta | None, seq_id: int, tokens: Sequence[int], reason: SaveReason, session_id: str | None
+    ) -> bytes | None:
+        """Pack the seq and queue the save, tagged with the session that made it (so the row
+        can be named by its conversation)."""
         if meta is None or not tokens:
             return None
         try:
             t0 = time.perf_counter_ns()
             payload = self._backend.kv_pack(seq_id)
-            return self._cache.save(meta, tokens, payload, reason, time.perf_counter_ns() - t0)
+            return self._cache.save(meta, tokens, payload, reason, time.perf_counter_ns() - t0, session_id)
         except Exception:
             log.exception("a %s save of seq %d (%d tokens) failed; generation goes on", reason, seq_id, len(tokens))
             return None

@@ -341,6 +341,7 @@ class Scheduler:
             slots=self._slots(),
             recent_ticks=tuple(self._ticks),
             num_tokens_generated=self._num_generated,
+            recent_reuse=tuple(self.finisher.recent_reuse),
         )
 
     def _slots(self) -> tuple[SlotInfo, ...]:

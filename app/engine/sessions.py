@@ -1,13 +1,14 @@
-"""The seq pool of one context: free seqs, stale seqs, and the seqs idle sessions pin.
+"""The seq pool of one context: free seqs, and the seqs idle sessions pin.
 
 Every seq id ``0 .. n_seq_max-1`` is at any time in exactly one place: running a request
 (the scheduler's request table), pinned by an idle sticky session (``sessions``, least
-recently used first), or ``free`` (FIFO). A free seq may still be ``stale``: it holds a
-finished request's cells, kept until the engine is idle or the seq is taken again (see
-``give_back``). ``clear_for_use`` empties a seq before a new request fills it.
+recently used first), or ``free`` (FIFO). A finished request's seq is cleared as it is given
+back: each seq has a KV stream of its own (``kv_unified = false``), so freeing its cells can
+never reorder another seq's cells. ``clear_for_use`` empties a seq before a new request fills it.
 
 A native call that fails while a seq is given back leaves the seq's cells unknown; the seq
-is then kept as stale (``quarantine``), so its next user clears it first. No path loses a seq.
+is then kept as ``stale`` (``quarantine``), so its next user — or the idle loop — clears it
+first. No path loses a seq.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ class Session:
 
 
 class SeqPool:
-    """Free / stale / pinned seqs of one context (the running ones are the scheduler's)."""
+    """Free / pinned seqs of one context (the running ones are the scheduler's)."""
 
     def __init__(self, backend: Backend, n_seq_max: int) -> None:
         self._backend = backend
@@ -54,24 +55,14 @@ class SeqPool:
         self._backend.seq_rm(seq_id, 0)
         self.stale.discard(seq_id)
 
-    def give_back(self, seq_id: int, *, others_running: bool) -> None:
-        """A finished request's seq returns to the free list. If clearing it raises, the
-        seq is quarantined and the error raised.
-
-        NOTE: clearing the seq while other seqs run would leave a hole in the unified KV
-        buffer that the running seqs' next tokens fill, ahead of their earlier cells; with
-        llama.cpp's f16 attention accumulators the order of a seq's cells changes its logits
-        (by up to ~0.7 on SmolLM2), so batched could differ from solo. Its cells stay until
-        the scheduler is idle (``clear_stale``) or the seq is taken again (``clear_for_use``).
-        """
-        if others_running:
-            self.stale.add(seq_id)
-        else:
-            try:
-                self._backend.seq_rm(seq_id, 0)
-            except BaseException:
-                self.quarantine(seq_id)
-                raise
+    def give_back(self, seq_id: int) -> None:
+        """A finished request's seq returns to the free list, cleared. If clearing it raises,
+        the seq is quarantined and the error raised."""
+        try:
+            self._backend.seq_rm(seq_id, 0)
+        except BaseException:
+            self.quarantine(seq_id)
+            raise
         self.free.append(seq_id)
 
     def quarantine(self, seq_id: int) -> None:
@@ -80,7 +71,7 @@ class SeqPool:
         self.free.append(seq_id)
 
     def clear_stale(self) -> None:
-        """Idle: drop the cells of seqs released while others were running.
+        """Idle: clear the seqs whose cells are unknown (a native call failed on them).
 
         A seq that cannot be cleared now stays free: ``clear_for_use`` clears it before its
         next request, and that request fails if it cannot.

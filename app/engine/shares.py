@@ -1,8 +1,10 @@
 """Beyond the seed: shared prompt heads between live seqs.
 
 NOTE: when several conversations with one system prompt start together, none of them is in
-the cache yet; the first prefills the shared head and the others share its cells
-(``Backend.seq_cp``) instead of prefilling it again. An idle session's seq is a donor too.
+the cache yet; the first prefills the shared head and the others get a copy of its cells
+(``Backend.seq_cp``: pack, cut, load — each seq has a KV stream of its own) instead of
+prefilling it again. An idle session's seq is a donor too. Admission weighs a live head
+against the cache and the request's own session seq (``app.engine.admission``).
 
 A request whose donor has not prefilled the head yet waits (``Request.share_from``); it
 takes the head as soon as the donor's KV holds it (``on_progress``, after the donor's
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from app.cache.prefix import common_prefix_len
 from app.engine.backend import Backend
@@ -25,35 +28,57 @@ log = logging.getLogger(__name__)
 SHARE_MIN_TOKENS = 32
 
 
+@dataclass(frozen=True, slots=True)
+class LiveHead:
+    """The longest head of a prompt that another live seq holds, or will hold."""
+
+    n: int  # tokens of the prompt it shares
+    seq_id: int  # the donor's seq
+    donor: Request | None  # a running donor; None for an idle session's seq
+    origin_session: str | None  # the donor's session, when it has one
+
+
 class Shares:
     def __init__(self, backend: Backend, reqs: Mapping[int, Request], pool: SeqPool) -> None:
         self._backend = backend
         self._reqs = reqs
         self._pool = pool
 
-    def setup(self, req: Request, weights_epoch: int) -> bool:
-        """Share the longest head another live seq holds or will hold; False when none is long enough."""
+    def best(self, req: Request, weights_epoch: int, *, skip_seq: int | None = None) -> LiveHead | None:
+        """The live seq sharing the longest head with ``req``'s prompt: a running request
+        (what it holds once its prompt and reply are in) or an idle session's seq, other than
+        ``skip_seq``. Requests computed with other adapter weights are no donors."""
         prompt = req.prompt_tokens
-        best_n, donor_seq, donor_req = 0, -1, None
+        best: LiveHead | None = None
         for other in self._reqs.values():
             if other is req or other.finishing or other.weights_epoch != weights_epoch:
                 continue
-            n = common_prefix_len(other.prompt_tokens, prompt)
-            if n > best_n:
-                best_n, donor_seq, donor_req = n, other.seq_id, other
-        for session in self._pool.sessions.values():
+            n = common_prefix_len(other.prompt_tokens + other.generated, prompt)
+            if n > (best.n if best else 0):
+                best = LiveHead(n, other.seq_id, other, other.options.session_id)
+        for sid, session in self._pool.sessions.items():
+            if session.seq_id == skip_seq:
+                continue
             n = common_prefix_len(session.tokens, prompt)
-            if n > best_n:
-                best_n, donor_seq, donor_req = n, session.seq_id, None
-        n = min(best_n, len(prompt) - 1)  # the last prompt token is prefilled for logits
-        if n < SHARE_MIN_TOKENS:
+            if n > (best.n if best else 0):
+                best = LiveHead(n, session.seq_id, None, sid)
+        return best
+
+    def can_use(self, head: LiveHead, n: int) -> bool:
+        """Worth taking ``n`` tokens of ``head``: any head already computed (a copy costs a
+        few ms), but a request waits for a donor still prefilling only for a long head."""
+        if n < 1:
             return False
+        waiting = head.donor is not None and len(head.donor.context_tokens) < n
+        return not waiting or n >= SHARE_MIN_TOKENS
+
+    def use(self, req: Request, head: LiveHead, n: int) -> None:
+        """Give ``req`` the first ``n`` tokens of ``head``: now, or once the donor holds them."""
         req.cache.reused("partial", n)
-        if donor_req is None or len(donor_req.context_tokens) >= n:
-            self._take(req, donor_seq, n)
+        if head.donor is None or len(head.donor.context_tokens) >= n:
+            self._take(req, head.seq_id, n)
         else:
-            req.share_from = (donor_req.ref, n)
-        return True
+            req.share_from = (head.donor.ref, n)
 
     def on_progress(self, donor: Request) -> None:
         """The donor's KV grew: waiters whose head it now holds take it."""

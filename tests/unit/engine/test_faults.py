@@ -63,7 +63,7 @@ def test_a_seq_that_cannot_be_cleared_at_admission_is_not_lost():
     long_ = h.admit("long", response_tokens=8)
     short = h.admit("short", response_tokens=1)
     h.tick()
-    h.tick()  # short ends while long runs: seq 1 keeps its cells (stale)
+    h.tick()  # short ends while long runs: seq 1 is cleared and free again
     h.stub.arm("seq_rm", RuntimeError("seq_rm failed"), when=lambda seq, start: seq == 1)
     with pytest.raises(EngineError):
         h.admit("refused")
@@ -81,7 +81,8 @@ class RaisingLookup(NullCache):
     """A cache whose lookup raises the raw error a malformed prompt used to raise (#15 item 1)."""
 
     def lookup(
-        self, meta: KeyMeta, prompt: Sequence[int], parent_key: bytes | None, session_id: str | None = None
+        self, meta: KeyMeta, prompt: Sequence[int], parent_key: bytes | None, session_id: str | None = None,
+        *, min_tokens: int = 2,
     ) -> Hit | Miss:
         raise ValueError("'I' format requires 0 <= number <= 4294967295")
 
@@ -245,12 +246,13 @@ def test_a_stale_seq_that_cannot_be_cleared_when_idle_is_cleared_before_reuse():
     long_ = h.admit("long", response_tokens=6)
     short = h.admit("short", response_tokens=1)
     h.tick()
-    h.tick()  # short ends while long runs: its seq keeps its cells
+    for _ in range(2):  # at the release, then at the idle clean-up
+        h.stub.arm("seq_rm", RuntimeError("seq_rm failed"), when=lambda seq, start: seq == 1)
+    h.tick()  # short ends while long runs; clearing its seq fails: quarantined
     assert h.sch.pool.stale == {1}
-    h.stub.arm("seq_rm", RuntimeError("seq_rm failed"), when=lambda seq, start: seq == 1)
-    h.run()  # ends with the idle clean-up, which fails for seq 1
-    assert errors(h, long_, short) == ["done", "done"]
-    assert h.stub.raised == ["seq_rm"] and h.stub.kv[1] != []
+    h.run()  # ends with the idle clean-up, which fails for seq 1 too
+    assert errors(h, long_, short) == ["done", "engine_error"]
+    assert h.stub.raised == ["seq_rm", "seq_rm"] and h.stub.kv[1] != []
     h.sch.pool.check(h.sch.reqs)
     ref = h.admit("again", response_tokens=2)  # free seqs in release order: 1, then 0
     ref2 = h.admit("again 2", response_tokens=2)

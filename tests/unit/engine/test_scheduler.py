@@ -608,18 +608,16 @@ def test_a_request_can_share_the_head_of_one_that_is_itself_waiting_to_share(mak
     assert stats[2].cache_delta.read == len(HEAD + "How do I ")
 
 
-def test_a_seq_released_while_others_run_keeps_its_cells_until_idle(make_model):
+def test_a_seq_released_while_others_run_is_cleared_at_once(make_model):
+    # One KV stream per seq: freeing a finished seq's cells cannot reorder another seq's.
     model, stub = make_model(StubBackend(n_seq_max=2, step_delay=0.002))
     long_ = model.infer(tok("long"), response_tokens=40)
     short = model.complete("short", response_tokens=2)
-    short_seq = next(s for s, kv in stub.kv.items() if kv[: len("short")] == tok("short"))
-    assert stub.kv[short_seq], "no hole while the other request is still decoding"
-    long_.result(timeout=10)
-    deadline = time.time() + 5
-    while stub.kv[short_seq] and time.time() < deadline:
-        time.sleep(0.002)
-    assert stub.kv[short_seq] == []  # cleared once idle
+    assert not long_.done
+    assert not any(kv[: len("short")] == tok("short") for kv in stub.kv.values())
     assert len(short.generated) == 2
+    long_.cancel()
+    long_.result(timeout=10)
 
 
 def test_a_stale_seq_is_cleared_before_it_is_reused(make_model):
