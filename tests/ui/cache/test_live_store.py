@@ -6,7 +6,6 @@ import time
 from dataclasses import replace
 from typing import Any
 
-import pytest
 from PySide6.QtCore import Qt
 
 from app.cache.policy import DESKTOP_POLICY
@@ -161,11 +160,6 @@ def test_the_tree_shows_a_shared_prompt_once_with_its_chats_below(engine: Any, t
     screenshot(dash, "cache-table")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the scheduler does not pass session_id to CacheHooks.save yet (#13 engine side); "
-    "remove this mark when it does",
-)
 def test_rows_and_tree_lines_are_named_by_their_chats(engine: Any, tiny_model_path: Any, make_dashboard: Any, qtbot: Any) -> None:
     dash = make_dashboard(engine, session_namer=TITLES.get)
     _first, ra, _rb, _n = _two_chats_sharing_a_prompt(engine, tiny_model_path)

@@ -6,8 +6,6 @@ from __future__ import annotations
 import time
 from typing import Any
 
-import pytest
-
 from app.engine.events import Reuse, ReuseRecord, SchedulerSnapshot
 from app.ui.cache.dashboard import TAB_REUSE
 from app.ui.cache.reuse_panel import ReusePanel
@@ -81,11 +79,6 @@ def test_the_panel_lists_requests_newest_first(qtbot: Any) -> None:
     screenshot(panel, "cache-reuse-panel")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the scheduler does not fill SchedulerSnapshot.recent_reuse yet (#13 engine side); "
-    "remove this mark when it does",
-)
 def test_real_requests_say_what_they_reused(tiny: Any, engine: Any, make_dashboard: Any, qtbot: Any) -> None:
     dash = make_dashboard(engine, session_namer={"conv-1": "Bread questions"}.get)
     tokens = chat(tiny, "How long should bread dough rise before baking?")
