@@ -32,12 +32,13 @@ PROMPTS = [
 
 def raw_decode_throughput(
     model_path: str, n_streams: int, n_tokens: int = 64, n_threads: int = 2, flash_attn: bool = True,
-    kv_unified: bool = False, kv_type: str = "q8_0",
+    kv_unified: bool = False, kv_type: str = "q8_0", include_prefill: bool = False,
 ) -> float:
     """Aggregate greedy decode tok/s of ``n_streams`` sequences, ``n_tokens`` each.
 
-    Prompts are prefilled together first (not timed); the timed part is ``n_tokens`` ticks,
-    each = sample every seq in C + one ``llama_decode`` of N rows. EOG is ignored.
+    Prompts are prefilled together first (not timed, unless ``include_prefill``: B1e's end to
+    end); the timed part is ``n_tokens`` ticks, each = sample every seq in C + one
+    ``llama_decode`` of N rows. EOG is ignored.
 
     NOTE: flash attention, the KV layout (one stream per sequence) and the KV cell type
     (q8_0) are set explicitly to Hearth's defaults (``ModelConfig``; see there for why), so
@@ -82,11 +83,12 @@ def raw_decode_throughput(
                 n += 1
             last_row.append(n - 1)
         batch.n_tokens = n
+        submitted = time.perf_counter()
         if llama_cpp.llama_decode(ctx, batch) != 0:
             raise RuntimeError("prefill failed")
 
         positions = [len(t) for t in prompts]
-        start = time.perf_counter()
+        start = submitted if include_prefill else time.perf_counter()
         for _ in range(n_tokens):
             for seq in range(n_streams):
                 tok = llama_cpp.llama_sampler_sample(smpl, ctx, last_row[seq])

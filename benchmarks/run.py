@@ -16,7 +16,7 @@ from benchmarks.common import Result, default_model
 def _scenarios(path: str, args: argparse.Namespace) -> dict[str, Callable[[], Result]]:
     from benchmarks.scenarios_cache import b3_restart, b4_saves, b5_prefix
     from benchmarks.scenarios_chat import b2_chats
-    from benchmarks.scenarios_decode import b1_decode
+    from benchmarks.scenarios_decode import b1_decode, b1e_end_to_end
     from benchmarks.scenarios_kvlayout import kv_layout
     from benchmarks.scenarios_memory import b7_memory
     from benchmarks.scenarios_reuse import b8_reuse
@@ -24,6 +24,7 @@ def _scenarios(path: str, args: argparse.Namespace) -> dict[str, Callable[[], Re
 
     return {
         "B1": lambda: b1_decode(path),
+        "B1e": lambda: b1e_end_to_end(path),
         "B2": lambda: b2_chats(path, args.llama_server),
         "B3": lambda: b3_restart(path),
         "B4": lambda: b4_saves(path),
@@ -55,7 +56,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     path = args.model or default_model()
     scenarios = _scenarios(path, args)
-    wanted = [s.strip().upper() for s in args.only.split(",")] if args.only else list(scenarios)
+    by_upper = {sid.upper(): sid for sid in scenarios}
+    asked = [s.strip() for s in args.only.split(",")] if args.only else list(scenarios)
+    wanted = [by_upper.get(s.upper(), s) for s in asked]
     unknown = [s for s in wanted if s not in scenarios]
     if unknown:
         parser.error(f"unknown scenario(s): {', '.join(unknown)}; known: {', '.join(scenarios)}")

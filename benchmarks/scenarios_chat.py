@@ -172,7 +172,7 @@ def b2_chats(path: str, llama_server: str | None = None, rounds: int = 5) -> Res
     res = Result(
         "B2",
         "4 chats × 5 turns, clients in parallel, ≈330-token system prompt, 32 new tokens a turn",
-        "Hearth wall ≤ 0.6 × and median TTFT ≤ 0.5 × llama-cpp-python (RAM cache)",
+        "wall ≤ 0.7 × and median TTFT ≤ 0.4 × llama-server -np 4; wall ≤ 0.6 × llama-cpp-python (RAM cache)",
         ["system", "wall s", "median TTFT ms", "wall ratio", "TTFT ratio"],
     )
     ours_runs: list[dict[str, Any]] = []
@@ -209,9 +209,17 @@ def b2_chats(path: str, llama_server: str | None = None, rounds: int = 5) -> Res
         "rounds": {"hearth": ours_runs, "llama-cpp-python (LlamaRAMCache)": cached_runs,
                    "paired_wall_ratios": wall_ratios, "paired_ttft_ratios": ttft_ratios},
     }  # fmt: skip
-    res.met = wall_ratio <= 0.6 and ttft_ratio <= 0.5
-    if llama_server and "llama-server -np 4" in peers:
-        res.met = res.met and ours["wall_s"] <= peers["llama-server -np 4"]["wall_s"]
+    # BENCHMARKS.md: against llama-server (the same concurrent clients) on wall and TTFT,
+    # against the sequential RAM-cache peer on wall. Without a llama-server binary the
+    # llama-server half cannot be judged, and the verdict says so (None).
+    res.met = wall_ratio <= 0.6
+    server = peers.get("llama-server -np 4")
+    if server is None:
+        res.met = None if res.met else False
+    else:
+        res.met = res.met and ours["wall_s"] <= 0.7 * server["wall_s"] and (
+            ours["median_ttft_ms"] <= 0.4 * server["median_ttft_ms"]
+        )
     res.note = (
         f"Hearth and the RAM-cache peer: medians of {rounds} back-to-back rounds, ratios = median of the "
         f"per-round ratios (wall {', '.join(f'{x:.3f}' for x in wall_ratios)}; TTFT "
