@@ -72,7 +72,7 @@ def is_cuttable(payload: Buffer, n_tokens: int) -> bool:
 @dataclass(frozen=True, slots=True)
 class Restored:
     """What a restore gave: ``payload`` holds the first ``n`` cells (None when n is 0);
-    ``corrupt``: a damaged chunk cut it short."""
+    ``corrupt``: a damaged or lost chunk cut it short."""
 
     payload: bytes | None
     n: int
@@ -238,7 +238,9 @@ class ChunkedRows:
         covered = 0
         for key, tier, start in needed:
             if tier is None or start != covered:
-                break  # a missing link: what precedes it is all that can be restored
+                # a lost link (found damaged earlier, or gone with the RAM tier): what precedes
+                # it is all that can be restored; a miss here says "corrupt"
+                return pieces, covered, True, False
             try:
                 header, payload = kvc2.read_chunk(self._tiers[tier], key)
             except FileNotFoundError as exc:

@@ -371,3 +371,13 @@ def test_a_row_being_loaded_keeps_its_chunks_through_eviction(open_store: Callab
     assert store.load(store.get(key)) == state_for(keep)  # type: ignore[arg-type]
     store.set_quota("disk", 0)
     assert store.rows() == [] and files(store, "") == []
+
+
+def test_a_row_whose_first_chunk_was_lost_misses_as_corrupt(open_store: Callable[..., CacheStore]) -> None:
+    store = open_store(chunk_tokens=4)
+    conv = list(range(1, 11))
+    put(store, conv)
+    first = next(p for p in files(store, kvc2.CHUNK_SUFFIX) if int.from_bytes(p.read_bytes()[32:36], "little") == 0)
+    first.write_bytes(b"damaged")
+    assert store.find(META, conv) == NotFound("corrupt", 10)  # found damaged now
+    assert store.find(META, conv) == NotFound("corrupt", 10)  # and still said later
