@@ -172,7 +172,10 @@ class StoreCache:
         *, min_tokens: int = MIN_RESTORE_TOKENS,
     ) -> Hit | Miss:
         """The longest prefix of ``prompt`` held anywhere (exact row, the ``parent_key`` row,
-        or any row sharing a head with it), cut to the shared cells; else why not."""
+        or any row sharing a head with it), cut to the shared cells; else why not.
+
+        ``session_id`` is the asking request's; it does not steer the choice (equal prefixes
+        are equal KV, whichever row holds them); ``Hit.origin_session`` names the row's."""
         got = self.store.find(meta, prompt, parent_key=parent_key, min_tokens=max(min_tokens, MIN_RESTORE_TOKENS))
         if isinstance(got, NotFound):
             return Miss(got.reason, got.tokens_shared)
