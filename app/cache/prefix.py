@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
+
 
 def is_prefix(prefix: Sequence[int], tokens: Sequence[int]) -> bool:
     """True when ``tokens`` starts with ``prefix`` (an empty prefix always matches)."""
@@ -32,17 +34,24 @@ def common_prefix_len(a: Sequence[int], b: Sequence[int]) -> int:
 def common_prefix_bytes(a: bytes, b: bytes) -> int:
     """How many leading tokens two u32-LE token byte strings share.
 
-    NOTE: a binary search over slice equality, so every step is one C ``memcmp``: about
-    15 compares for 8,000-token rows instead of a Python loop over 8,000 tokens (~0.5 ms).
+    NOTE: one ``memcmp`` (``startswith``, no copy) settles the common case of one string
+    extending the other; otherwise numpy compares the tokens in windows growing 4x from 64,
+    so an early divergence costs little and a late one stays linear in C. Measured on this
+    machine: ~5 us for short rows, ~20 us for 34,000-token rows diverging at 300, ~60 us at
+    20,000 (a bisection over slice compares took 40 / 280 us: every slice is a copy).
     """
-    n = min(len(a), len(b)) // 4
-    if a[: n * 4] == b[: n * 4]:
-        return n
-    lo, hi = 0, n  # a[:lo] == b[:lo] (in tokens) and a[:hi] != b[:hi]
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if a[: mid * 4] == b[: mid * 4]:
-            lo = mid
-        else:
-            hi = mid
-    return lo
+    if len(a) > len(b):
+        a, b = b, a
+    if b.startswith(a):
+        return len(a) // 4
+    n = len(a) // 4
+    x = np.frombuffer(a, dtype="<u4", count=n)
+    y = np.frombuffer(b, dtype="<u4", count=n)
+    lo, step = 0, 64
+    while lo < n:
+        hi = min(n, lo + step)
+        diff = np.flatnonzero(x[lo:hi] != y[lo:hi])
+        if diff.size:
+            return lo + int(diff[0])
+        lo, step = hi, step * 4
+    return n

@@ -8,8 +8,11 @@ Built from row snapshots (a radix tree over their token strings) in one pass: wi
 namespace the rows are sorted by their token bytes, so each row's path shares with the
 previous row's path exactly their longest common prefix; a stack of the previous path is
 cut back to that length (splitting a node when the prefix ends inside it) and the new
-row's remainder hangs below. Sorting and prefix lengths are ``memcmp`` work: tens of
-thousands of rows build in well under a second.
+row's remainder hangs below.
+
+NOTE: measured here, 10,000 rows (1,000 ten-turn chats on one 300-token system prompt,
+8.5 M tokens) built in 0.65-1.0 s on 2 cores busy with other work (load ~10): build it off
+the GUI thread, once per burst of changes.
 """
 
 from __future__ import annotations
