@@ -203,7 +203,9 @@ class CacheStore:
     def _convert(self, row: Row, payload: Buffer) -> None:
         """A v1 blob was read and its payload can be cut: queue its conversion to chunks
         (KVC v1 files keep working; each is converted the first time it is used)."""
-        if row.format != 1 or not is_cuttable(payload, row.n_tokens) or self._closed:
+        if row.format != 1 or self._closed or not self.writable(row.tier):
+            return
+        if not is_cuttable(payload, row.n_tokens):
             return
         meta = KeyMeta(bytes.fromhex(row.fingerprint), row.quant_type, bytes.fromhex(row.ctx_hash))
         job = SaveJob(
