@@ -69,6 +69,7 @@ class CacheDashboard(QWidget):
         self.store = engine.cache
         self._models: dict[str, Any] = {}
         self._model_by_fp: dict[str, Any] = {}
+        self._known_fps: set[str] = set()
         self.refresh_models()
 
         self.state = CacheRowState()
@@ -182,6 +183,10 @@ class CacheDashboard(QWidget):
             except Exception:
                 continue
         self._model_by_fp = by_fp
+        if set(by_fp) != self._known_fps:  # a model came or went: text can be read anew
+            self._known_fps = set(by_fp)
+            if hasattr(self, "tree_panel"):
+                self.tree_panel.model.reread_text()
 
     def sample(self) -> None:
         """Take one sample of counters and usage; refresh the numbers and plots."""

@@ -120,9 +120,19 @@ class CacheTreeModel(QAbstractItemModel):
 
     def label(self, node: TreeNode) -> str:
         nid = self._id_of[id(node)]
-        if nid not in self._labels:
-            self._labels[nid] = self._label(node)
-        return self._labels[nid]
+        label = self._labels.get(nid)
+        if label is None:
+            label, read = self._label(node)
+            if read:  # NOTE: a stand-in shown while the model is not loaded is not kept
+                self._labels[nid] = label
+        return label
+
+    def reread_text(self) -> None:
+        """A model was loaded or unloaded: labels are read again when next shown."""
+        self._labels.clear()
+        if self._nodes:
+            self.layoutAboutToBeChanged.emit()
+            self.layoutChanged.emit()
 
     # -- QAbstractItemModel -------------------------------------------------------------------
 
@@ -200,22 +210,24 @@ class CacheTreeModel(QAbstractItemModel):
             return str(sum(r.hits for r in node.rows)) if node.rows else "–"
         return ""
 
-    def _label(self, node: TreeNode) -> str:
+    def _label(self, node: TreeNode) -> tuple[str, bool]:
+        """The line's label, and whether its words were read (False: the model is not
+        loaded, so only who uses the line is known)."""
         texts = self.texts(node)
-        if texts is None:  # no model loaded: the saved preview of a row ending here, if any
-            words = readable(node.rows[0].prompt_preview if node.rows else "(load the model)")
+        if texts is None:
+            words = "(the text shows when its model is loaded)"
         else:
             words = readable(texts[1], before=texts[0])
         if len(words) > LABEL_CHARS:
             words = words[: LABEL_CHARS - 1] + "…"
-        if node.start:
+        if node.start and texts is not None:
             words = "… " + words
         who = self._titles.quoted(node.sessions)
         if len(node.sessions) > 1:
-            return f"Shared by {len(node.sessions)} chats · {words}"
+            return f"Shared by {len(node.sessions)} chats · {words}", texts is not None
         if who:
-            return f"{who[0]} · {words}"
-        return words
+            return f"{who[0]} · {words}", texts is not None
+        return words, texts is not None
 
     def _tooltip(self, node: TreeNode) -> str:
         lines = [f"Tokens {node.start:,}–{node.end:,}: this line holds {node.n_tokens:,} of them."]

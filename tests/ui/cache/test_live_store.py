@@ -140,13 +140,16 @@ def test_the_tree_shows_a_shared_prompt_once_with_its_chats_below(engine: Any, t
     qtbot.waitUntil(lambda: tree.model.rowCount() == 1, timeout=5000)
     top = tree.model.index(0, 0)
     assert top.data(KEY_ROLE) == first.finish_key
-    assert "System: You are Hearth" in top.data()
+    # The text shows once the dashboard has seen the model (loaded after it opened).
+    qtbot.waitUntil(lambda: "System: You are Hearth" in top.data(), timeout=5000)
     assert tree.model.rowCount(top) == 2
     children = {tree.model.index(i, 0, top).data(KEY_ROLE) for i in range(2)}
     assert children == {ra.finish_key, rb.finish_key}
-    labels = [tree.model.index(i, 0, top).data() for i in range(2)]
-    assert any("rye bread at home" in label for label in labels)
-    assert all("… " in label and "<|" not in label for label in labels)
+    def labels() -> list[str]:
+        return [tree.model.index(i, 0, top).data() for i in range(2)]
+
+    qtbot.waitUntil(lambda: any("rye bread at home" in label for label in labels()), timeout=5000)
+    assert all("… " in label and "<|" not in label for label in labels())
     assert tree.model.index(0, 2, top).data().startswith("+")
     child = next(tree.model.index(i, 0, top) for i in range(2)
                  if tree.model.index(i, 0, top).data(KEY_ROLE) == ra.finish_key)  # fmt: skip
@@ -171,6 +174,8 @@ def test_rows_and_tree_lines_are_named_by_their_chats(engine: Any, tiny_model_pa
     qtbot.waitUntil(lambda: tree.model.rowCount() == 1, timeout=5000)
     top = tree.model.index(0, 0)
     assert top.data().startswith("Shared by 2 chats · ")
+    qtbot.waitUntil(lambda: all("· … " in tree.model.index(i, 0, top).data() for i in range(2)),
+                    timeout=5000)  # the text shows once the dashboard has seen the model
     labels = sorted(tree.model.index(i, 0, top).data() for i in range(2))
     assert labels[0].startswith("“Baking rye bread” · … ")
     assert labels[1].startswith("“Cheese and pears” · … ")
