@@ -108,7 +108,7 @@ class Scheduler:
 
     @property
     def has_stopped(self) -> bool:
-        """The loop has returned (or never ran is not this: then it is False)."""
+        """The loop has returned: nothing touches the backend any more (False if it never ran)."""
         return self.loop.ended.is_set()
 
     @property
