@@ -1,5 +1,6 @@
 """Drive a ``Scheduler`` directly, without its thread: admit, tick, look (vLLM's scheduler
-tests do the same). The backend is the deterministic stub; nothing here is numeric."""
+tests do the same). The backend is the deterministic stub (nothing numeric), or a real
+``LlamaBackend`` in the integration tests."""
 
 from __future__ import annotations
 
@@ -29,7 +30,19 @@ class Harness:
     events: dict[int, list[Event]] = field(default_factory=dict)
     ended: list[int] = field(default_factory=list)
     """Refs in the order their Done or Error arrived."""
+    sampled: list[list[Any]] = field(default_factory=list)
+    """The ops of every tick the backend accepted."""
     _next_ref: int = 1
+
+    def __post_init__(self) -> None:
+        sample = self.stub.sample
+
+        def recording(ops: Any) -> Any:
+            results = sample(ops)
+            self.sampled.append(list(ops))
+            return results
+
+        self.stub.sample = recording  # type: ignore[method-assign]
 
     def admission(self, text: str | list[int], *, mode: Mode = Mode.STREAM, **opts: Any) -> Admission:
         ref = self._next_ref
@@ -53,12 +66,12 @@ class Harness:
 
     def tick(self) -> list[list[Any]]:
         """One tick; returns its ops as ``[kind, seq_id, n_tokens]`` rows (empty: no step)."""
-        before = len(self.stub.steps)
+        before = len(self.sampled)
         self.sch.tick()
         self.sch.pool.check(self.sch.reqs)
-        if len(self.stub.steps) == before:
+        if len(self.sampled) == before:
             return []
-        return [describe(op) for op in self.stub.steps[-1]]
+        return [describe(op) for op in self.sampled[-1]]
 
     def run(self, max_ticks: int = 1000) -> int:
         """Tick until nothing runs; how many ticks that took."""
