@@ -127,6 +127,8 @@ class Model:
         self.tier = tier
         self.loaded_at = time.time()
         self._lora = LoraSet(backend)
+        self._vocab_readers_changed = threading.Condition()
+        self._num_vocab_readers = 0
         self._closed = False
 
     # ------------------------------------------------------------------ requests
@@ -235,24 +237,39 @@ class Model:
     # ------------------------------------------------------------------ text
 
     def tokenize(self, text: str) -> list[int]:
-        self._check_open()
-        return self.backend.tokenize(check_text(text))
+        text = check_text(text)
+        return self._with_vocab(lambda: self.backend.tokenize(text))
 
     def detokenize(self, tokens: Sequence[int]) -> str:
-        self._check_open()
-        return self.backend.detokenize(check_tokens(tokens, self.backend.info.n_vocab, what="tokens"))
+        tokens = check_tokens(tokens, self.backend.info.n_vocab, what="tokens")
+        return self._with_vocab(lambda: self.backend.detokenize(tokens))
 
     def _check_open(self) -> None:
-        """The vocabulary is freed with the model: refuse instead of touching freed memory."""
         if self._closed:
             raise NotFound(f"model {self.id!r} is unloaded")
+
+    def _with_vocab(self, read: Callable[[], T]) -> T:
+        """Run a vocabulary read on the caller's thread (llama.cpp allows it from any thread).
+
+        The vocabulary is freed with the model: an unloaded model refuses, and ``_free_native``
+        waits for a read already running instead of freeing the memory under it.
+        """
+        with self._vocab_readers_changed:
+            self._check_open()
+            self._num_vocab_readers += 1
+        try:
+            return read()
+        finally:
+            with self._vocab_readers_changed:
+                self._num_vocab_readers -= 1
+                self._vocab_readers_changed.notify_all()
 
     def apply_chat_template(self, request: dict[str, Any]) -> list[int]:
         """Render ``{"messages", "system"?, "tools"?}`` with the GGUF's own template."""
         messages, tools = check_chat_request(request)
         self._check_open()
-        text = self.backend.apply_chat_template(messages, True, tools)
-        return self.backend.tokenize(text, add_special=False, parse_special=True)
+        text = self.backend.apply_chat_template(messages, True, tools)  # Python only: no vocabulary
+        return self._with_vocab(lambda: self.backend.tokenize(text, add_special=False, parse_special=True))
 
     def embed(self, tokens: Sequence[int]) -> list[float]:
         tokens = check_tokens(tokens, self.backend.info.n_vocab, what="tokens")
@@ -318,6 +335,9 @@ class Model:
             self.scheduler.stop()
 
     def _free_native(self) -> None:
-        """After the scheduler thread has ended: free the adapters, then the backend."""
-        self._lora.free_all()
-        self.backend.close()
+        """After the scheduler thread has ended: free the adapters, then the backend (once no
+        vocabulary read is running: ``close`` has made every new one refuse)."""
+        with self._vocab_readers_changed:
+            self._vocab_readers_changed.wait_for(lambda: self._num_vocab_readers == 0)
+            self._lora.free_all()
+            self.backend.close()

@@ -190,3 +190,35 @@ def test_a_refused_adapter_change_keeps_the_old_set(engine, tmp_path):
     assert model.list_adapters()[0]["scale"] == 1.0
     assert [s for _, s in applied[-1]] == [1.0]  # the old set was applied again
     assert model.complete("still fine", response_tokens=2).finish_reason == "length"
+
+
+def test_unload_waits_for_a_tokenize_already_running_then_refuses_new_ones(engine):
+    """The vocabulary is freed with the model; a tokenize on another thread (the GUI's) that
+    is inside llama.cpp when the model unloads must finish before the memory goes."""
+    inside, release = threading.Event(), threading.Event()
+    seen_closed: list[bool] = []
+
+    class SlowVocab(StubBackend):
+        def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]:
+            if text == "slow":
+                inside.set()
+                release.wait(WAIT)
+                seen_closed.append(self.closed)  # freed under the call: a crash on llama.cpp
+            return super().tokenize(text, add_special, parse_special)
+
+        def close(self) -> None:
+            super().close()
+            release.set()  # a close during the read wakes it, and it sees the memory gone
+
+    eng, model, stub = engine(SlowVocab())
+    reader, out = in_thread(lambda: model.tokenize("slow"))
+    assert inside.wait(WAIT)
+    unloader, _ = in_thread(lambda: eng.unload("m"))
+    unloader.join(0.5)  # a bound, not a measurement: it must not finish while the read runs
+    assert unloader.is_alive() and not stub.closed
+    with pytest.raises(NotFound):
+        model.tokenize("fast")  # unload has begun: new reads refuse at once
+    release.set()
+    reader.join(WAIT)
+    unloader.join(WAIT)
+    assert out == [tok("slow")] and seen_closed == [False] and stub.closed
