@@ -57,8 +57,9 @@ log = logging.getLogger(__name__)
 
 
 class Scheduler:
-    """The request table of one model and its tick. Only ``post``, ``call``, ``stop`` and
-    ``snapshot`` are for other threads; everything else runs on the scheduler thread."""
+    """The request table of one model and its tick. ``post``, ``call``, ``stop``, ``snapshot``,
+    ``meta`` and ``has_stopped`` are for any thread; everything else runs on the scheduler
+    thread (``run``)."""
 
     def __init__(
         self,
