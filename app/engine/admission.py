@@ -287,8 +287,8 @@ class Admitter:
             req.context_tokens = stored[:-1]
             req.prefill_cursor = [stored[-1]]
         req.cache.reuse = Reuse("session", len(req.context_tokens), len(stored), None, req.options.session_id)
-        if route.path is AdmissionPath.STICKY:
-            self._cache.count_sticky()
+        # A continuation reuses the session's seq exactly as a sticky turn does: both are hits.
+        self._cache.count_sticky()
 
 
 def _logging_errors(emit: Callable[[Event], None]) -> Callable[[Event], None]:

@@ -45,7 +45,11 @@ class SamplingSettings:
 
 @dataclass(frozen=True, slots=True)
 class ReplyStats:
-    """What the chat view shows under a reply; stored as JSON on the message."""
+    """What the chat view shows under a reply; stored as JSON on the message.
+
+    The bridge builds it from the engine's ``Stats`` once (``app.ui.engine_bridge``); it
+    crosses to the GUI thread as is and is stored as is.
+    """
 
     ttft_ms: float = 0.0
     tokens_per_s: float = 0.0
@@ -55,6 +59,15 @@ class ReplyStats:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     finish_reason: str = ""
+    context_full: bool = False
+    """The reply stopped because the conversation's context was full (it can be continued)."""
+    prefill_ms: float = 0.0
+    # What was reused at admission (the engine's ``Stats.reuse``), for the plain-words line.
+    reuse_source: str = "none"
+    tokens_reused: int = 0
+    tokens_shared: int = 0
+    miss_reason: str = ""
+    origin_session: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -7,47 +7,65 @@ import asyncio
 import logging
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, MutableMapping
+from dataclasses import fields, replace
 from pathlib import Path
-from typing import Any
 
-from PySide6.QtWidgets import QApplication
+from PySide6.QtWidgets import QApplication, QWidget
 
+from app.engine.config import ModelConfig
+from app.engine.errors import EngineError
 from app.storage import SamplingSettings, Storage, StorageError, database_path
 from app.storage import data_dir as resolve_data_dir
 from app.ui.aio import gui_loop
+from app.ui.bridges import ModelBridges
 from app.ui.chat.controller import ChatController
-from app.ui.engine_bridge import EngineBridge, qthread_starter
+from app.ui.engine_api import EngineApi
+from app.ui.engine_bridge import qthread_starter
 from app.ui.main_window import MainWindow
+from app.ui.models.manager import default_config_factory
+from app.ui.models.settings import (
+    SETTINGS_FILE,
+    JsonSettingsStore,
+    LoadSettings,
+    load_settings_for,
+    save_settings_for,
+)
 from app.ui.startup import ModelLoading
 from app.ui.theme import apply_theme
 
 log = logging.getLogger(__name__)
 
-EngineFactory = Callable[[Path], Any]
+EngineFactory = Callable[[Path], EngineApi]
 
 DEFAULT_SYSTEM_PROMPT = "You are Hearth, a helpful assistant running locally. Answer clearly."
 
 
-def default_engine_factory(path: Path) -> Any:
+def default_engine_factory(path: Path) -> EngineApi:
     from app.engine import Engine
 
     return Engine(path, thread_starter=qthread_starter)
 
 
-def default_model_config(model_path: str, **overrides: Any) -> Any:
-    from app.cache.policy import DESKTOP_POLICY
-    from app.engine import ModelConfig
+def default_model_settings(
+    store: MutableMapping[str, object], model_path: str, overrides: dict[str, int] | None = None
+) -> LoadSettings:
+    """The default model's load settings: the Library's, so the form shows what runs.
 
-    settings: dict[str, Any] = {
-        "n_ctx": 4096,
-        "n_seq_max": 4,
-        "n_batch": 512,
-        "policy": DESKTOP_POLICY,
-        "tier": "disk",
-    }
-    settings.update(overrides)
-    return ModelConfig(path=model_path, **settings)
+    ``overrides`` (tests, tools) replace fields and are remembered like an edit in the form.
+    """
+    from app.models.library import read_entry
+
+    entry = read_entry(model_path)
+    settings = load_settings_for(store, model_path, entry.context_length)
+    if overrides:
+        known = {f.name for f in fields(LoadSettings)}
+        unknown = set(overrides) - known
+        if unknown:
+            raise ValueError(f"unknown model option(s) {sorted(unknown)}; known: {sorted(known)}")
+        settings = replace(settings, **overrides)
+    save_settings_for(store, model_path, settings)
+    return settings
 
 
 def create_window(
@@ -56,7 +74,7 @@ def create_window(
     engine_factory: EngineFactory | None = None,
     model_path: str | os.PathLike[str] | None = None,
     model_id: str | None = None,
-    model_options: dict[str, Any] | None = None,
+    model_options: dict[str, int] | None = None,
     default_sampling: SamplingSettings | None = None,
     work_areas: bool = True,
     load_in_background: bool = False,
@@ -67,7 +85,8 @@ def create_window(
     (``engine_factory``, ``model_path`` …) let tests and tools swap parts;
     ``work_areas=False`` keeps placeholders for the Models and Cache areas.
     ``load_in_background=True`` (what ``main`` uses) returns before the default model is
-    loaded: the window shows a loading state until it is (``window.model_loading``).
+    loaded: the window shows a loading state until it is (``window.model_loading``), then
+    the model joins the chat through ``MainWindow.attach_model``.
     """
     app = QApplication.instance() or QApplication(sys.argv[:1])
     assert isinstance(app, QApplication)
@@ -79,33 +98,36 @@ def create_window(
     except StorageError as exc:
         errors.append(str(exc))
     apply_theme(app, str(storage.get_setting("theme", "system")))
+    load_settings = JsonSettingsStore(base / SETTINGS_FILE)
 
-    engine: Any = None
-    bridge: EngineBridge | None = None
-    loaded_id = ""
-    pending: tuple[str, Callable[[], Any], str] | None = None  # id, config maker, label
+    engine: EngineApi | None = None
     try:
         engine = (engine_factory or default_engine_factory)(base)
-        path = str(model_path) if model_path is not None else str(_default_model_path())
-        loaded_id = model_id or Path(path).stem
-
-        def make_config() -> Any:
-            return default_model_config(path, **(model_options or {}))
-
-        if load_in_background:
-            pending, loaded_id = (loaded_id, make_config, Path(path).stem), ""
-        else:
-            model = engine.load_model(loaded_id, make_config())
-            bridge = EngineBridge(engine, model, loaded_id)
-    except Exception as exc:  # noqa: BLE001 — the window still opens and says why
-        log.exception("could not load the model")
-        errors.append(f"Could not load the model: {exc}")
-        loaded_id = ""
+    except (EngineError, OSError) as exc:
+        log.exception("could not start the engine")
+        errors.append(f"Could not start the engine: {exc}")
+    models = ModelBridges(engine)
+    loaded_id = ""
+    pending: tuple[str, Callable[[], ModelConfig], str] | None = None  # id, config, label
+    if engine is not None:
+        try:
+            path = str(model_path) if model_path is not None else str(_default_model_path())
+            loaded_id = model_id or Path(path).stem
+            settings = default_model_settings(load_settings, path, model_options)
+            config = default_config_factory(path, settings)
+            if load_in_background:
+                pending = (loaded_id, lambda: config, Path(path).stem)
+            else:
+                models.open(loaded_id, engine.load_model(loaded_id, config))
+        except (EngineError, OSError, ValueError) as exc:  # the window still opens, says why
+            log.exception("could not load the model")
+            errors.append(f"Could not load the model: {exc}")
+            loaded_id = ""
 
     controller = ChatController(
         storage,
-        bridge,
-        model_id=loaded_id,
+        models,
+        default_model_id=loaded_id,
         default_sampling=default_sampling,
         default_system_prompt=DEFAULT_SYSTEM_PROMPT,
     )
@@ -114,20 +136,19 @@ def create_window(
         if engine is not None:
             try:
                 engine.close()
-            except Exception:  # noqa: BLE001
+            except Exception:  # closing must go on; the traceback is logged
                 log.exception("engine.close failed")
         storage.close()
 
     model_manager = cache_dashboard = None
     if work_areas and engine is not None:
-        model_manager = _build_model_manager(engine, base, errors)
+        model_manager = _build_model_manager(engine, base, load_settings, models, errors)
         cache_dashboard = _build_cache_dashboard(engine, storage, errors)
 
     window = MainWindow(
         storage,
         controller,
         engine=engine,
-        bridge=bridge,
         on_close=close_all,
         model_manager=model_manager,
         cache_dashboard=cache_dashboard,
@@ -135,13 +156,19 @@ def create_window(
     window.restore_session()
     for text in errors:
         window.show_error(text)
-    if pending is not None:
+    if pending is not None and engine is not None:
         window.model_loading = ModelLoading(window, engine, *pending)
         window.model_loading.start()
     return window
 
 
-def _build_model_manager(engine: Any, base: Path, errors: list[str]) -> Any:
+def _build_model_manager(
+    engine: EngineApi,
+    base: Path,
+    load_settings: MutableMapping[str, object],
+    models: ModelBridges,
+    errors: list[str],
+) -> QWidget | None:
     try:
         from app.models.hub import HubClient
         from app.models.library import ModelLibrary
@@ -149,14 +176,22 @@ def _build_model_manager(engine: Any, base: Path, errors: list[str]) -> Any:
 
         models_dir = base / "models"
         models_dir.mkdir(parents=True, exist_ok=True)
-        return ModelManager(engine, ModelLibrary(models_dir), HubClient(models_dir=models_dir))
-    except Exception as exc:  # noqa: BLE001
+        manager = ModelManager(
+            engine,
+            ModelLibrary(models_dir),
+            HubClient(models_dir=models_dir),
+            settings=load_settings,
+            before_unload=models.release,
+        )
+    except Exception as exc:  # the window must open whatever else fails; logged with traceback
         log.exception("the Models view could not be built")
         errors.append(f"The Models view could not be opened: {exc}")
         return None
+    manager.model_loaded.connect(models.open)
+    return manager
 
 
-def _build_cache_dashboard(engine: Any, storage: Storage, errors: list[str]) -> Any:
+def _build_cache_dashboard(engine: EngineApi, storage: Storage, errors: list[str]) -> QWidget | None:
     def session_title(session_id: str) -> str | None:
         try:
             return storage.get_conversation(session_id).title
@@ -167,7 +202,7 @@ def _build_cache_dashboard(engine: Any, storage: Storage, errors: list[str]) -> 
         from app.ui.cache.dashboard import CacheDashboard
 
         return CacheDashboard(engine, session_namer=session_title)
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:  # the window must open whatever else fails; logged with traceback
         log.exception("the Cache view could not be built")
         errors.append(f"The Cache view could not be opened: {exc}")
         return None
@@ -181,7 +216,6 @@ def _default_model_path() -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the GUI: QApplication + qasync loop on the GUI thread."""
-
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )

@@ -57,7 +57,7 @@ class AppActions(QObject):
         controller.busy_changed.connect(lambda *_: self._update_stop())
         # The chat header's LoRA chip follows the chat's model and its adapters.
         self.adapter_indicator = AdapterIndicator(
-            window.chat_page.adapter_chip, window.engine, lambda: window.controller.model_id
+            window.chat_page.adapter_chip, window.engine, lambda: window.controller.model_of(window.chat_page.current_id)
         )
         changed = getattr(window.model_manager, "adapters_changed", None)
         if changed is not None:

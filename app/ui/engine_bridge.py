@@ -1,12 +1,15 @@
-"""The bridge between one loaded ``Model`` and the widgets.
+"""The bridge between one loaded model and the widgets.
 
 A :class:`_BridgeWorker` lives in its own ``QThread`` per model and is the only UI-side code
-that calls the model: it renders the chat template, decides between ``continue_session`` and
-``infer``, and hands the engine an ``on_event`` callback. That callback runs on the engine's
-scheduler thread, so it only appends to a locked buffer; a frame timer in the worker thread
-drains the buffers every ~16 ms and emits one frozen :class:`StreamUpdate` per request, which
-reaches the GUI thread as a queued signal. The GUI thread therefore sees at most ~60 small
-updates per second per request, whatever the token rate, and never waits on the engine.
+that calls the model's native side: it renders the chat template (choosing the conversation's
+view under its overflow policy, ``app.conversation``), decides between ``continue_session``
+and ``infer``, counts tokens for the composer, and hands the engine an ``on_event`` callback.
+That callback runs on the engine's scheduler thread, so it only appends to a locked buffer; a
+frame timer in the worker thread drains the buffers every ~16 ms and emits one frozen
+:class:`StreamUpdate` per request, which reaches the GUI thread as a queued signal. The GUI
+thread therefore sees at most ~60 small updates per second per request and never waits on the
+engine. ``EngineBridge.shutdown`` stops the worker (waiting for the call it is in) before the
+model may be unloaded: no native call can follow the model's free.
 """
 
 from __future__ import annotations
@@ -15,126 +18,75 @@ import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Protocol
 
 from PySide6.QtCore import QCoreApplication, QMetaObject, QObject, Qt, QThread, QTimer, Signal, Slot
 
+from app.conversation.prompt import PromptBuilder
+from app.conversation.window import Budget, WindowPlan
 from app.engine.chat import continuation_suffix
-from app.engine.events import Done, Error, Event, ThinkingDelta, ThinkingEnd, Token, TokenId
+from app.engine.errors import EngineError
+from app.engine.events import (
+    Done,
+    Error,
+    Event,
+    PrefillProgress,
+    Stats,
+    ThinkingDelta,
+    ThinkingEnd,
+    Token,
+    TokenId,
+)
+from app.storage import ReplyStats
+from app.ui.bridge_records import (
+    GenerationRequest,
+    SessionState,
+    StatusSnapshot,
+    StreamUpdate,
+    SummaryRequest,
+    WindowReport,
+)
+from app.ui.engine_api import ModelApi, StreamApi
 
 log = logging.getLogger(__name__)
 
 FRAME_MS = 16
 STATUS_MS = 500
-
-
-@dataclass(frozen=True, slots=True)
-class ChatTurn:
-    role: str
-    content: str
-
-
-@dataclass(frozen=True, slots=True)
-class SessionState:
-    """What a sticky session's seq holds after a turn: that turn's prompt and its reply ids.
-
-    Kept by the app across restarts so the first turn after a restart sends exactly the
-    tokens the engine saved (an exact-prefix hit on disk) plus the new suffix.
-    """
-
-    model_id: str
-    prompt: tuple[int, ...]
-    generated: tuple[int, ...]
-    ended_with_eog: bool
-
-    @property
-    def tokens(self) -> list[int]:
-        return [*self.prompt, *self.generated]
-
-
-@dataclass(frozen=True, slots=True)
-class GenerationRequest:
-    """One reply to generate: the branch so far and the conversation's settings."""
-
-    request_id: str
-    session_id: str
-    messages: tuple[ChatTurn, ...]
-    system: str
-    params: tuple[tuple[str, Any], ...] = ()
-    session: SessionState | None = None
-    """The session's last known state (from the database), used when the worker has none."""
-
-
-@dataclass(frozen=True, slots=True)
-class ReplyStatsSnapshot:
-    ttft_ms: float
-    tokens_per_s: float
-    cache_hit_kind: str
-    cache_read: int
-    cache_created: int
-    prompt_tokens: int
-    completion_tokens: int
-    finish_reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class StreamUpdate:
-    """Everything that happened to one request since the previous frame."""
-
-    request_id: str
-    text: str = ""
-    thinking: str = ""
-    thinking_ended: bool = False
-    num_tokens: int = 0
-    done: ReplyStatsSnapshot | None = None
-    error: str | None = None
-    error_code: str | None = None
-    path: str = ""
-    """``infer`` or ``continue_session``: how the worker submitted the turn."""
-    session: SessionState | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class StatusSnapshot:
-    model_id: str
-    num_slots: int
-    num_busy: int
-    pending_len: int
-    phase: str
-    hit_rate: float | None
-    counters: tuple[tuple[str, int], ...] = ()
+DEFAULT_REPLY_TOKENS = 64
 
 
 @dataclass(slots=True)
 class _Live:
     """Worker-side state of one request; events are appended from the scheduler thread."""
 
-    request: GenerationRequest
+    request_id: str
+    session_id: str | None
     prompt: list[int]
     path: str
-    stream: Any = None
+    window: WindowReport | None = None
+    stream: StreamApi | None = None
     events: list[Event] = field(default_factory=list)
     generated: list[int] = field(default_factory=list)
     finished: bool = False
 
 
-HIT_KEYS = ("hits_exact", "hits_resume", "hits_longest_prefix", "hits_sticky")
-
-
 class _BridgeWorker(QObject):
     update_ready = Signal(object)  # StreamUpdate
     status_ready = Signal(object)  # StatusSnapshot
+    count_ready = Signal(str, int)  # key, tokens
 
-    def __init__(self, engine: Any, model: Any, model_id: str) -> None:
+    def __init__(self, model: ModelApi, model_id: str) -> None:
         super().__init__()
-        self._engine = engine
         self._model = model
         self._model_id = model_id
+        self._n_ctx = int(model.config.n_ctx)
         self._lock = threading.Lock()
+        self._closed = False
         self._live: dict[str, _Live] = {}
         # NOTE: what each sticky session holds, so a follow-up turn sends only its suffix.
         self._held: dict[str, SessionState] = {}
         self._pieces: dict[int, str] = {}
+        self._merge_summary = False  # learnt per model: its template wants one system message
         self._frame = QTimer(self)
         self._frame.setInterval(FRAME_MS)
         self._frame.timeout.connect(self._flush)
@@ -147,24 +99,75 @@ class _BridgeWorker(QObject):
         self._status.start()
         self._poll_status()
 
+    # -- requests ----------------------------------------------------------------------------
+
     @Slot(object)
     def submit(self, request: GenerationRequest) -> None:
+        self._guarded(request.request_id, lambda: self._submit(request))
+
+    @Slot(object)
+    def summarise(self, request: SummaryRequest) -> None:
+        self._guarded(request.request_id, lambda: self._summarise(request))
+
+    @Slot(str, str)
+    def count_tokens(self, key: str, text: str) -> None:
         try:
-            self._submit(request)
-        except Exception as exc:  # noqa: BLE001 — every failure becomes a visible update
-            log.warning("generation %s failed to start: %s", request.request_id, exc)
-            self.update_ready.emit(
-                StreamUpdate(request.request_id, error=_describe(exc), error_code=_code(exc)),
-            )
+            n = len(self._model.tokenize(text)) if text else 0
+        except EngineError as exc:  # the model is closing: no count, no harm
+            log.info("token count skipped: %s", exc)
+            return
+        self.count_ready.emit(key, n)
+
+    def _guarded(self, request_id: str, start: Callable[[], None]) -> None:
+        """Run ``start``; a failure becomes this request's error update, never a silent end.
+
+        ``EngineError`` is the engine refusing (bad options, a full context, an unloaded
+        model): the user reads its message. Anything else is our bug: logged with its
+        traceback, and still reported so the conversation does not wait forever.
+        """
+        try:
+            start()
+        except EngineError as exc:
+            log.info("request %s refused: %s", request_id, exc)
+            self._emit_error(request_id, str(exc), exc.code)
+        except Exception as exc:
+            log.exception("request %s failed to start", request_id)
+            self._emit_error(request_id, f"internal error ({type(exc).__name__}: {exc})", "bug")
+
+    def _emit_error(self, request_id: str, text: str, code: str) -> None:
+        with self._lock:
+            self._live.pop(request_id, None)
+        self.update_ready.emit(StreamUpdate(request_id, error=text, error_code=code))
 
     def _submit(self, request: GenerationRequest) -> None:
         params = dict(request.params)
-        template: dict[str, Any] = {
-            "messages": [{"role": m.role, "content": m.content} for m in request.messages]
-        }
-        if request.system:
-            template["system"] = request.system
-        full = list(self._model.apply_chat_template(template))
+        builder = PromptBuilder(
+            self._model,
+            request.system,
+            request.messages,
+            continue_reply=request.continue_reply,
+            merge_summary=self._merge_summary,
+        )
+        max_tokens = _int(params.get("response_tokens"), DEFAULT_REPLY_TOKENS)
+        budget = Budget.for_reply(self._n_ctx, max_tokens)
+        plan = builder.plan(request.window, budget, request.policy)
+        if plan.kind == "summarise" and not request.allow_summarise:
+            plan = WindowPlan("cut", plan.start, "", builder.count(plan.start, ""))
+        self._merge_summary = builder.merge_summary
+        report = self._report(request, plan, budget)
+        if not plan.can_send:
+            self.update_ready.emit(StreamUpdate(request.request_id, window=report))
+            return
+        full = builder.tokens(plan.start, plan.summary)
+        self._start_stream(request, full, params, report)
+
+    def _start_stream(
+        self,
+        request: GenerationRequest,
+        full: list[int],
+        params: dict[str, object],
+        report: WindowReport,
+    ) -> None:
         sid = request.session_id
         pinned = self._held.pop(sid, None)
         held = pinned or request.session
@@ -176,9 +179,7 @@ class _BridgeWorker(QObject):
             else None
         )
         prompt = full if held is None or not suffix else held.tokens + suffix
-        with self._lock:
-            live = _Live(request, prompt, "infer")
-            self._live[request.request_id] = live
+        live = self._add_live(_Live(request.request_id, sid, prompt, "infer", report))
         callback = self._callback(request.request_id)
         stream = None
         if pinned is not None and suffix:
@@ -187,18 +188,43 @@ class _BridgeWorker(QObject):
                     suffix, session_id=sid, on_event=callback, **params
                 )
                 live.path = "continue_session"
-            except Exception as exc:  # noqa: BLE001 — the session was evicted or ended
+            except EngineError as exc:  # the session was evicted or ended meanwhile
                 log.info("continue_session(%s) refused (%s); sending the full prompt", sid, exc)
         if stream is None:
             # NOTE: ``prompt`` is token-for-token what the engine saved for this session when
             # we know it, so after a restart (or an eviction) it restores from the cache.
-            try:
-                stream = self._model.infer(prompt, session_id=sid, on_event=callback, **params)
-            except Exception:
-                with self._lock:
-                    self._live.pop(request.request_id, None)
-                raise
+            stream = self._model.infer(prompt, session_id=sid, on_event=callback, **params)
         live.stream = stream
+        self._start_frames()
+
+    def _summarise(self, request: SummaryRequest) -> None:
+        params = dict(request.params)
+        builder = PromptBuilder(self._model, "", request.turns)
+        budget = Budget.for_reply(self._n_ctx, DEFAULT_REPLY_TOKENS)
+        prompt = builder.summary_prompt(request.turns, request.previous, budget.limit)
+        params["response_tokens"] = budget.summary_tokens
+        live = self._add_live(_Live(request.request_id, None, prompt, "summary"))
+        live.stream = self._model.infer(
+            prompt, on_event=self._callback(request.request_id), **params
+        )
+        self._start_frames()
+
+    def _report(self, request: GenerationRequest, plan: WindowPlan, budget: Budget) -> WindowReport:
+        turns = request.messages
+        start_id = turns[plan.start].id if plan.start > 0 else None
+        ids = tuple(t.id for t in turns[plan.summarise_from : plan.start])
+        if plan.kind != "summarise":
+            ids = ()
+        return WindowReport(
+            plan.kind, start_id, plan.summary, plan.num_tokens, budget.n_ctx, budget.limit, ids
+        )
+
+    def _add_live(self, live: _Live) -> _Live:
+        with self._lock:
+            self._live[live.request_id] = live
+        return live
+
+    def _start_frames(self) -> None:
         if not self._frame.isActive():
             self._frame.start()
 
@@ -213,7 +239,7 @@ class _BridgeWorker(QObject):
     def _callback(self, request_id: str) -> Callable[[Event], None]:
         def on_event(event: Event) -> None:  # scheduler thread: append only
             with self._lock:
-                live = self._live.get(request_id)
+                live = None if self._closed else self._live.get(request_id)
                 if live is not None:
                     live.events.append(event)
 
@@ -231,7 +257,7 @@ class _BridgeWorker(QObject):
         self._held.pop(session_id, None)
         try:
             self._model.end_session(session_id)
-        except Exception as exc:  # noqa: BLE001
+        except EngineError as exc:  # no such session, or the model is closing
             log.info("end_session(%s): %s", session_id, exc)
 
     @Slot()
@@ -239,7 +265,9 @@ class _BridgeWorker(QObject):
         self._frame.stop()
         self._status.stop()
         with self._lock:
+            self._closed = True
             lives = list(self._live.values())
+            self._live.clear()
         for live in lives:
             if live.stream is not None:
                 live.stream.cancel()
@@ -247,6 +275,8 @@ class _BridgeWorker(QObject):
         app = QCoreApplication.instance()
         if app is not None:
             self.moveToThread(app.thread())
+
+    # -- frames ------------------------------------------------------------------------------
 
     @Slot()
     def _flush(self) -> None:
@@ -274,23 +304,27 @@ class _BridgeWorker(QObject):
         error = code = None
         num_tokens = 0
         session = None
+        prefill = None
         for ev in events:
             if isinstance(ev, Token):
                 text.append(ev.text)
             elif isinstance(ev, TokenId):
                 live.generated.append(ev.id)
                 num_tokens += 1
+            elif isinstance(ev, PrefillProgress):
+                prefill = (ev.done, ev.total)
             elif isinstance(ev, ThinkingDelta):
                 thinking.append(ev.text)
             elif isinstance(ev, ThinkingEnd):
                 thinking_ended = True
             elif isinstance(ev, Done):
                 live.finished = True
-                done = _stats(ev.stats)
+                done = reply_stats(ev.stats)
                 session = self._remember_session(live, ev.stats)
             elif isinstance(ev, Error):
                 live.finished = True
                 error, code = ev.reason, ev.code
+        window, live.window = live.window, None  # reported once, with the first frame
         return StreamUpdate(
             rid,
             "".join(text),
@@ -302,9 +336,13 @@ class _BridgeWorker(QObject):
             code,
             live.path,
             session,
+            prefill,
+            window,
         )
 
-    def _remember_session(self, live: _Live, stats: Any) -> SessionState | None:
+    def _remember_session(self, live: _Live, stats: Stats) -> SessionState | None:
+        if live.session_id is None:
+            return None
         held = SessionState(
             self._model_id,
             tuple(live.prompt),
@@ -314,104 +352,117 @@ class _BridgeWorker(QObject):
         # NOTE: we only know exactly what the seq holds when the counts agree; otherwise the
         # next turn sends the full prompt and the engine's own sticky check decides.
         if stats.committed_tokens == len(held.tokens):
-            self._held[live.request.session_id] = held
+            self._held[live.session_id] = held
             return held
         return None
 
     @Slot()
     def _poll_status(self) -> None:
-        try:
-            snap = self._model.snapshot()
-            counters = dict(self._engine.counters())
-        except Exception as exc:  # noqa: BLE001
-            log.debug("status poll failed: %s", exc)
-            return
-        slots = getattr(snap, "slots", ()) or ()
-        busy = sum(1 for s in slots if s.state in ("prefilling", "generating"))
-        hits = sum(int(counters.get(k, 0)) for k in HIT_KEYS)
-        total = hits + int(counters.get("misses", 0))
+        snap = self._model.snapshot()  # a plain read of the record the scheduler published
+        busy = sum(1 for s in snap.slots if s.state in ("prefilling", "generating"))
         self.status_ready.emit(
             StatusSnapshot(
                 model_id=self._model_id,
-                num_slots=len(slots),
+                num_slots=len(snap.slots),
                 num_busy=busy,
-                pending_len=int(getattr(snap, "pending_len", 0)),
-                phase=str(getattr(snap, "phase", "")),
-                hit_rate=(hits / total) if total else None,
-                counters=tuple(sorted((k, int(v)) for k, v in counters.items())),
+                pending_len=snap.pending_len,
+                phase=snap.phase,
+                n_ctx=self._n_ctx,
             ),
         )
 
 
-def _stats(stats: Any) -> ReplyStatsSnapshot:
+def reply_stats(stats: Stats) -> ReplyStats:
+    """The one copy of the engine's ``Stats`` the app keeps (shown, then stored)."""
     gen_ms = float(stats.generation_ms or 0.0)
     tps = (stats.completion_tokens / (gen_ms / 1000.0)) if gen_ms > 0 else 0.0
-    delta = stats.cache_delta
-    return ReplyStatsSnapshot(
+    reuse = stats.reuse
+    return ReplyStats(
         ttft_ms=float(stats.ttft_ms),
         tokens_per_s=tps,
         cache_hit_kind=str(stats.cache_hit_kind),
-        cache_read=int(delta.read),
-        cache_created=int(delta.created),
+        cache_read=int(stats.cache_delta.read),
+        cache_created=int(stats.cache_delta.created),
         prompt_tokens=int(stats.prompt_tokens),
         completion_tokens=int(stats.completion_tokens),
         finish_reason=str(stats.finish_reason),
+        context_full=bool(stats.context_full),
+        prefill_ms=float(stats.prefill_ms),
+        reuse_source=str(reuse.source),
+        tokens_reused=int(reuse.tokens_reused),
+        tokens_shared=int(reuse.tokens_shared),
+        miss_reason=reuse.miss_reason or "",
+        origin_session=reuse.origin_session or "",
     )
 
 
-def _describe(exc: BaseException) -> str:
-    text = str(exc) or type(exc).__name__
-    return text
-
-
-def _code(exc: BaseException) -> str:
-    return str(getattr(exc, "code", type(exc).__name__))
+def _int(value: object, default: int) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else default
 
 
 class EngineBridge(QObject):
-    """GUI-side handle: methods queue work to the worker thread, signals carry snapshots."""
+    """GUI-side handle of one model's worker: methods queue work, signals carry snapshots."""
 
     update_received = Signal(object)  # StreamUpdate
     status_received = Signal(object)  # StatusSnapshot
+    count_received = Signal(str, int)  # key, tokens
 
     _submit_requested = Signal(object)
+    _summary_requested = Signal(object)
+    _count_requested = Signal(str, str)
     _cancel_requested = Signal(str)
     _end_session_requested = Signal(str)
 
-    def __init__(
-        self, engine: Any, model: Any, model_id: str, parent: QObject | None = None
-    ) -> None:
+    def __init__(self, model: ModelApi, model_id: str, parent: QObject | None = None) -> None:
         super().__init__(parent)
         self.model_id = model_id
         self.model = model
+        self.n_ctx = int(model.config.n_ctx)
+        self.closed = False
         self._thread = QThread()
         self._thread.setObjectName(f"bridge-{model_id}")
-        self._worker = _BridgeWorker(engine, model, model_id)
+        self._worker = _BridgeWorker(model, model_id)
         self._worker.moveToThread(self._thread)
         self._thread.started.connect(self._worker.start)
         self._submit_requested.connect(self._worker.submit)
+        self._summary_requested.connect(self._worker.summarise)
+        self._count_requested.connect(self._worker.count_tokens)
         self._cancel_requested.connect(self._worker.cancel)
         self._end_session_requested.connect(self._worker.end_session)
         self._worker.update_ready.connect(self.update_received)
         self._worker.status_ready.connect(self.status_received)
+        self._worker.count_ready.connect(self.count_received)
         self._thread.start()
 
     def submit(self, request: GenerationRequest) -> None:
         self._submit_requested.emit(request)
 
+    def summarise(self, request: SummaryRequest) -> None:
+        self._summary_requested.emit(request)
+
+    def count_tokens(self, key: str, text: str) -> None:
+        if not self.closed:
+            self._count_requested.emit(key, text)
+
     def cancel(self, request_id: str) -> None:
         self._cancel_requested.emit(request_id)
 
     def end_session(self, session_id: str) -> None:
-        self._end_session_requested.emit(session_id)
+        if not self.closed:
+            self._end_session_requested.emit(session_id)
 
     def shutdown(self) -> None:
-        """Cancel in-flight work and stop the worker thread (call before ``engine.close()``)."""
+        """Cancel in-flight work and stop the worker thread; idempotent.
+
+        Blocks until the worker has returned from whatever model call it is in, so once this
+        returns nothing on the UI side touches the model again (call before ``unload``).
+        """
+        self.closed = True
         if not self._thread.isRunning():
             return
         QMetaObject.invokeMethod(self._worker, "stop", Qt.ConnectionType.BlockingQueuedConnection)
         self._thread.quit()
-        self._thread.wait(5000)
+        self._thread.wait()
 
 
 class SchedulerQThread(QThread):
@@ -421,7 +472,7 @@ class SchedulerQThread(QThread):
     wait for it like a ``threading.Thread``.
     """
 
-    def __init__(self, scheduler: Any, name: str) -> None:
+    def __init__(self, scheduler: _Runnable, name: str) -> None:
         super().__init__()
         self.setObjectName(name)
         self._scheduler = scheduler
@@ -433,7 +484,23 @@ class SchedulerQThread(QThread):
         self.wait(-1 if timeout is None else int(timeout * 1000))
 
 
-def qthread_starter(scheduler: Any, name: str) -> SchedulerQThread:
+class _Runnable(Protocol):
+    def run(self) -> None: ...
+
+
+def qthread_starter(scheduler: _Runnable, name: str) -> SchedulerQThread:
     thread = SchedulerQThread(scheduler, name)
     thread.start()
     return thread
+
+
+__all__ = [
+    "EngineBridge",
+    "GenerationRequest",
+    "SessionState",
+    "StatusSnapshot",
+    "StreamUpdate",
+    "SummaryRequest",
+    "qthread_starter",
+    "reply_stats",
+]

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
 
 from PySide6.QtCore import QByteArray, QSize, Qt
 from PySide6.QtGui import QCloseEvent
@@ -26,11 +25,13 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.storage import Storage
+from app.conversation.accounting import HitAccount, HitTotals
+from app.storage import Storage, StorageError
 from app.ui.app_actions import install_app_actions
+from app.ui.bridge_records import StatusSnapshot
 from app.ui.chat.chat_page import ChatPage
 from app.ui.chat.controller import ChatController
-from app.ui.engine_bridge import EngineBridge, StatusSnapshot
+from app.ui.engine_api import EngineApi
 from app.ui.placeholders import PlaceholderArea
 from app.ui.server import LocalServer
 from app.ui.server.panel import restore_local_server
@@ -49,8 +50,7 @@ class MainWindow(QMainWindow):
         storage: Storage,
         controller: ChatController,
         *,
-        engine: Any = None,
-        bridge: EngineBridge | None = None,
+        engine: EngineApi | None = None,
         on_close: Callable[[], None] | None = None,
         model_manager: QWidget | None = None,
         cache_dashboard: QWidget | None = None,
@@ -61,11 +61,14 @@ class MainWindow(QMainWindow):
         self.storage = storage
         self.controller = controller
         self.engine = engine
-        self.bridge = bridge
+        self.models = controller.models
         self._on_close = on_close
         self._closed = False
         self.last_status: StatusSnapshot | None = None
         self.model_loading: ModelLoading | None = None  # set while the default model loads
+        """The latest status of the open conversation's model."""
+        self._statuses: dict[str, StatusSnapshot] = {}
+        self._hits = HitAccount(engine.cache) if engine is not None else None
 
         self.banner = NotificationBanner()
         self.chat_page = ChatPage(controller)
@@ -104,11 +107,12 @@ class MainWindow(QMainWindow):
                 if signal is not None:
                     signal.connect(lambda *args: self.show_error(str(args[-1])))
         controller.conversation_deleted.connect(self._on_conversation_deleted)
-        if bridge is not None:
-            bridge.status_received.connect(self._on_status_received)
-        loaded = getattr(self.model_manager, "model_loaded", None)
-        if loaded is not None:
-            loaded.connect(self._on_model_loaded)
+        controller.models_changed.connect(self._refresh_status)
+        controller.conversation_updated.connect(lambda _cid: self._refresh_status())
+        self.models.status_received.connect(self._on_status_received)
+        self.models.released.connect(self._on_model_released)
+        self.chat_page.current_changed.connect(lambda _cid: self._refresh_status())
+        self.chat_page.library_requested.connect(self.show_library)
         hints = QApplication.styleHints()
         hints.colorSchemeChanged.connect(self._on_color_scheme_changed)
         # NOTE: a fixed minimum instead of the layout-driven one: the layout would push a new
@@ -176,8 +180,7 @@ class MainWindow(QMainWindow):
         bar.addPermanentWidget(self.status_slots)
         bar.addPermanentWidget(self.status_queue)
         bar.addPermanentWidget(self.status_hits)
-        if self.bridge is not None:
-            self.status_model.setText(f"● {self.bridge.model_id}")
+        self._refresh_status()
 
     def _refresh_icons(self) -> None:
         for key, btn in self.nav_buttons.items():
@@ -204,36 +207,63 @@ class MainWindow(QMainWindow):
         self.show_info(f"Deleted “{title}”.", action="Undo", callback=undo)
 
     def attach_model(self, model_id: str) -> None:
-        """Chat with ``model_id``, loaded meanwhile (at start, or from the Models view)."""
-        self._on_model_loaded(model_id)
+        """Chat with ``model_id``, loaded meanwhile (at start in the background): its bridge
+        opens through the one owner, as for a model loaded from the Models view."""
+        if self.models.open(model_id) is None:
+            self.show_error(f"Could not open model {model_id}: it is not loaded")
         sync = getattr(self.model_manager, "sync_loaded", None)
         if sync is not None:
             sync()
 
-    def _on_model_loaded(self, model_id: str) -> None:
-        """With no chat model yet, chat with the first model the Models view loads."""
-        if self.bridge is not None or self.engine is None:
-            return
-        try:
-            model = self.engine.get_model(model_id)
-        except Exception as exc:  # noqa: BLE001
-            self.show_error(f"Could not open model {model_id}: {exc}")
-            return
-        self.bridge = EngineBridge(self.engine, model, model_id)
-        self.bridge.status_received.connect(self._on_status_received)
-        self.controller.set_bridge(self.bridge, model_id)
-        self.chat_page.model_chip.setText(model_id)
-        self.status_model.setText(f"● {model_id}")
+    def show_library(self) -> None:
+        """Open Models → Library (where models are loaded)."""
+        self.nav_buttons["models"].click()
+        show_page = getattr(self.model_manager, "show_page", None)
+        if show_page is not None:
+            show_page("library")
 
     # -- status --------------------------------------------------------------------------
 
     def _on_status_received(self, snap: StatusSnapshot) -> None:
+        self._statuses[snap.model_id] = snap
+        if snap.model_id == self.controller.model_of(self.chat_page.current_id):
+            self._refresh_status()
+
+    def _on_model_released(self, model_id: str) -> None:
+        self._statuses.pop(model_id, None)
+        self._refresh_status()
+
+    def _refresh_status(self) -> None:
+        """The open conversation's model (loaded or not), its slots and queue; cache hits."""
+        loaded = self.models.ids()
+        model_id = self.controller.model_of(self.chat_page.current_id)
+        snap = self._statuses.get(model_id) if model_id in loaded else None
         self.last_status = snap
-        self.status_model.setText(f"● {snap.model_id}")
-        self.status_slots.setText(f"Slots {snap.num_busy}/{snap.num_slots} busy")
-        self.status_queue.setText(f"Queue {snap.pending_len}")
-        rate = "–" if snap.hit_rate is None else f"{snap.hit_rate * 100:.0f}%"
-        self.status_hits.setText(f"Cache hits {rate}")
+        if not loaded:
+            self.status_model.setText("No model loaded")
+        elif model_id in loaded:
+            self.status_model.setText(f"● {model_id}")
+        else:
+            self.status_model.setText(f"○ {model_id or 'no model'} (not loaded)")
+        self.status_model.setToolTip(
+            "Loaded: " + ", ".join(loaded) if loaded else "Load a model under Models → Library."
+        )
+        if snap is None:
+            self.status_slots.setText("Slots –")
+            self.status_queue.setText("Queue –")
+        else:
+            self.status_slots.setText(f"Slots {snap.num_busy}/{snap.num_slots} busy")
+            self.status_queue.setText(f"Queue {snap.pending_len}")
+        totals = self.hit_totals()
+        self.status_hits.setText(f"Cache hits {totals.percent_text()}")
+        self.status_hits.setToolTip(
+            f"{totals.hits:,} of {totals.requests:,} requests started from memory already "
+            "computed (kept in a conversation's slot or restored from the cache), since the "
+            "cache was created."
+        )
+
+    def hit_totals(self) -> HitTotals:
+        return self._hits.totals() if self._hits is not None else HitTotals()
 
     # -- theme ---------------------------------------------------------------------------
 
@@ -249,10 +279,11 @@ class MainWindow(QMainWindow):
         if (self.storage_setting("theme", "system")) == "system":
             self.apply_scheme("system")
 
-    def storage_setting(self, key: str, default: Any = None) -> Any:
+    def storage_setting(self, key: str, default: object = None) -> object:
         try:
             return self.storage.get_setting(key, default)
-        except Exception:  # noqa: BLE001 — a broken settings row must not break the window
+        except StorageError as exc:  # a broken settings row must not break the window
+            log.warning("could not read setting %s: %s", key, exc)
             return default
 
     # -- persistence ---------------------------------------------------------------------
@@ -261,7 +292,8 @@ class MainWindow(QMainWindow):
         geometry = self.storage_setting("window_geometry")
         if geometry:
             self.restoreGeometry(QByteArray.fromBase64(str(geometry).encode("ascii")))
-        self.chat_page.restore_state(self.storage_setting("chat_splitter"))
+        splitter = self.storage_setting("chat_splitter")
+        self.chat_page.restore_state(splitter if isinstance(splitter, str) else None)
         self.controller.refresh()
         last = self.storage_setting("last_conversation")
         entries = self.controller.catalog.entries()
@@ -280,7 +312,7 @@ class MainWindow(QMainWindow):
             )
             self.storage.set_setting("chat_splitter", self.chat_page.save_state())
             self.storage.set_setting("last_conversation", self.chat_page.current_id)
-        except Exception as exc:  # noqa: BLE001
+        except StorageError as exc:
             log.warning("could not save window state: %s", exc)
 
     def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802 — Qt override
@@ -300,11 +332,10 @@ class MainWindow(QMainWindow):
             if stop is not None:
                 try:
                     stop()
-                except Exception:  # noqa: BLE001 — closing must go on
+                except Exception:  # closing must go on; the traceback is logged
                     log.exception("shutting down %s failed", area.objectName())
         if self.local_server is not None:
             self.local_server.shutdown()  # before the engine closes
-        if self.bridge is not None:
-            self.bridge.shutdown()
+        self.models.shutdown()  # every bridge stops before the engine frees its model
         if self._on_close is not None:
             self._on_close()

@@ -83,7 +83,7 @@ class ModelLoading(QObject):
         w = self.window
         text = f"Loading {self.label}…"
         w.status_model.setText(f"◌ {text}")
-        w.chat_page.model_chip.setText("loading…")
+        w.chat_page.show_model_loading(self.label)
         w.banner.show_message(
             f"{text} Chats are ready to read; the composer opens when the model is.", kind="info"
         )
@@ -99,4 +99,4 @@ class ModelLoading(QObject):
         composer = self.window.chat_page.composer
         composer.input.setPlaceholderText(self._placeholder)
         composer.setEnabled(True)
-        self.window.chat_page.model_chip.setText(self.model_id)
+        self.window.chat_page.show_model_loading(None)

@@ -55,7 +55,7 @@ def test_restart_restores_conversations_layout_and_resumes_from_disk_cache(
     assert stats.cache_read > 0
     assert stats.cache_read >= stats.prompt_tokens - 32
     meta = chat_view(again).message_widgets()[-1].meta
-    assert f"cache {stats.cache_hit_kind}" in meta.text()
+    assert f"restored {stats.cache_read:,} of {stats.prompt_tokens:,} prompt tokens" in meta.text()
 
 
 def test_switching_between_four_streaming_conversations(make_window, qtbot):

@@ -65,7 +65,10 @@ def test_enter_sends_and_reply_streams_into_chat_view(make_window, qtbot):
     assert reply.content and reply.content in view.transcript()
     assert reply.stats is not None and reply.stats.cache_hit_kind == "cold"
     meta = view.message_widgets()[-1].meta
-    assert meta is not None and "TTFT" in meta.text() and "cache cold" in meta.text()
+    # The line says in plain words that nothing was reused: the whole prompt was read.
+    assert meta is not None and "first token" in meta.text()
+    assert f"read all {reply.stats.prompt_tokens} prompt tokens" in meta.text()
+    assert "cold" in meta.toolTip()
     # The sidebar lists it under the first message's text.
     assert (
         window.chat_page.list_model.data(window.chat_page.list_model.index(0, 0))

@@ -6,15 +6,10 @@ from types import SimpleNamespace
 
 import pytest
 
+from app.conversation.window import Turn
 from app.engine.chat import continuation_suffix
-from app.ui.engine_bridge import (
-    ChatTurn,
-    EngineBridge,
-    GenerationRequest,
-    SessionState,
-    StreamUpdate,
-    _BridgeWorker,
-)
+from app.ui.bridge_records import GenerationRequest, SessionState, StreamUpdate
+from app.ui.engine_bridge import EngineBridge, _BridgeWorker
 from tests.helpers.fake_engine import FakeEngine
 
 CONFIG = SimpleNamespace(path="/x/fake.gguf", n_ctx=4096, n_seq_max=4)
@@ -39,7 +34,7 @@ def _suffix(worker, full, held):
 
 def test_suffix_when_the_new_prompt_extends_what_the_session_holds(qapp, fake):
     engine, model = fake
-    worker = _BridgeWorker(engine, model, "fake")
+    worker = _BridgeWorker(model, "fake")
     held = SessionState("fake", tuple(_tokens("<u>hi<a>")), tuple(_tokens("hello")), False)
     assert _suffix(worker, _tokens("<u>hi<a>hello<e><u>more<a>"), held) == _tokens(
         "<e><u>more<a>"
@@ -48,7 +43,7 @@ def test_suffix_when_the_new_prompt_extends_what_the_session_holds(qapp, fake):
 
 def test_suffix_aligned_by_text_when_tokens_differ(qapp, fake):
     engine, model = fake
-    worker = _BridgeWorker(engine, model, "fake")
+    worker = _BridgeWorker(model, "fake")
     # The reply "hi" was sampled as one token (0x6869) but re-renders as two bytes; the
     # last sampled token (EOG, 0) closes the turn and appears in the new prompt too.
     held = SessionState("fake", tuple(_tokens("<a>")), (0x6869, 0), True)
@@ -63,13 +58,13 @@ def test_suffix_aligned_by_text_when_tokens_differ(qapp, fake):
 
 def test_turns_continue_the_session_and_resume_after_restart(qtbot, fake, tmp_path):
     engine, model = fake
-    bridge = EngineBridge(engine, model, "fake")
+    bridge = EngineBridge(model, "fake")
     updates: list[StreamUpdate] = []
     bridge.update_received.connect(updates.append)
 
     def turn(rid: str, texts: list[str], session: SessionState | None = None) -> StreamUpdate:
         messages = tuple(
-            ChatTurn("user" if i % 2 == 0 else "assistant", t) for i, t in enumerate(texts)
+            Turn(f"m{i}", "user" if i % 2 == 0 else "assistant", t) for i, t in enumerate(texts)
         )
         bridge.submit(GenerationRequest(rid, "chat", messages, "sys", (), session))
         qtbot.waitUntil(
@@ -90,7 +85,7 @@ def test_turns_continue_the_session_and_resume_after_restart(qtbot, fake, tmp_pa
     # exact-prefix restore from the (fake) on-disk cache.
     engine2 = FakeEngine(tmp_path)
     model2 = engine2.load_model("fake", CONFIG)
-    bridge2 = EngineBridge(engine2, model2, "fake")
+    bridge2 = EngineBridge(model2, "fake")
     bridge2.update_received.connect(updates.append)
     bridge = bridge2
     reply2 = "".join(u.text for u in updates if u.request_id == "r2")
@@ -105,8 +100,8 @@ def test_turns_continue_the_session_and_resume_after_restart(qtbot, fake, tmp_pa
 def test_an_engine_error_becomes_an_update(qtbot, fake):
     engine, model = fake
     model.fail_next = "decode failed"
-    bridge = EngineBridge(engine, model, "fake")
+    bridge = EngineBridge(model, "fake")
     with qtbot.waitSignal(bridge.update_received, timeout=10_000) as blocker:
-        bridge.submit(GenerationRequest("r", "s", (ChatTurn("user", "x"),), ""))
+        bridge.submit(GenerationRequest("r", "s", (Turn("m0", "user", "x"),), ""))
     assert blocker.args[0].error == "decode failed"
     bridge.shutdown()

@@ -1,9 +1,11 @@
-"""The Chat work area: sidebar | header + chat view + composer | settings panel."""
+"""The Chat work area: sidebar | header (title, model picker) + chat view + composer |
+settings panel."""
 
 from __future__ import annotations
 
 from PySide6.QtCore import QByteArray, Qt, QTimer, Signal
 from PySide6.QtWidgets import (
+    QComboBox,
     QFileDialog,
     QFrame,
     QHBoxLayout,
@@ -14,8 +16,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.conversation.window import OverflowPolicy
 from app.storage import SamplingSettings
 from app.ui.chat.adapter_chip import AdapterChip
+from app.ui.chat.chat_style import chat_extras_qss
 from app.ui.chat.chat_view import ChatView
 from app.ui.chat.composer import Composer
 from app.ui.chat.controller import ChatController
@@ -25,9 +29,12 @@ from app.ui.chat.sidebar import Sidebar
 from app.ui.qt_models.conversation_list import ConversationListModel
 from app.ui.theme import current_icon
 
+LIBRARY_ITEM = "\x00library"
+
 
 class ChatPage(QWidget):
     current_changed = Signal(str)
+    library_requested = Signal()  # the model picker's "Load a model…" entry
 
     def __init__(self, controller: ChatController, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -44,8 +51,10 @@ class ChatPage(QWidget):
         header.setObjectName("chatHeader")
         self.title_label = QLabel()
         self.title_label.setObjectName("chatTitle")
-        self.model_chip = QLabel(controller.model_id or "no model")
-        self.model_chip.setObjectName("modelChip")
+        self.model_picker = QComboBox()
+        self.model_picker.setObjectName("modelPicker")
+        self.model_picker.setToolTip("The model this chat replies with")
+        self.model_picker.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToContents)
         self.settings_button = QToolButton()
         self.settings_button.setObjectName("headerButton")
         self.settings_button.setCheckable(True)
@@ -58,7 +67,7 @@ class ChatPage(QWidget):
         hl.setContentsMargins(20, 10, 12, 10)
         hl.setSpacing(10)
         hl.addWidget(self.title_label, 1)
-        hl.addWidget(self.model_chip)
+        hl.addWidget(self.model_picker)
         self.adapter_chip = AdapterChip()  # LoRA · name ×scale, while the model has adapters
         hl.addWidget(self.adapter_chip)
         hl.addWidget(self.settings_button)
@@ -111,12 +120,23 @@ class ChatPage(QWidget):
         controller.busy_changed.connect(self._on_busy_changed)
         controller.conversation_updated.connect(self._on_conversation_updated)
         controller.conversation_deleted.connect(self._on_conversation_deleted)
+        controller.models_changed.connect(self.refresh_models)
+        controller.context_changed.connect(self._on_context_changed)
+        controller.models.count_received.connect(self._on_count_received)
+        self.model_picker.activated.connect(self._on_model_picked)
+        self.composer.draft_changed.connect(self._on_draft_changed)
+        self.settings_panel.overflow.policy_edited.connect(self._on_policy_edited)
+        self.settings_panel.overflow.default_policy_edited.connect(controller.set_default_policy)
+        self._draft_tokens: tuple[str, int] = ("", 0)
+        self.setStyleSheet(chat_extras_qss())
+        self.refresh_models()
         self.list_model.modelReset.connect(lambda: self.sidebar.select(self.current_id))
         self.list_model.rowsInserted.connect(lambda *_: self.sidebar.select(self.current_id))
         self.list_model.rowsRemoved.connect(lambda *_: self.sidebar.select(self.current_id))
         self.list_model.rowsMoved.connect(lambda *_: self.sidebar.select(self.current_id))
 
     def refresh_icons(self) -> None:
+        self.setStyleSheet(chat_extras_qss())
         self.sidebar.refresh_icons()
         self.settings_button.setIcon(current_icon("sliders", "muted"))
         self.composer.refresh_icons()
@@ -140,14 +160,112 @@ class ChatPage(QWidget):
         self.current_id = conv.id if conv else None
         self.sidebar.select(self.current_id)
         self.settings_panel.load(conv)
+        self.settings_panel.overflow.load(
+            self.current_id,
+            self.controller.own_policy(conv.id) if conv is not None else None,
+            self.controller.default_policy(),
+        )
         self.chat_view.set_conversation(self.current_id)
         self._update_header()
+        self._draft_tokens = ("", 0)
+        self._update_meter()
         self.composer.set_busy(self.controller.is_busy(self.current_id or ""))
         self.current_changed.emit(self.current_id or "")
 
     def _update_header(self) -> None:
         conv = self.controller.conversation(self.current_id) if self.current_id else None
         self.title_label.setText(conv.title if conv else "Hearth")
+        self.refresh_models()
+
+    # -- the chat's model --------------------------------------------------------------------
+
+    def refresh_models(self) -> None:
+        """Fill the picker: loaded models, this chat's model if it is not loaded, the Library."""
+        picker = self.model_picker
+        current = self.controller.model_of(self.current_id)
+        loaded = self.controller.models.ids()
+        picker.blockSignals(True)
+        try:
+            picker.clear()
+            if current and current not in loaded:
+                picker.addItem(f"{current} (not loaded)", current)
+            for model_id in loaded:
+                picker.addItem(model_id, model_id)
+            if not current and not loaded:
+                picker.addItem("No model loaded", "")
+            picker.insertSeparator(picker.count())
+            picker.addItem("Load a model from the Library…", LIBRARY_ITEM)
+            picker.setCurrentIndex(max(0, picker.findData(current)))
+        finally:
+            picker.blockSignals(False)
+        is_loaded = current in loaded
+        if picker.property("loaded") != is_loaded:
+            picker.setProperty("loaded", is_loaded)
+            picker.style().unpolish(picker)
+            picker.style().polish(picker)
+        self._update_meter()
+
+    def show_model_loading(self, label: str | None) -> None:
+        """While the default model loads, the picker says so; None: back to the chat's model."""
+        if label is None:
+            self.model_picker.setEnabled(not self.controller.is_busy(self.current_id or ""))
+            self.refresh_models()
+            return
+        self.model_picker.blockSignals(True)
+        try:
+            self.model_picker.clear()
+            self.model_picker.addItem(f"Loading {label}…", "")
+        finally:
+            self.model_picker.blockSignals(False)
+        self.model_picker.setEnabled(False)
+
+    def pick_model(self, model_id: str) -> None:
+        """Reply with ``model_id`` in the open chat (and in new chats)."""
+        if self.current_id:
+            self.controller.set_model(self.current_id, model_id)
+        else:
+            self.controller.default_model_id = model_id
+            self.refresh_models()
+
+    def _on_model_picked(self, index: int) -> None:
+        data = self.model_picker.itemData(index)
+        if data == LIBRARY_ITEM:
+            self.refresh_models()  # put the selection back on the chat's model
+            self.library_requested.emit()
+        elif isinstance(data, str) and data and data in self.controller.models.ids():
+            self.pick_model(data)
+
+    # -- context meter -----------------------------------------------------------------------
+
+    def _on_context_changed(self, cid: str) -> None:
+        if cid == self.current_id:
+            self._update_meter()
+
+    def _on_draft_changed(self, text: str) -> None:
+        bridge = self.controller.models.get(self.controller.model_of(self.current_id))
+        if bridge is None or not text.strip():
+            self._draft_tokens = (text, 0)
+            self._update_meter()
+            return
+        bridge.count_tokens(self.current_id or "", text)
+
+    def _on_count_received(self, key: str, n: int) -> None:
+        if key == (self.current_id or ""):
+            self._draft_tokens = (key, n)
+            self._update_meter()
+
+    def _update_meter(self) -> None:
+        cid = self.current_id
+        use = self.controller.context_use(cid) if cid else None
+        draft = self._draft_tokens[1] if self.composer.input.toPlainText().strip() else 0
+        if use is None:
+            bridge = self.controller.models.get(self.controller.model_of(cid))
+            n_ctx = bridge.n_ctx if bridge is not None else 0
+            used = self.controller.last_context_tokens(cid) if cid else 0
+            self.composer.meter.set_use(used if n_ctx else None, n_ctx, n_ctx, draft)
+            return
+        policy = self.controller.policy(cid).label if cid else ""
+        self.composer.meter.set_use(use.used, use.n_ctx, use.limit, draft, policy)
 
     # -- slots ---------------------------------------------------------------------------
 
@@ -169,6 +287,8 @@ class ChatPage(QWidget):
     def _on_busy_changed(self, cid: str, busy: bool) -> None:
         if cid == self.current_id:
             self.composer.set_busy(busy)
+            if not busy:
+                self._update_meter()
 
     def _on_conversation_updated(self, cid: str) -> None:
         if cid == self.current_id:
@@ -182,6 +302,10 @@ class ChatPage(QWidget):
 
     def _on_settings_edited(self, cid: str, system_prompt: str, sampling: SamplingSettings) -> None:
         self.controller.update_settings(cid, system_prompt=system_prompt, sampling=sampling)
+
+    def _on_policy_edited(self, cid: str, policy: object) -> None:
+        self.controller.set_policy(cid, policy if isinstance(policy, OverflowPolicy) else None)
+        self._update_meter()
 
     def _on_export_requested(self, cid: str, fmt: str) -> None:
         conv = self.controller.conversation(cid)

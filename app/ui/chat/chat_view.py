@@ -4,6 +4,8 @@ One :class:`ConversationPage` per recently opened conversation is kept in a stac
 switching between chats (even while they stream) flips a page instead of rebuilding every
 message widget on the GUI thread. A page is rebuilt whole when its branch changes; while a
 reply streams only its :class:`MessageWidget` is updated (updates are already per-frame).
+Where the model's view of a long conversation starts, a divider says that the messages above
+it are no longer seen (or are seen as a summary).
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.conversation.wording import prefill_words, reply_line
+from app.storage import ReplyStats
 from app.ui.chat.controller import ChatController
 from app.ui.chat.message_widget import MessageWidget
 
@@ -44,6 +48,7 @@ class ConversationPage(QScrollArea):
         self.stale = False
         self._messages: list[MessageWidget] = []
         self._live_widget: MessageWidget | None = None
+        self.divider: QFrame | None = None
         self._stick_to_bottom = True
         # (message index, switcher's y in the viewport) to restore after a branch switch
         self._anchor: tuple[int, int] | None = None
@@ -104,8 +109,15 @@ class ConversationPage(QScrollArea):
             self._layout.addStretch(1)
             return
         branch = self._controller.branch_with_positions(cid)
-        label = self._controller.model_id or "Assistant"
-        for msg, position in branch:
+        label = self._controller.model_of(cid) or "Assistant"
+        window = self._controller.window(cid)
+        live = self._controller.live_reply(cid)
+        self.divider = None
+        for i, (msg, position) in enumerate(branch):
+            if msg.id == window.start_id and i > 0:
+                self.divider = _divider(window.summary)
+                self._layout.addWidget(self.divider)
+            last = i == len(branch) - 1
             widget = MessageWidget(
                 msg.role,
                 msg.content,
@@ -114,16 +126,18 @@ class ConversationPage(QScrollArea):
                 stats=msg.stats,
                 branch=position,
                 label=label,
+                describe=self._describe,
+                can_continue=last and live is None,
             )
             widget.regenerate_requested.connect(self._on_regenerate_requested)
             widget.edit_submitted.connect(self._on_edit_submitted)
             widget.branch_stepped.connect(self._on_branch_stepped)
+            widget.continue_requested.connect(self._on_continue_requested)
             self._messages.append(widget)
             self._layout.addWidget(widget)
-        live = self._controller.live_reply(cid)
         if live is not None:
             self._live_widget = MessageWidget("assistant", "", streaming=True, label=label)
-            self._live_widget.set_content(live.text, live.thinking, live.thinking_done)
+            self._show_live(self._live_widget)
             self._layout.addWidget(self._live_widget)
         error = self._controller.failed.get(cid)
         if error and live is None:
@@ -150,7 +164,22 @@ class ConversationPage(QScrollArea):
         if self._live_widget is None:
             self.rerender()
             return
-        self._live_widget.set_content(live.text, live.thinking, live.thinking_done)
+        self._show_live(self._live_widget)
+
+    def _show_live(self, widget: MessageWidget) -> None:
+        live = self._controller.live_reply(self.conversation_id or "")
+        if live is None:
+            return
+        widget.set_content(live.text, live.thinking, live.thinking_done)
+        if live.summarising:
+            widget.set_progress("Summarising the older messages for the model…")
+        elif live.prefill is not None and live.text == live.continued:
+            widget.set_progress(prefill_words(*live.prefill, live.prefill_rate))
+        else:
+            widget.set_progress("")
+
+    def _describe(self, stats: ReplyStats) -> str:
+        return reply_line(stats, self.conversation_id or "", self._controller.title_of)
 
     # -- slots ---------------------------------------------------------------------------
 
@@ -165,6 +194,12 @@ class ConversationPage(QScrollArea):
             QTimer.singleShot(
                 0, lambda: self._controller.edit(self.conversation_id or "", message_id, text)
             )
+
+    def _on_continue_requested(self, message_id: str) -> None:
+        if self.conversation_id:
+            cid = self.conversation_id
+            self._stick_to_bottom = True
+            QTimer.singleShot(0, lambda: self._controller.continue_reply(cid, message_id))
 
     def _on_branch_stepped(self, message_id: str, step: int) -> None:
         # NOTE: the page is rebuilt for the new branch; remember where the switcher was on
@@ -272,6 +307,43 @@ class ConversationPage(QScrollArea):
         if self.conversation_id:
             cid = self.conversation_id
             QTimer.singleShot(0, lambda: self._controller.retry(cid))
+
+
+def _divider(summary: str) -> QFrame:
+    """The line where older messages leave the model's view (with the summary, if any)."""
+    box = QFrame()
+    box.setObjectName("contextDivider")
+    layout = QVBoxLayout(box)
+    layout.setContentsMargins(0, 0, 0, 0)
+    row = QHBoxLayout()
+    text = (
+        "The model sees the messages above only as this summary"
+        if summary
+        else "The model no longer sees the messages above this line"
+    )
+    label = QLabel(text)
+    label.setObjectName("dividerText")
+    label.setToolTip(
+        "This chat outgrew the model's context. Its overflow policy (chat settings) decided "
+        "what the model keeps; the system prompt is always kept."
+    )
+    for part in (_line(), label, _line()):
+        row.addWidget(part, 1 if part is not label else 0)
+    layout.addLayout(row)
+    if summary:
+        body = QLabel(summary)
+        body.setObjectName("dividerSummary")
+        body.setWordWrap(True)
+        body.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        layout.addWidget(body)
+    return box
+
+
+def _line() -> QFrame:
+    line = QFrame()
+    line.setObjectName("dividerLine")
+    line.setFrameShape(QFrame.Shape.NoFrame)
+    return line
 
 
 class ChatView(QStackedWidget):

@@ -1,10 +1,19 @@
-"""The message box under the chat: Enter sends, Shift+Enter adds a line; send / stop."""
+"""The message box under the chat: Enter sends, Shift+Enter adds a line; send / stop; the
+context meter (tokens the model's view of the chat uses, with the draft, of its context)."""
 
 from __future__ import annotations
 
-from PySide6.QtCore import QSize, Qt, Signal
+from PySide6.QtCore import QSize, Qt, QTimer, Signal
 from PySide6.QtGui import QKeyEvent
-from PySide6.QtWidgets import QFrame, QHBoxLayout, QPlainTextEdit, QToolButton, QVBoxLayout, QWidget
+from PySide6.QtWidgets import (
+    QFrame,
+    QHBoxLayout,
+    QLabel,
+    QPlainTextEdit,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
 
 from app.ui.theme import colors, current_icon
 from app.ui.widgets.icons import icon
@@ -49,9 +58,51 @@ class MessageInput(QPlainTextEdit):
         self.setFixedHeight(lines * line + doc_margin + margins.top() + margins.bottom())
 
 
+NEAR_END = 0.85
+"""The meter turns amber when the view (with the draft) passes this share of the limit."""
+DRAFT_COUNT_MS = 250
+
+
+class ContextMeter(QLabel):
+    """``used / n_ctx tokens``; amber near the end of the prompt limit, red past it."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("contextMeter")
+        self.level = "ok"
+        self.set_use(None)
+
+    def set_use(
+        self, used: int | None, n_ctx: int = 0, limit: int = 0, draft: int = 0, policy: str = ""
+    ) -> None:
+        if used is None or n_ctx <= 0:
+            self.setText("")
+            self.setToolTip("")
+            self._set_level("ok")
+            return
+        total = used + draft
+        self.setText(f"{total:,} / {n_ctx:,} tokens")
+        tip = (f"The model's view of this chat holds {used:,} tokens"
+               + (f", and your draft about {draft:,} more" if draft else "")
+               + f", of a {n_ctx:,}-token context ({n_ctx - limit:,} are kept for the reply).")
+        if policy:
+            tip += f"\nWhen it is full: {policy}."
+        self.setToolTip(tip)
+        limit = limit or n_ctx
+        self._set_level("over" if total > limit else "near" if total >= NEAR_END * limit else "ok")
+
+    def _set_level(self, level: str) -> None:
+        if level != self.level:
+            self.level = level
+            self.setProperty("level", level)
+            self.style().unpolish(self)
+            self.style().polish(self)
+
+
 class Composer(QFrame):
     send_requested = Signal(str)
     stop_requested = Signal()
+    draft_changed = Signal(str)  # the draft's text, after typing pauses (for its token count)
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -67,18 +118,31 @@ class Composer(QFrame):
             btn.setFixedSize(32, 32)
             btn.setIconSize(QSize(18, 18))
             btn.setCursor(Qt.CursorShape.PointingHandCursor)
+        self.meter = ContextMeter()
+        self._draft_timer = QTimer(self)
+        self._draft_timer.setSingleShot(True)
+        self._draft_timer.setInterval(DRAFT_COUNT_MS)
+        self._draft_timer.timeout.connect(lambda: self.draft_changed.emit(self.input.toPlainText()))
         self.refresh_icons()
         buttons = QVBoxLayout()
         buttons.addStretch(1)
         buttons.addWidget(self.send_button)
         buttons.addWidget(self.stop_button)
-        layout = QHBoxLayout(self)
-        layout.setContentsMargins(14, 8, 8, 8)
-        layout.setSpacing(8)
-        layout.addWidget(self.input, 1)
-        layout.addLayout(buttons)
+        row = QHBoxLayout()
+        row.setSpacing(8)
+        row.addWidget(self.input, 1)
+        row.addLayout(buttons)
+        foot = QHBoxLayout()
+        foot.addStretch(1)
+        foot.addWidget(self.meter)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(14, 8, 8, 4)
+        layout.setSpacing(0)
+        layout.addLayout(row)
+        layout.addLayout(foot)
         self.input.submitted.connect(self._on_submitted)
         self.input.textChanged.connect(self._update_send_enabled)
+        self.input.textChanged.connect(self._draft_timer.start)
         self.send_button.clicked.connect(self._on_submitted)
         self.stop_button.clicked.connect(self.stop_requested)
         self.set_busy(False)

@@ -1,118 +1,184 @@
-"""Chat orchestration on the GUI thread: storage ⇄ engine bridge ⇄ widgets.
+"""Chat orchestration on the GUI thread: storage ⇄ replies ⇄ widgets.
 
-The controller owns the live (streaming) replies and the sidebar catalog, routes every user
-action (send, stop, regenerate, edit-and-branch, switch branch, rename, delete/undo,
-export) through storage, and announces changes with signals the widgets re-render from.
+The controller owns the sidebar catalog, routes every user action (send, stop, regenerate,
+edit-and-branch, continue a cut reply, switch branch, pick the chat's model or overflow
+policy, rename, delete/undo, export) through storage, hands replies to the ``ReplyRunner``
+and announces changes with signals the widgets re-render from.
+
+Storage failures are the environment's (a locked, full or read-only database): each is
+shown to the user through ``error_raised`` from one place, :meth:`ChatController._db`.
+Anything else is a bug and is left to propagate, loudly.
 """
 
 from __future__ import annotations
 
 import logging
-import time
-import uuid
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 from PySide6.QtCore import QObject, Signal
 
+from app.conversation.window import OverflowPolicy, WindowState
 from app.storage import (
     DEFAULT_TITLE,
     Conversation,
     Message,
-    ReplyStats,
     SamplingSettings,
     Storage,
     StorageError,
-    session_key,
 )
+from app.ui.bridges import ModelBridges
 from app.ui.chat.catalog import ConversationCatalog, ConversationEntry
-from app.ui.chat.params import infer_params
-from app.ui.engine_bridge import (
-    ChatTurn,
-    EngineBridge,
-    GenerationRequest,
-    SessionState,
-    StreamUpdate,
-)
+from app.ui.chat.replies import ContextUse, LiveReply, ReplyRunner
 
 log = logging.getLogger(__name__)
 
-
-@dataclass(slots=True)
-class LiveReply:
-    """A reply being generated (GUI-thread state)."""
-
-    request_id: str
-    conversation_id: str
-    parent_id: str
-    text: str = ""
-    thinking: str = ""
-    thinking_done: bool = False
-    num_tokens: int = 0
-    started: float = 0.0
-    stopping: bool = False
+T = TypeVar("T")
 
 
 class ChatController(QObject):
     conversation_changed = Signal(str)  # messages/branch changed: re-render
     reply_progressed = Signal(str)  # the live reply of this conversation grew
     busy_changed = Signal(str, bool)
-    conversation_updated = Signal(str)  # title / settings
+    conversation_updated = Signal(str)  # title / settings / model
     conversation_deleted = Signal(str, str)  # id, title
+    context_changed = Signal(str)  # the conversation's context meter changed
+    models_changed = Signal()  # a model was loaded or unloaded, or the default changed
     error_raised = Signal(str)
 
     def __init__(
         self,
         storage: Storage,
-        bridge: EngineBridge | None,
+        models: ModelBridges,
         *,
-        model_id: str = "",
+        default_model_id: str = "",
         default_sampling: SamplingSettings | None = None,
         default_system_prompt: str = "",
     ) -> None:
         super().__init__()
         self.storage = storage
-        self.bridge = bridge
-        self.model_id = model_id
+        self.models = models
+        self.default_model_id = default_model_id
         self.default_sampling = default_sampling or SamplingSettings()
         self.default_system_prompt = default_system_prompt
         self.catalog = ConversationCatalog()
-        self._live: dict[str, LiveReply] = {}  # conversation id → live reply
-        self._by_request: dict[str, str] = {}  # request id → conversation id
-        self.failed: dict[str, str] = {}  # conversation id → last error text
+        self.replies = ReplyRunner(storage, models)
         self.query = ""
-        if bridge is not None:
-            bridge.update_received.connect(self._on_update_received)
+        r = self.replies
+        r.changed.connect(self.conversation_changed)
+        r.progressed.connect(self.reply_progressed)
+        r.busy_changed.connect(self._on_busy_changed)
+        r.context_changed.connect(self.context_changed)
+        r.error_raised.connect(self.error_raised)
+        r.reply_saved.connect(self._upsert)
+        models.opened.connect(self._on_model_opened)
+        models.released.connect(self._on_model_released)
 
-    def set_bridge(self, bridge: EngineBridge, model_id: str) -> None:
-        """Adopt a model loaded later (e.g. from the Models view) when none was loaded."""
-        self.bridge = bridge
-        self.model_id = model_id
-        bridge.update_received.connect(self._on_update_received)
+    @property
+    def failed(self) -> dict[str, str]:
+        """Conversation id → the text of its last failed reply."""
+        return self.replies.failed
+
+    def _db(self, call: Callable[[], T], what: str = "") -> T | None:
+        """Run a storage call; a database failure is shown and gives None."""
+        try:
+            return call()
+        except StorageError as exc:
+            self.error_raised.emit(f"{what}: {exc}" if what else str(exc))
+            return None
+
+    # -- models ------------------------------------------------------------------------------
+
+    def model_of(self, cid: str | None) -> str:
+        """The model a conversation replies with (its own, else the default for new chats)."""
+        conv = self.conversation(cid) if cid else None
+        return conv.model_id if conv is not None and conv.model_id else self.default_model_id
+
+    def set_model(self, cid: str, model_id: str) -> None:
+        """Let the conversation reply with ``model_id`` from now on (also the new default)."""
+        old = self.model_of(cid)
+        if self._db(lambda: self.storage.update_conversation(cid, model_id=model_id)) is None:
+            return
+        self.default_model_id = model_id
+        if old != model_id:
+            bridge = self.models.get(old)
+            if bridge is not None:
+                bridge.end_session(cid)  # free its seq on the old model
+        self.failed.pop(cid, None)
+        self.conversation_updated.emit(cid)
+        self.conversation_changed.emit(cid)
+        self.models_changed.emit()
+
+    def _on_model_opened(self, model_id: str) -> None:
+        if not self.default_model_id or self.models.get(self.default_model_id) is None:
+            self.default_model_id = model_id
+        self.models_changed.emit()
+
+    def _on_model_released(self, model_id: str) -> None:
+        if self.default_model_id == model_id:
+            ids = self.models.ids()
+            self.default_model_id = ids[0] if ids else model_id
+        self.models_changed.emit()
+
+    # -- overflow policy and the model's view ----------------------------------------------
+
+    def policy(self, cid: str) -> OverflowPolicy:
+        return self._db(lambda: self.replies.state.policy(cid)) or OverflowPolicy.DROP_OLDEST
+
+    def own_policy(self, cid: str) -> OverflowPolicy | None:
+        return self._db(lambda: self.replies.state.own_policy(cid))
+
+    def set_policy(self, cid: str, policy: OverflowPolicy | None) -> None:
+        """The conversation's overflow policy; None follows the app-wide default."""
+        self._db(lambda: self.replies.state.set_policy(cid, policy))
+        self.conversation_updated.emit(cid)
+
+    def default_policy(self) -> OverflowPolicy:
+        return self._db(self.replies.state.default_policy) or OverflowPolicy.DROP_OLDEST
+
+    def set_default_policy(self, policy: OverflowPolicy) -> None:
+        self._db(lambda: self.replies.state.set_default_policy(policy))
+
+    def window(self, cid: str) -> WindowState:
+        """Where the model's view of the conversation starts (for the divider)."""
+        return self._db(lambda: self.replies.state.window(cid)) or WindowState()
+
+    def context_use(self, cid: str) -> ContextUse | None:
+        """How full the conversation's context was at its last request in this session."""
+        return self.replies.context.get(cid)
+
+    def last_context_tokens(self, cid: str) -> int:
+        """Tokens the model's view held after the branch's last reply (from its stats)."""
+        for msg in reversed(self.branch(cid)):
+            if msg.role == "assistant" and msg.stats is not None:
+                return msg.stats.prompt_tokens + msg.stats.completion_tokens
+        return 0
+
+    def title_of(self, cid: str) -> str | None:
+        conv = self.conversation(cid)
+        return conv.title if conv is not None else None
 
     # -- conversations -------------------------------------------------------------------
 
     def refresh(self, query: str | None = None) -> None:
         if query is not None:
             self.query = query
-        try:
-            convs = (
-                self.storage.search(self.query) if self.query else self.storage.list_conversations()
-            )
-        except StorageError as exc:
-            self.error_raised.emit(str(exc))
-            return
-        self.catalog.reset([_entry(c) for c in convs])
+        convs = self._db(
+            lambda: self.storage.search(self.query) if self.query else self.storage.list_conversations()
+        )
+        if convs is not None:
+            self.catalog.reset([_entry(c) for c in convs])
 
     def new_conversation(self) -> Conversation | None:
-        try:
-            conv = self.storage.create_conversation(
+        conv = self._db(
+            lambda: self.storage.create_conversation(
                 system_prompt=self.default_system_prompt,
-                model_id=self.model_id,
+                model_id=self.default_model_id,
                 sampling=self.default_sampling,
             )
-        except StorageError as exc:
-            self.error_raised.emit(str(exc))
+        )
+        if conv is None:
             return None
         if self.query:
             self.refresh("")
@@ -120,20 +186,19 @@ class ChatController(QObject):
             self.catalog.upsert(_entry(conv))
         return conv
 
-    def conversation(self, cid: str) -> Conversation | None:
+    def conversation(self, cid: str | None) -> Conversation | None:
+        if not cid:
+            return None
         try:
             return self.storage.get_conversation(cid)
-        except StorageError:
+        except StorageError:  # deleted meanwhile, or the database is unreadable right now
             return None
 
     def rename(self, cid: str, title: str) -> None:
-        try:
-            conv = self.storage.rename_conversation(cid, title)
-        except StorageError as exc:
-            self.error_raised.emit(str(exc))
-            return
-        self.catalog.upsert(_entry(conv))
-        self.conversation_updated.emit(cid)
+        conv = self._db(lambda: self.storage.rename_conversation(cid, title))
+        if conv is not None:
+            self.catalog.upsert(_entry(conv))
+            self.conversation_updated.emit(cid)
 
     def update_settings(
         self,
@@ -142,34 +207,35 @@ class ChatController(QObject):
         system_prompt: str | None = None,
         sampling: SamplingSettings | None = None,
     ) -> None:
-        try:
-            self.storage.update_conversation(cid, system_prompt=system_prompt, sampling=sampling)
-        except StorageError as exc:
-            self.error_raised.emit(str(exc))
-            return
-        self.conversation_updated.emit(cid)
+        done = self._db(
+            lambda: self.storage.update_conversation(
+                cid, system_prompt=system_prompt, sampling=sampling
+            )
+        )
+        if done is not None:
+            self.conversation_updated.emit(cid)
 
     def delete(self, cid: str) -> None:
         """Soft delete; :meth:`undo_delete` brings it back until the next start."""
         self.stop(cid)
-        try:
-            conv = self.storage.get_conversation(cid)
+        conv = self.conversation(cid)
+
+        def delete() -> bool:
             self.storage.delete_conversation(cid)
-        except StorageError as exc:
-            self.error_raised.emit(str(exc))
+            return True
+
+        if conv is None or self._db(delete) is None:
             return
-        if self.bridge is not None:
-            self.bridge.end_session(cid)
+        bridge = self.models.get(conv.model_id)
+        if bridge is not None:
+            bridge.end_session(cid)
         self.catalog.remove(cid)
         self.conversation_deleted.emit(cid, conv.title)
 
     def undo_delete(self, cid: str) -> None:
-        try:
-            conv = self.storage.undo_delete(cid)
-        except StorageError as exc:
-            self.error_raised.emit(str(exc))
-            return
-        self.catalog.upsert(_entry(conv))
+        conv = self._db(lambda: self.storage.undo_delete(cid))
+        if conv is not None:
+            self.catalog.upsert(_entry(conv))
 
     def export(self, cid: str, path: str | Path, fmt: str) -> bool:
         """Write the conversation as ``markdown`` or ``json`` to ``path``."""
@@ -188,49 +254,36 @@ class ChatController(QObject):
     # -- messages ------------------------------------------------------------------------
 
     def branch(self, cid: str) -> list[Message]:
-        try:
-            return self.storage.active_branch(cid)
-        except StorageError as exc:
-            self.error_raised.emit(str(exc))
-            return []
+        return self._db(lambda: self.storage.active_branch(cid)) or []
 
     def branch_with_positions(self, cid: str) -> list[tuple[Message, tuple[int, int]]]:
         """The active branch with each message's (1-based position, count) among siblings."""
-        try:
-            rows = self.storage.branch_with_siblings(cid)
-        except StorageError as exc:
-            self.error_raised.emit(str(exc))
-            return []
+        rows = self._db(lambda: self.storage.branch_with_siblings(cid)) or []
         return [(m, (sib.index + 1, sib.count)) for m, sib in rows]
 
-    def siblings(self, message_id: str) -> tuple[int, int]:
-        """(1-based position, count) among the message's siblings."""
-        try:
-            sib = self.storage.siblings(message_id)
-        except StorageError:
-            return (1, 1)
-        return (sib.index + 1, sib.count)
-
     def live_reply(self, cid: str) -> LiveReply | None:
-        return self._live.get(cid)
+        return self.replies.live(cid)
 
     def is_busy(self, cid: str) -> bool:
-        return cid in self._live
+        return self.replies.is_busy(cid)
 
     def send(self, cid: str, text: str) -> bool:
         text = text.strip()
         if not text or self.is_busy(cid):
             return False
-        try:
+
+        def add() -> Message:
             conv = self.storage.get_conversation(cid)
             user = self.storage.add_message(cid, conv.active_leaf_id, "user", text)
             if conv.title == DEFAULT_TITLE and conv.active_leaf_id is None:
                 self.storage.rename_conversation(cid, _title_from(text))
                 self.conversation_updated.emit(cid)
-            self.catalog.upsert(_entry(self.storage.get_conversation(cid)))
-        except StorageError as exc:
-            self.error_raised.emit(str(exc))
+            return user
+
+        user = self._db(add)
+        if user is None:
             return False
+        self._upsert(cid)
         self._start(cid, user.id)
         return True
 
@@ -238,33 +291,48 @@ class ChatController(QObject):
         """A new reply to the user message above ``message_id`` (or the active leaf)."""
         if self.is_busy(cid):
             return False
-        try:
+
+        def target_user() -> str | None:
             target = message_id or self.storage.get_conversation(cid).active_leaf_id
             if target is None:
-                return False
+                return None
             msg = self.storage.get_message(target)
             user_id = msg.id if msg.role == "user" else msg.parent_id
-            if user_id is None:
-                return False
-            self.storage.set_active_leaf(cid, user_id)
-        except StorageError as exc:
-            self.error_raised.emit(str(exc))
+            if user_id is not None:
+                self.storage.set_active_leaf(cid, user_id)
+            return user_id
+
+        user_id = self._db(target_user)
+        if user_id is None:
             return False
         self._start(cid, user_id)
         return True
 
     retry = regenerate
 
+    def continue_reply(self, cid: str, message_id: str) -> bool:
+        """Go on writing a reply that was cut at the context end (the overflow policy makes
+        room first); the continued reply becomes a new version beside the cut one."""
+        if self.is_busy(cid):
+            return False
+        msg = self._db(lambda: self.storage.get_message(message_id))
+        if msg is None or msg.role != "assistant" or msg.parent_id is None:
+            return False
+        self._start(cid, msg.id, continue_of=msg)
+        return True
+
     def edit(self, cid: str, message_id: str, text: str) -> bool:
         """Edit a user message: a new sibling branch from its parent; the old one stays."""
         text = text.strip()
         if not text or self.is_busy(cid):
             return False
-        try:
+
+        def add() -> Message:
             original = self.storage.get_message(message_id)
-            user = self.storage.add_message(cid, original.parent_id, "user", text)
-        except StorageError as exc:
-            self.error_raised.emit(str(exc))
+            return self.storage.add_message(cid, original.parent_id, "user", text)
+
+        user = self._db(add)
+        if user is None:
             return False
         self._start(cid, user.id)
         return True
@@ -272,136 +340,40 @@ class ChatController(QObject):
     def switch_branch(self, cid: str, message_id: str, step: int) -> None:
         if self.is_busy(cid):
             return
-        try:
+
+        def select() -> str:
             sib = self.storage.siblings(message_id)
-            target = sib.ids[(sib.index + step) % sib.count]
-            self.storage.select_branch(target)
-        except StorageError as exc:
-            self.error_raised.emit(str(exc))
+            return self.storage.select_branch(sib.ids[(sib.index + step) % sib.count])
+
+        if self._db(select) is None:
             return
         self.failed.pop(cid, None)
         self.conversation_changed.emit(cid)
 
     def stop(self, cid: str) -> None:
-        live = self._live.get(cid)
-        if live is not None and self.bridge is not None:
-            live.stopping = True
-            self.bridge.cancel(live.request_id)
+        self.replies.stop(cid)
 
     def shutdown(self) -> None:
-        for cid in list(self._live):
-            self.stop(cid)
+        self.replies.shutdown()
 
-    # -- generation ----------------------------------------------------------------------
+    # -- helpers ----------------------------------------------------------------------------
 
-    def _start(self, cid: str, user_id: str) -> None:
-        self.failed.pop(cid, None)
-        if self.bridge is None:
-            self.failed[cid] = "No model is loaded."
-            self.conversation_changed.emit(cid)
-            self.error_raised.emit("No model is loaded; open the Models tab to load one.")
-            return
-        try:
-            conv = self.storage.get_conversation(cid)
-            history = self.storage.path_to(user_id)
-        except StorageError as exc:
-            self.error_raised.emit(str(exc))
-            return
-        request = GenerationRequest(
-            request_id=str(uuid.uuid4()),
-            session_id=cid,
-            messages=tuple(ChatTurn(m.role, m.content) for m in history if m.role != "system"),
-            system=conv.system_prompt,
-            params=infer_params(conv.sampling),
-            session=self._load_session(cid),
-        )
-        live = LiveReply(request.request_id, cid, user_id, started=time.monotonic())
-        self._live[cid] = live
-        self._by_request[request.request_id] = cid
-        self.catalog.set_busy(cid, True)
-        self.busy_changed.emit(cid, True)
-        self.conversation_changed.emit(cid)
-        self.bridge.submit(request)
+    def _start(self, cid: str, leaf_id: str, continue_of: Message | None = None) -> None:
+        conv = self.conversation(cid)
+        if conv is not None and not conv.model_id and self.default_model_id:
+            # A chat made while no model was loaded replies with the one loaded now.
+            model_id = self.default_model_id
+            self._db(lambda: self.storage.update_conversation(cid, model_id=model_id))
+        self.replies.start(cid, leaf_id, continue_of=continue_of)
 
-    def _on_update_received(self, update: StreamUpdate) -> None:
-        cid = self._by_request.get(update.request_id)
-        live = self._live.get(cid) if cid else None
-        if cid is None or live is None or live.request_id != update.request_id:
-            return
-        live.text += update.text
-        live.thinking += update.thinking
-        live.thinking_done = live.thinking_done or update.thinking_ended
-        live.num_tokens += update.num_tokens
-        if update.error is not None:
-            self._end(cid, live)
-            self.failed[cid] = update.error
-            self.conversation_changed.emit(cid)
-            self.error_raised.emit(f"Generation failed: {update.error}")
-            return
-        if update.done is not None:
-            self._end(cid, live)
-            if update.session is not None:
-                self._save_session(cid, update.session)
-            if live.text or live.thinking:
-                d = update.done
-                stats = ReplyStats(
-                    ttft_ms=d.ttft_ms,
-                    tokens_per_s=d.tokens_per_s,
-                    cache_hit_kind=d.cache_hit_kind,
-                    cache_read=d.cache_read,
-                    cache_created=d.cache_created,
-                    prompt_tokens=d.prompt_tokens,
-                    completion_tokens=d.completion_tokens,
-                    finish_reason=d.finish_reason,
-                )
-                try:
-                    self.storage.add_message(
-                        cid,
-                        live.parent_id,
-                        "assistant",
-                        live.text,
-                        thinking=live.thinking,
-                        stats=stats,
-                    )
-                    self.catalog.upsert(_entry(self.storage.get_conversation(cid)))
-                except StorageError as exc:
-                    self.error_raised.emit(f"Could not save the reply: {exc}")
-            self.conversation_changed.emit(cid)
-            return
-        self.reply_progressed.emit(cid)
+    def _upsert(self, cid: str) -> None:
+        conv = self.conversation(cid)
+        if conv is not None:
+            self.catalog.upsert(_entry(conv))
 
-    def _load_session(self, cid: str) -> SessionState | None:
-        try:
-            data = self.storage.get_setting(session_key(cid))
-            if not data:
-                return None
-            return SessionState(
-                str(data["model_id"]),
-                tuple(int(t) for t in data["prompt"]),
-                tuple(int(t) for t in data["generated"]),
-                bool(data["ended_with_eog"]),
-            )
-        except (StorageError, KeyError, TypeError, ValueError) as exc:
-            log.info("ignoring the stored session state of %s: %s", cid, exc)
-            return None
-
-    def _save_session(self, cid: str, state: SessionState) -> None:
-        data = {
-            "model_id": state.model_id,
-            "prompt": list(state.prompt),
-            "generated": list(state.generated),
-            "ended_with_eog": state.ended_with_eog,
-        }
-        try:
-            self.storage.set_setting(session_key(cid), data)
-        except StorageError as exc:
-            log.warning("could not save the session state of %s: %s", cid, exc)
-
-    def _end(self, cid: str, live: LiveReply) -> None:
-        self._live.pop(cid, None)
-        self._by_request.pop(live.request_id, None)
-        self.catalog.set_busy(cid, False)
-        self.busy_changed.emit(cid, False)
+    def _on_busy_changed(self, cid: str, busy: bool) -> None:
+        self.catalog.set_busy(cid, busy)
+        self.busy_changed.emit(cid, busy)
 
 
 def _entry(conv: Conversation) -> ConversationEntry:

@@ -1,10 +1,14 @@
-"""One message in the chat view: Markdown body with code blocks, folded thinking, the
-reply's stats line, and its actions (copy, regenerate, edit, ‹ n/m › branch switcher)."""
+"""One message in the chat view: Markdown body with code blocks (``message_body``), folded
+thinking, the reply's stats line (in plain words), and its actions (copy, regenerate, edit,
+‹ n/m › branch switcher, Continue for a reply cut at the context end). While a reply's
+prompt is read, its placeholder shows the progress."""
 
 from __future__ import annotations
 
-from PySide6.QtCore import Qt, QTimer, Signal
-from PySide6.QtGui import QFontDatabase, QGuiApplication, QResizeEvent
+from collections.abc import Callable
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QGuiApplication, QResizeEvent
 from PySide6.QtWidgets import (
     QFrame,
     QHBoxLayout,
@@ -17,155 +21,11 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.conversation.wording import reply_line, reply_tooltip
 from app.storage import ReplyStats
 from app.ui.chat.edit_keys import EditKeys
-from app.ui.chat.highlight import highlight_html, plain_html
-from app.ui.chat.markdown import Segment, split_markdown
-from app.ui.theme import colors, current_icon
-
-
-class CodeBlock(QFrame):
-    """A fenced code block: language, Copy, and the code coloured by Pygments
-    (``app.ui.chat.highlight``); a fence still being streamed stays plain until it closes."""
-
-    def __init__(
-        self, segment: Segment, parent: QWidget | None = None, *, highlight_open: bool = True
-    ) -> None:
-        super().__init__(parent)
-        self.setObjectName("codeBlock")
-        self._code = segment.text
-        self._segment = segment
-        self._highlight_open = highlight_open
-        header = QFrame()
-        header.setObjectName("codeHeader")
-        self._lang = QLabel(segment.language or "code")
-        self._lang.setObjectName("codeLang")
-        self.copy_button = QToolButton()
-        self.copy_button.setObjectName("copyButton")
-        self.copy_button.setText("Copy")
-        self.copy_button.setIcon(current_icon("copy", "muted"))
-        self.copy_button.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
-        self.copy_button.setCursor(Qt.CursorShape.PointingHandCursor)
-        self.copy_button.clicked.connect(self._on_copy_clicked)
-        self._copied_timer = QTimer(self)
-        self._copied_timer.setSingleShot(True)
-        self._copied_timer.setInterval(1500)
-        self._copied_timer.timeout.connect(lambda: self.copy_button.setText("Copy"))
-        hl = QHBoxLayout(header)
-        hl.setContentsMargins(12, 4, 6, 4)
-        hl.addWidget(self._lang)
-        hl.addStretch(1)
-        hl.addWidget(self.copy_button)
-        self._body = QLabel()
-        self._body.setObjectName("codeText")
-        self._body.setTextFormat(Qt.TextFormat.RichText)
-        self._body.setFont(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont))
-        self._body.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        self._body.setWordWrap(True)
-        self._render()
-        layout = QVBoxLayout(self)
-        layout.setContentsMargins(0, 0, 0, 0)
-        layout.setSpacing(0)
-        layout.addWidget(header)
-        layout.addWidget(self._body)
-
-    def code(self) -> str:
-        return self._code
-
-    def update_segment(self, segment: Segment) -> None:
-        if segment != self._segment:
-            self._code = segment.text
-            self._segment = segment
-            self._render()
-        self._lang.setText(segment.language or "code")
-
-    def is_highlighted(self) -> bool:
-        return "<span" in self._body.text()
-
-    def _render(self) -> None:
-        seg = self._segment
-        if seg.closed or self._highlight_open:
-            self._body.setText(highlight_html(seg.text, seg.language, dark=colors().name == "dark"))
-        else:
-            self._body.setText(plain_html(seg.text))
-
-    def _on_copy_clicked(self) -> None:
-        QGuiApplication.clipboard().setText(self._code)
-        self.copy_button.setText("Copied")
-        # A child timer, not a free single shot: it dies with the block (a rerender within
-        # 1.5 s deletes it).
-        self._copied_timer.start()
-
-
-class MarkdownBody(QWidget):
-    """Prose as Qt Markdown labels, fenced code as :class:`CodeBlock`; updated in place."""
-
-    def __init__(
-        self, parent: QWidget | None = None, *, markdown: bool = True, streaming: bool = False
-    ) -> None:
-        super().__init__(parent)
-        self._markdown = markdown
-        self._streaming = streaming
-        self._layout = QVBoxLayout(self)
-        self._layout.setContentsMargins(0, 0, 0, 0)
-        self._layout.setSpacing(10)
-        self._items: list[tuple[Segment, QWidget]] = []
-        self._source = ""
-
-    def source(self) -> str:
-        return self._source
-
-    def set_markdown(self, source: str) -> None:
-        if source == self._source:
-            return
-        self._source = source
-        segments = split_markdown(source) if self._markdown else [Segment("text", source)]
-        for i, seg in enumerate(segments):
-            if i < len(self._items):
-                old, widget = self._items[i]
-                if old == seg:
-                    continue
-                if old.kind == seg.kind:
-                    self._apply(widget, seg)
-                    self._items[i] = (seg, widget)
-                    continue
-                for _s, w in self._items[i:]:
-                    w.deleteLater()
-                del self._items[i:]
-            widget = self._create(seg)
-            self._layout.addWidget(widget)
-            self._items.append((seg, widget))
-        for _s, w in self._items[len(segments) :]:
-            w.deleteLater()
-        del self._items[len(segments) :]
-
-    def _create(self, seg: Segment) -> QWidget:
-        if seg.kind == "code":
-            return CodeBlock(seg, highlight_open=not self._streaming)
-        label = QLabel()
-        label.setObjectName("messageText")
-        label.setWordWrap(True)
-        label.setTextFormat(
-            Qt.TextFormat.MarkdownText if self._markdown else Qt.TextFormat.PlainText
-        )
-        label.setTextInteractionFlags(
-            Qt.TextInteractionFlag.TextSelectableByMouse
-            | Qt.TextInteractionFlag.LinksAccessibleByMouse
-        )
-        label.setOpenExternalLinks(True)
-        label.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Minimum)
-        label.setText(seg.text)
-        return label
-
-    @staticmethod
-    def _apply(widget: QWidget, seg: Segment) -> None:
-        if isinstance(widget, CodeBlock):
-            widget.update_segment(seg)
-        elif isinstance(widget, QLabel):
-            widget.setText(seg.text)
-
-    def code_blocks(self) -> list[CodeBlock]:
-        return [w for _s, w in self._items if isinstance(w, CodeBlock)]
+from app.ui.chat.message_body import MarkdownBody
+from app.ui.theme import current_icon
 
 
 class BranchSwitcher(QWidget):
@@ -202,16 +62,7 @@ def _action_button(icon_name: str, tip: str) -> QToolButton:
     return btn
 
 
-def format_stats(stats: ReplyStats) -> str:
-    parts = [f"TTFT {stats.ttft_ms:.0f} ms", f"{stats.tokens_per_s:.1f} tok/s"]
-    if stats.cache_hit_kind:
-        parts.append(f"cache {stats.cache_hit_kind}")
-    parts.append(f"KV read {stats.cache_read} · created {stats.cache_created}")
-    if stats.finish_reason == "cancelled":
-        parts.append("stopped")
-    elif stats.finish_reason == "length":
-        parts.append("max tokens")
-    return "  ·  ".join(parts)
+Describe = Callable[[ReplyStats], str]
 
 
 class MessageWidget(QFrame):
@@ -220,6 +71,7 @@ class MessageWidget(QFrame):
     regenerate_requested = Signal(str)
     edit_submitted = Signal(str, str)
     branch_stepped = Signal(str, int)
+    continue_requested = Signal(str)
 
     def __init__(
         self,
@@ -232,6 +84,8 @@ class MessageWidget(QFrame):
         branch: tuple[int, int] = (1, 1),
         streaming: bool = False,
         label: str = "Assistant",
+        describe: Describe | None = None,
+        can_continue: bool = False,
         parent: QWidget | None = None,
     ) -> None:
         super().__init__(parent)
@@ -248,6 +102,11 @@ class MessageWidget(QFrame):
         self.editor: QPlainTextEdit | None = None
         self.action_buttons: dict[str, QToolButton] = {}
         self.switcher: BranchSwitcher | None = None
+        self.cut_notice: QFrame | None = None
+        self.continue_button: QPushButton | None = None
+        self.progress: QLabel | None = None
+        self._describe = describe or reply_line
+        self._can_continue = can_continue
         self.body = MarkdownBody(markdown=role != "user", streaming=streaming)
         if role == "user":
             self._build_user(content, branch)
@@ -311,6 +170,10 @@ class MessageWidget(QFrame):
         self.thinking_text.hide()
         self._layout.addWidget(self.thinking_toggle)
         self._layout.addWidget(self.thinking_text)
+        self.progress = QLabel()
+        self.progress.setObjectName("prefillText")
+        self.progress.hide()
+        self._layout.addWidget(self.progress)
         self._layout.addWidget(self.body)
         self.meta = QLabel()
         self.meta.setObjectName("replyMeta")
@@ -333,6 +196,31 @@ class MessageWidget(QFrame):
         self._layout.addWidget(self._actions_row)
         self.set_content(content, thinking)
         self.set_stats(stats)
+        if stats is not None and stats.context_full:
+            self._add_cut_notice()
+
+    def _add_cut_notice(self) -> None:
+        """"The reply was cut: the context is full" and, on the branch's last reply, Continue."""
+        self.cut_notice = QFrame()
+        self.cut_notice.setObjectName("cutNotice")
+        row = QHBoxLayout(self.cut_notice)
+        row.setContentsMargins(10, 6, 6, 6)
+        text = QLabel("The reply was cut: the conversation filled the model's context.")
+        text.setWordWrap(True)
+        row.addWidget(text, 1)
+        if self._can_continue:
+            self.continue_button = QPushButton("Continue")
+            self.continue_button.setObjectName("continueButton")
+            self.continue_button.setProperty("class", "secondary")
+            self.continue_button.setToolTip(
+                "Make room as this chat's overflow policy says, then let the model go on "
+                "writing this reply."
+            )
+            self.continue_button.clicked.connect(
+                lambda: self.continue_requested.emit(self.message_id)
+            )
+            row.addWidget(self.continue_button)
+        self._layout.addWidget(self.cut_notice)
 
     def _add_switcher(self, layout: QHBoxLayout, branch: tuple[int, int]) -> None:
         if branch[1] > 1:
@@ -343,6 +231,15 @@ class MessageWidget(QFrame):
             layout.addWidget(self.switcher)
 
     # -- updates -------------------------------------------------------------------------
+
+    def set_progress(self, text: str) -> None:
+        """A status line above the reply while it streams ("Reading the prompt… 512 / 900")."""
+        if self.progress is not None:
+            self.progress.setText(text)
+            self.progress.setVisible(bool(text))
+
+    def progress_text(self) -> str:
+        return self.progress.text() if self.progress is not None and self.progress.isVisible() else ""
 
     def set_content(self, content: str, thinking: str = "", thinking_done: bool = True) -> None:
         if self.role != "user" and self.streaming and not content and not thinking:
@@ -365,12 +262,8 @@ class MessageWidget(QFrame):
             return
         self.meta.setVisible(stats is not None)
         if stats is not None:
-            self.meta.setText(format_stats(stats))
-            self.meta.setToolTip(
-                f"Prompt {stats.prompt_tokens} tokens, reply {stats.completion_tokens} tokens.\n"
-                f"Cache hit kind: {stats.cache_hit_kind}; KV restored {stats.cache_read} tokens, "
-                f"saved {stats.cache_created} more."
-            )
+            self.meta.setText(self._describe(stats))
+            self.meta.setToolTip(reply_tooltip(stats))
 
     def text(self) -> str:
         return self.body.source()

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from app.storage import SamplingSettings
 
 # llama.cpp's json.gbnf, trimmed: any JSON value, used for "JSON mode".
@@ -18,9 +16,9 @@ ws     ::= | " " | "\n" [ \t]{0,20}
 """.strip()
 
 
-def infer_params(s: SamplingSettings) -> tuple[tuple[str, Any], ...]:
+def infer_params(s: SamplingSettings) -> tuple[tuple[str, object], ...]:
     """The keyword options for ``Model.infer`` / ``continue_session``, as a frozen tuple."""
-    params: dict[str, Any] = {
+    params: dict[str, object] = {
         "response_tokens": int(s.max_tokens),
         "temperature": float(s.temperature),
         "top_k": int(s.top_k),

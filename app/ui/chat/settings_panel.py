@@ -22,6 +22,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.storage import ChatPreset, Conversation, Preferences, SamplingSettings, StorageError
+from app.ui.chat.overflow_box import OverflowBox
 from app.ui.chat.sampling_form import ChatSettingsForm, section
 
 log = logging.getLogger(__name__)
@@ -73,6 +74,8 @@ class SettingsPanel(QScrollArea):
 
         self.form = ChatSettingsForm()
         layout.addWidget(self.form)
+        self.overflow = OverflowBox()  # this chat's overflow policy (app.ui.chat.overflow_box)
+        layout.addWidget(self.overflow)
         layout.addStretch(1)
         self.setWidget(body)
         # The fields, under the names the rest of the app and the tests use.

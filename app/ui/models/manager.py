@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, MutableMapping
 from pathlib import Path
-from typing import Any
 
 from PySide6.QtCore import QEvent, Signal
 from PySide6.QtWidgets import (
@@ -28,8 +27,11 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.cache.policy import DESKTOP_POLICY
+from app.engine.config import ModelConfig
 from app.models.hub import HubClient
 from app.models.library import ModelEntry, ModelLibrary
+from app.ui.engine_api import EngineApi
 from app.ui.models.adapters_page import AdaptersPage
 from app.ui.models.downloads import DownloadItem, DownloadManager
 from app.ui.models.hub_page import HubPage
@@ -43,15 +45,14 @@ from app.ui.theme import colors
 
 logger = logging.getLogger(__name__)
 
-ConfigFactory = Callable[[str, LoadSettings], Any]
+ConfigFactory = Callable[[str, LoadSettings], ModelConfig]
+UnloadHook = Callable[[str], None]
 PAGES = ("library", "download", "adapters")
 
 
-def default_config_factory(path: str, s: LoadSettings) -> Any:
-    """A ``ModelConfig`` like the app's default model: desktop cache policy, disk tier."""
-    from app.cache.policy import DESKTOP_POLICY
-    from app.engine import ModelConfig
-
+def default_config_factory(path: str, s: LoadSettings) -> ModelConfig:
+    """The ``ModelConfig`` of a model loaded in the app (the default model included):
+    the Library's load settings, the desktop cache policy, saves to disk."""
     return ModelConfig(path=path, n_ctx=s.n_ctx, n_seq_max=s.n_seq_max, n_batch=s.n_batch,
                        n_gpu_layers=s.n_gpu_layers, n_threads=s.n_threads or None,
                        policy=DESKTOP_POLICY, tier="disk")
@@ -64,6 +65,9 @@ class ModelManager(QWidget):
     ``HubClient``; ``settings``: a dict-like store for per-model load settings (keyed by the
     file's absolute path; ``None`` → ``model_load_settings.json`` in the engine's data dir).
     ``config_factory`` turns (path, LoadSettings) into the ``ModelConfig`` to load with.
+    ``before_unload(model_id)`` runs on the GUI thread before a model is unloaded (the app
+    shuts that model's chat bridge down there, so nothing of the UI is inside the model
+    when the engine frees it).
     """
 
     model_loaded = Signal(str)  # model id
@@ -75,13 +79,14 @@ class ModelManager(QWidget):
 
     def __init__(
         self,
-        engine: Any,
+        engine: EngineApi,
         library: ModelLibrary,
         hub: HubClient,
-        settings: MutableMapping[str, Any] | None = None,
+        settings: MutableMapping[str, object] | None = None,
         parent: QWidget | None = None,
         *,
         config_factory: ConfigFactory | None = None,
+        before_unload: UnloadHook | None = None,
     ) -> None:
         super().__init__(parent)
         self.setObjectName("modelManager")
@@ -93,6 +98,7 @@ class ModelManager(QWidget):
             settings = JsonSettingsStore(base / SETTINGS_FILE)
         self.settings = settings
         self._config_factory = config_factory or default_config_factory
+        self._before_unload = before_unload
         self._select_after_scan: Path | None = None
         self._scan_again = False
         self._scanning = False
@@ -196,6 +202,8 @@ class ModelManager(QWidget):
         self._on_load_requested(str(row.path), settings)
 
     def unload_model(self, model_id: str) -> None:
+        if self._before_unload is not None:
+            self._before_unload(model_id)
         path = self._path_of(model_id)
         if path is not None:
             self.catalog.update(path, busy="Unloading…")

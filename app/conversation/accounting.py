@@ -1,0 +1,77 @@
+"""One hit accounting for every place that shows it (status bar, savings tab, dashboard).
+
+A request that started from KV computed before — restored from the cache (``hits_exact``,
+``hits_resume``, ``hits_longest_prefix``), still held by its conversation's sequence
+(``hits_sticky``: sticky turns and ``continue_session`` continuations), or shared with
+another live sequence — is a hit; one that read its whole prompt is a miss. Every counter
+named ``hits_*`` counts, so a new reuse path the engine adds is a hit here without an edit.
+
+The totals are the cache store's *lifetime* counters: this process's plus those saved in
+the cache's SQLite database when earlier sessions closed, so the figures survive restarts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+
+class CounterSource(Protocol):
+    def counters(self) -> dict[str, int]: ...
+
+    def lifetime_counters(self) -> dict[str, int]: ...
+
+
+def is_hit_counter(name: str) -> bool:
+    return name.startswith("hits_")
+
+
+@dataclass(frozen=True, slots=True)
+class HitTotals:
+    hits: int = 0
+    misses: int = 0
+
+    @classmethod
+    def from_counters(cls, counters: Mapping[str, int]) -> HitTotals:
+        hits = sum(int(v) for k, v in counters.items() if is_hit_counter(k))
+        return cls(hits, int(counters.get("misses", 0)))
+
+    @property
+    def requests(self) -> int:
+        return self.hits + self.misses
+
+    @property
+    def rate(self) -> float | None:
+        """Share of requests that were hits; None before the first request."""
+        return self.hits / self.requests if self.requests else None
+
+    def percent_text(self) -> str:
+        rate = self.rate
+        return "–" if rate is None else f"{rate * 100:.0f} %"
+
+
+class HitAccount:
+    """Lifetime counters without a database read per refresh.
+
+    The saved totals only change when a store closes, so they are read once (``baseline``)
+    and this process's in-memory counters are added on every ``counters()`` call.
+    """
+
+    def __init__(self, store: CounterSource) -> None:
+        self._store = store
+        current = store.counters()
+        lifetime = store.lifetime_counters()
+        self._baseline = {
+            k: v - current.get(k, 0) for k, v in lifetime.items() if not k.startswith("bytes_")
+        }
+
+    def counters(self) -> dict[str, int]:
+        """Lifetime counters (SPEC §4 names); ``bytes_*`` are the current usage."""
+        out = dict(self._store.counters())
+        for name, saved in self._baseline.items():
+            out[name] = out.get(name, 0) + saved
+        return out
+
+    def totals(self) -> HitTotals:
+        return HitTotals.from_counters(self.counters())

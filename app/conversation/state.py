@@ -1,0 +1,117 @@
+"""Per-conversation state the chat keeps beside the messages, in the app database's
+settings table: what the engine session holds, where the model's view starts (and its
+summary), and the overflow policy (with the app-wide default).
+
+Every function may raise ``StorageError`` (the environment's fault: locked, full, read-only
+database); callers decide how to show it.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from app.conversation.window import OverflowPolicy, WindowState
+from app.storage import Storage, session_key
+
+log = logging.getLogger(__name__)
+
+DEFAULT_POLICY_KEY = "chat/overflow_policy"
+
+
+@dataclass(frozen=True, slots=True)
+class SessionState:
+    """What a sticky session's seq holds after a turn: that turn's prompt and its reply ids.
+
+    Kept by the app across restarts so the first turn after a restart sends exactly the
+    tokens the engine saved (an exact-prefix hit on disk) plus the new suffix.
+    """
+
+    model_id: str
+    prompt: tuple[int, ...]
+    generated: tuple[int, ...]
+    ended_with_eog: bool
+
+    @property
+    def tokens(self) -> list[int]:
+        return [*self.prompt, *self.generated]
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "model_id": self.model_id,
+            "prompt": list(self.prompt),
+            "generated": list(self.generated),
+            "ended_with_eog": self.ended_with_eog,
+        }
+
+    @classmethod
+    def from_dict(cls, data: object) -> SessionState | None:
+        """None for a missing or malformed record (it is only an optimisation)."""
+        if not isinstance(data, dict):
+            return None
+        try:
+            return cls(
+                str(data["model_id"]),
+                tuple(int(t) for t in data["prompt"]),
+                tuple(int(t) for t in data["generated"]),
+                bool(data["ended_with_eog"]),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            log.info("ignoring a malformed session record: %s", exc)
+            return None
+
+
+def window_key(conversation_id: str) -> str:
+    return f"window/{conversation_id}"
+
+
+def policy_key(conversation_id: str) -> str:
+    return f"overflow/{conversation_id}"
+
+
+class ConversationState:
+    """Reads and writes the records above for one app database."""
+
+    def __init__(self, storage: Storage) -> None:
+        self.storage = storage
+
+    def session(self, cid: str) -> SessionState | None:
+        return SessionState.from_dict(self.storage.get_setting(session_key(cid)))
+
+    def save_session(self, cid: str, state: SessionState) -> None:
+        self.storage.set_setting(session_key(cid), state.to_dict())
+
+    def window(self, cid: str) -> WindowState:
+        return WindowState.from_dict(self.storage.get_setting(window_key(cid)))
+
+    def save_window(self, cid: str, state: WindowState) -> None:
+        if state == WindowState():
+            self.storage.delete_setting(window_key(cid))
+        else:
+            self.storage.set_setting(window_key(cid), state.to_dict())
+
+    def default_policy(self) -> OverflowPolicy:
+        return OverflowPolicy.parse(self.storage.get_setting(DEFAULT_POLICY_KEY))
+
+    def set_default_policy(self, policy: OverflowPolicy) -> None:
+        self.storage.set_setting(DEFAULT_POLICY_KEY, policy.value)
+
+    def own_policy(self, cid: str) -> OverflowPolicy | None:
+        """The conversation's own choice; None when it follows the default."""
+        raw = self.storage.get_setting(policy_key(cid))
+        return None if raw is None else OverflowPolicy.parse(raw)
+
+    def policy(self, cid: str) -> OverflowPolicy:
+        return self.own_policy(cid) or self.default_policy()
+
+    def set_policy(self, cid: str, policy: OverflowPolicy | None) -> None:
+        """``None``: follow the app-wide default again."""
+        if policy is None:
+            self.storage.delete_setting(policy_key(cid))
+        else:
+            self.storage.set_setting(policy_key(cid), policy.value)
+
+    def forget(self, cid: str) -> None:
+        """Drop a conversation's records (when it is purged)."""
+        for key in (session_key(cid), window_key(cid), policy_key(cid)):
+            self.storage.delete_setting(key)

@@ -1,0 +1,114 @@
+"""What a reply's numbers mean, in plain words: the line under each reply and its tooltip,
+and the progress text while a prompt is read. No Qt here, so it is tested without widgets.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from app.storage import ReplyStats
+
+TitleOf = Callable[[str], str | None]
+"""Conversation id → its title (None when unknown)."""
+
+MISS_WORDS = {
+    "nothing_shared": "nothing saved matched",
+    "evicted": "its saved copy had been removed to make room",
+    "other_identity": "the saved copies are for another model or other settings",
+    "corrupt": "its saved copy was damaged",
+    "too_short": "the shared start was too short to be worth loading",
+}
+
+
+def reuse_words(stats: ReplyStats, conversation_id: str = "", title_of: TitleOf | None = None) -> str:
+    """What was reused for this reply, e.g. "reused 1,014 of 1,015 tokens held for this chat".
+
+    Reads ``stats.reuse_source`` (the engine's say-why record) when the engine filled it in,
+    else the older hit kind and ``cache_read``.
+    """
+    prompt = stats.prompt_tokens
+    n = stats.tokens_reused
+    source = stats.reuse_source
+    if source == "none" and stats.miss_reason:
+        return f"read all {prompt:,} prompt tokens: {MISS_WORDS.get(stats.miss_reason, stats.miss_reason)}"
+    if source in ("session", "cache", "live") and n > 0:
+        where = _origin(stats.origin_session, conversation_id, title_of)
+        if source == "session":
+            return f"reused {n:,} of {prompt:,} prompt tokens still held for this chat"
+        if source == "live":
+            return f"shared {n:,} of {prompt:,} prompt tokens with {where or 'a running chat'}"
+        return f"restored {n:,} of {prompt:,} prompt tokens of {where or 'a saved chat'} from the cache"
+    return _kind_words(stats)
+
+
+def _origin(origin: str | None, conversation_id: str, title_of: TitleOf | None) -> str:
+    if origin is None:
+        return ""
+    if origin == conversation_id:
+        return "this chat"
+    title = title_of(origin) if title_of is not None else None
+    return f"“{title}”" if title else "another chat"
+
+
+def _kind_words(stats: ReplyStats) -> str:
+    prompt, read = stats.prompt_tokens, stats.cache_read
+    kind = stats.cache_hit_kind
+    if kind in ("sticky", "continuation") and read:
+        return f"reused {read:,} of {prompt:,} prompt tokens still held for this chat"
+    if kind in ("exact", "partial") and read:
+        return f"restored {read:,} of {prompt:,} prompt tokens from the cache"
+    if kind == "cold" or not kind:
+        return f"read all {prompt:,} prompt tokens"
+    return f"cache {kind}"
+
+
+def finish_words(stats: ReplyStats) -> str:
+    """Why the reply ended, when that is worth saying ("" for a normal end)."""
+    if stats.finish_reason == "cancelled":
+        return "stopped"
+    if stats.context_full:
+        return "cut: the context is full"
+    if stats.finish_reason == "length":
+        return "reached the reply length limit"
+    return ""
+
+
+def reply_line(stats: ReplyStats, conversation_id: str = "", title_of: TitleOf | None = None) -> str:
+    """The line under a reply: speed, what was reused, and how it ended."""
+    parts = [f"{stats.tokens_per_s:.1f} tok/s", f"first token {stats.ttft_ms:,.0f} ms"]
+    parts.append(reuse_words(stats, conversation_id, title_of))
+    end = finish_words(stats)
+    if end:
+        parts.append(end)
+    return "  ·  ".join(parts)
+
+
+def reply_tooltip(stats: ReplyStats) -> str:
+    lines = [
+        f"Prompt {stats.prompt_tokens:,} tokens, reply {stats.completion_tokens:,} tokens.",
+        f"Cache: {stats.cache_hit_kind or 'none'}; {stats.cache_read:,} tokens reused, "
+        f"{stats.cache_created:,} more saved.",
+    ]
+    if stats.reuse_source != "none" or stats.tokens_shared:
+        lines.append(
+            f"Reuse source: {stats.reuse_source}; shared {stats.tokens_shared:,} tokens, "
+            f"reused {stats.tokens_reused:,}."
+        )
+    return "\n".join(lines)
+
+
+def prefill_words(done: int, total: int, tokens_per_s: float | None) -> str:
+    """"Reading the prompt… 1,024 / 3,814 tokens · about 40 s left"."""
+    text = f"Reading the prompt… {done:,} / {total:,} tokens"
+    if tokens_per_s and tokens_per_s > 0 and done < total:
+        left = (total - done) / tokens_per_s
+        text += f" · about {_duration(left)} left"
+    return text
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 1:
+        return "1 s"
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    return f"{seconds / 60:.0f} min"

@@ -1,0 +1,103 @@
+"""The frozen records that cross between the GUI thread and a model's bridge thread.
+
+Requests go GUI → bridge (``GenerationRequest``, ``SummaryRequest``); everything that comes
+back is a ``StreamUpdate`` (one per request per frame), a ``StatusSnapshot`` (the model's
+slots and queue) or a token count. All frozen and slotted (STYLE §3).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from app.conversation.state import SessionState
+from app.conversation.window import OverflowPolicy, Turn, WindowState
+from app.storage import ReplyStats
+
+__all__ = [
+    "GenerationRequest",
+    "Params",
+    "SessionState",
+    "StatusSnapshot",
+    "StreamUpdate",
+    "SummaryRequest",
+    "WindowReport",
+]
+
+Params = tuple[tuple[str, object], ...]
+"""Engine request options (SPEC §1 names) as a frozen tuple of pairs."""
+
+
+@dataclass(frozen=True, slots=True)
+class GenerationRequest:
+    """One reply to generate: the branch so far and the conversation's settings.
+
+    With ``continue_reply`` the last turn is an assistant reply that was cut at the context
+    end; the model goes on writing it.
+    """
+
+    request_id: str
+    session_id: str
+    messages: tuple[Turn, ...]
+    system: str
+    params: Params = ()
+    session: SessionState | None = None
+    """The session's last known state (from the database), used when the worker has none."""
+    window: WindowState = WindowState()
+    policy: OverflowPolicy = OverflowPolicy.DROP_OLDEST
+    continue_reply: bool = False
+    allow_summarise: bool = True
+    """False after a summary was just written: if the view still does not fit, drop turns."""
+
+
+@dataclass(frozen=True, slots=True)
+class SummaryRequest:
+    """Ask the model to summarise ``turns`` (and the ``previous`` summary) for a view."""
+
+    request_id: str
+    turns: tuple[Turn, ...]
+    previous: str
+    params: Params = ()
+
+
+@dataclass(frozen=True, slots=True)
+class WindowReport:
+    """The view the bridge chose for a request (``app.conversation.window.WindowPlan``)."""
+
+    kind: str  # fits | cut | summarise | full | too_long
+    start_id: str | None
+    summary: str
+    num_tokens: int
+    n_ctx: int
+    limit: int
+    summarise_ids: tuple[str, ...] = ()
+    """For ``summarise``: the turns to summarise (the view then starts at ``start_id``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class StreamUpdate:
+    """Everything that happened to one request since the previous frame."""
+
+    request_id: str
+    text: str = ""
+    thinking: str = ""
+    thinking_ended: bool = False
+    num_tokens: int = 0
+    done: ReplyStats | None = None
+    error: str | None = None
+    error_code: str | None = None
+    path: str = ""
+    """``infer``, ``continue_session`` or ``summary``: how the worker submitted the turn."""
+    session: SessionState | None = None
+    prefill: tuple[int, int] | None = None
+    """The latest (done, total) prompt tokens read, while the prompt is being read."""
+    window: WindowReport | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StatusSnapshot:
+    model_id: str
+    num_slots: int
+    num_busy: int
+    pending_len: int
+    phase: str
+    n_ctx: int = 0

@@ -1,0 +1,79 @@
+"""``ModelBridges``: the one owner of the app's engine bridges (one per loaded model).
+
+A bridge is opened when a model is loaded (at start-up or from the Models view) and shut
+down *before* its model is unloaded: ``release`` blocks until the bridge thread has left any
+model call, so the engine can free the model with nothing of the UI still inside it. The chat
+controller and the main window never hold a bridge of their own; they ask for one by model id
+and hear ``opened`` / ``released``. Every bridge's signals are re-emitted here, so listeners
+connect once, whatever models come and go.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from PySide6.QtCore import QObject, Signal
+
+from app.engine.errors import EngineError
+from app.ui.engine_api import EngineApi, ModelApi
+from app.ui.engine_bridge import EngineBridge
+
+log = logging.getLogger(__name__)
+
+
+class ModelBridges(QObject):
+    opened = Signal(str)  # model id: chat can use it
+    released = Signal(str)  # model id: its bridge is gone (the model is being unloaded)
+    update_received = Signal(object)  # StreamUpdate, from any model
+    status_received = Signal(object)  # StatusSnapshot, from any model
+    count_received = Signal(str, int)  # key, tokens
+
+    def __init__(self, engine: EngineApi | None, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.engine = engine
+        self._bridges: dict[str, EngineBridge] = {}
+
+    def ids(self) -> list[str]:
+        """Models chat can use, in the order they were loaded."""
+        return list(self._bridges)
+
+    def get(self, model_id: str) -> EngineBridge | None:
+        return self._bridges.get(model_id)
+
+    def open(self, model_id: str, model: ModelApi | None = None) -> EngineBridge | None:
+        """The bridge of a loaded model, opened on first use; None when it is not loaded."""
+        bridge = self._bridges.get(model_id)
+        if bridge is not None:
+            return bridge
+        if model is None:
+            if self.engine is None:
+                return None
+            try:
+                model = self.engine.get_model(model_id)
+            except EngineError as exc:  # not loaded (any more)
+                log.info("no bridge for %s: %s", model_id, exc)
+                return None
+        bridge = EngineBridge(model, model_id, self)
+        bridge.update_received.connect(self.update_received)
+        bridge.status_received.connect(self.status_received)
+        bridge.count_received.connect(self.count_received)
+        self._bridges[model_id] = bridge
+        self.opened.emit(model_id)
+        return bridge
+
+    def release(self, model_id: str) -> None:
+        """Shut the model's bridge down (blocking, see the module docstring); idempotent.
+
+        Call before ``Engine.unload(model_id)``. ``released`` is emitted once the bridge is
+        stopped, so listeners can end what was streaming on that model.
+        """
+        bridge = self._bridges.pop(model_id, None)
+        if bridge is None:
+            return
+        bridge.shutdown()
+        bridge.deleteLater()
+        self.released.emit(model_id)
+
+    def shutdown(self) -> None:
+        for model_id in list(self._bridges):
+            self.release(model_id)

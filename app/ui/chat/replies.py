@@ -1,0 +1,316 @@
+"""The replies being written, on the GUI thread: request → (summary) → stream → stored reply.
+
+``ReplyRunner`` turns "answer the branch ending at this message" into a request to the bridge
+of the conversation's model, follows its ``StreamUpdate``s (prefill progress, text, the view
+the bridge chose), and stores the finished reply. When the view must be summarised first it
+asks the model for the summary, keeps it as the conversation's ``WindowState``, and sends
+the reply request again. A model unloaded under a streaming reply ends that reply with a
+clear error (the chat works again once a model is loaded).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from dataclasses import dataclass, replace
+
+from PySide6.QtCore import QObject, Signal
+
+from app.conversation.state import ConversationState, SessionState
+from app.conversation.window import Turn, WindowState
+from app.storage import Message, Storage, StorageError
+from app.ui.bridge_records import GenerationRequest, StreamUpdate, SummaryRequest, WindowReport
+from app.ui.bridges import ModelBridges
+from app.ui.chat.params import infer_params
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class LiveReply:
+    """A reply being generated (GUI-thread state)."""
+
+    request_id: str
+    conversation_id: str
+    parent_id: str
+    model_id: str = ""
+    text: str = ""
+    thinking: str = ""
+    thinking_done: bool = False
+    num_tokens: int = 0
+    started: float = 0.0
+    stopping: bool = False
+    prefill: tuple[int, int] | None = None
+    prefill_rate: float | None = None
+    """Prompt tokens read per second so far (for the time-left estimate)."""
+    summarising: bool = False
+    summary: str = ""
+    """While ``summarising``: the summary of older turns written so far."""
+    continued: str = ""
+    """For Continue: the cut reply's text, which the new text extends."""
+    request: GenerationRequest | None = None
+    _prefill_t0: tuple[float, int] | None = None
+
+    def reset_prefill(self) -> None:
+        self.prefill, self.prefill_rate, self._prefill_t0 = None, None, None
+
+    def note_prefill(self, done: int, total: int, now: float) -> None:
+        if self._prefill_t0 is None:
+            self._prefill_t0 = (now, done)
+        else:
+            t0, d0 = self._prefill_t0
+            if now > t0 and done > d0:
+                self.prefill_rate = (done - d0) / (now - t0)
+        self.prefill = (done, total)
+
+
+@dataclass(frozen=True, slots=True)
+class ContextUse:
+    """How full a conversation's context is: ``used`` of ``n_ctx`` tokens (``limit`` is the
+    longest prompt that still leaves room for a reply)."""
+
+    used: int
+    n_ctx: int
+    limit: int
+
+
+class ReplyRunner(QObject):
+    changed = Signal(str)  # re-render this conversation
+    progressed = Signal(str)  # its live reply grew
+    busy_changed = Signal(str, bool)
+    reply_saved = Signal(str)  # a reply was stored (the sidebar moves the chat up)
+    context_changed = Signal(str)
+    error_raised = Signal(str)
+
+    def __init__(self, storage: Storage, models: ModelBridges) -> None:
+        super().__init__()
+        self.storage = storage
+        self.state = ConversationState(storage)
+        self.models = models
+        self._live: dict[str, LiveReply] = {}  # conversation id → live reply
+        self._by_request: dict[str, str] = {}  # request id → conversation id
+        self.failed: dict[str, str] = {}  # conversation id → last error text
+        self.context: dict[str, ContextUse] = {}
+        models.update_received.connect(self._on_update_received)
+        models.released.connect(self._on_model_released)
+
+    def live(self, cid: str) -> LiveReply | None:
+        return self._live.get(cid)
+
+    def is_busy(self, cid: str) -> bool:
+        return cid in self._live
+
+    # -- starting ---------------------------------------------------------------------------
+
+    def start(self, cid: str, leaf_id: str, *, continue_of: Message | None = None) -> None:
+        """Answer the branch that ends at ``leaf_id`` (a user message), or with
+        ``continue_of`` go on writing that cut reply (``leaf_id`` is then its id)."""
+        self.failed.pop(cid, None)
+        try:
+            conv = self.storage.get_conversation(cid)
+            history = self.storage.path_to(leaf_id)
+            window = self.state.window(cid)
+            policy = self.state.policy(cid)
+            session = self.state.session(cid)
+        except StorageError as exc:
+            self.error_raised.emit(str(exc))
+            return
+        bridge = self.models.get(conv.model_id)
+        if bridge is None:
+            self._fail_early(cid, _not_loaded(conv.model_id, self.models.ids()))
+            return
+        request = GenerationRequest(
+            request_id=str(uuid.uuid4()),
+            session_id=cid,
+            messages=tuple(Turn(m.id, m.role, m.content) for m in history if m.role != "system"),
+            system=conv.system_prompt,
+            params=infer_params(conv.sampling),
+            session=session,
+            window=window,
+            policy=policy,
+            continue_reply=continue_of is not None,
+        )
+        parent = continue_of.parent_id if continue_of is not None else leaf_id
+        live = LiveReply(request.request_id, cid, parent or "", conv.model_id, started=time.monotonic())
+        if continue_of is not None:
+            live.continued = live.text = continue_of.content
+        live.request = request
+        self._live[cid] = live
+        self._by_request[request.request_id] = cid
+        self.busy_changed.emit(cid, True)
+        self.changed.emit(cid)
+        bridge.submit(request)
+
+    def _fail_early(self, cid: str, text: str) -> None:
+        self.failed[cid] = text
+        self.changed.emit(cid)
+        self.error_raised.emit(text)
+
+    def stop(self, cid: str) -> None:
+        live = self._live.get(cid)
+        if live is None:
+            return
+        live.stopping = True
+        bridge = self.models.get(live.model_id)
+        if bridge is not None:
+            bridge.cancel(live.request_id)
+
+    def shutdown(self) -> None:
+        for cid in list(self._live):
+            self.stop(cid)
+
+    # -- updates ----------------------------------------------------------------------------
+
+    def _on_update_received(self, update: StreamUpdate) -> None:
+        cid = self._by_request.get(update.request_id)
+        live = self._live.get(cid) if cid else None
+        if cid is None or live is None or live.request_id != update.request_id:
+            return
+        if update.window is not None and not self._on_window(cid, live, update.window):
+            return
+        if update.prefill is not None:
+            live.note_prefill(*update.prefill, time.monotonic())
+        if live.summarising:
+            self._on_summary_update(cid, live, update)
+            return
+        live.text += update.text
+        live.thinking += update.thinking
+        live.thinking_done = live.thinking_done or update.thinking_ended
+        live.num_tokens += update.num_tokens
+        if update.error is not None:
+            self._finish_failed(cid, live, update.error)
+        elif update.done is not None:
+            self._finish(cid, live, update)
+        else:
+            self.progressed.emit(cid)
+
+    def _on_window(self, cid: str, live: LiveReply, report: WindowReport) -> bool:
+        """Keep the view the bridge chose; False when no reply follows this update."""
+        self.context[cid] = ContextUse(report.num_tokens, report.n_ctx, report.limit)
+        self.context_changed.emit(cid)
+        if report.kind in ("fits", "cut"):
+            self._save_window(cid, WindowState(report.start_id, report.summary))
+            return True
+        if report.kind == "summarise":
+            self._ask_summary(cid, live, report)
+            return False
+        self._finish_failed(cid, live, _overflow_text(report))
+        return False
+
+    def _ask_summary(self, cid: str, live: LiveReply, report: WindowReport) -> None:
+        request = live.request
+        bridge = self.models.get(live.model_id)
+        if request is None or bridge is None:
+            self._finish_failed(cid, live, _not_loaded(live.model_id, self.models.ids()))
+            return
+        turns = tuple(t for t in request.messages if t.id in report.summarise_ids)
+        rid = str(uuid.uuid4())
+        self._by_request.pop(live.request_id, None)
+        live.request_id, live.summarising = rid, True
+        live.request = replace(request, window=WindowState(report.start_id, report.summary))
+        self._by_request[rid] = cid
+        self.progressed.emit(cid)
+        bridge.summarise(SummaryRequest(rid, turns, report.summary, request.params))
+
+    def _on_summary_update(self, cid: str, live: LiveReply, update: StreamUpdate) -> None:
+        live.summary += update.text
+        if update.error is not None:
+            self._finish_failed(cid, live, f"could not summarise the older messages: {update.error}")
+            return
+        if update.done is None:
+            self.progressed.emit(cid)
+            return
+        request = live.request
+        bridge = self.models.get(live.model_id)
+        if live.stopping or update.done.finish_reason == "cancelled":
+            self._end(cid, live)  # stopped while summarising: no reply, the view is unchanged
+            self.changed.emit(cid)
+            return
+        if request is None or bridge is None:
+            self._finish_failed(cid, live, _not_loaded(live.model_id, self.models.ids()))
+            return
+        window = WindowState(request.window.start_id, live.summary.strip())
+        self._save_window(cid, window)
+        rid = str(uuid.uuid4())
+        self._by_request.pop(live.request_id, None)
+        live.request_id, live.summarising, live.summary = rid, False, ""
+        live.reset_prefill()
+        live.request = replace(request, request_id=rid, window=window, allow_summarise=False)
+        self._by_request[rid] = cid
+        self.changed.emit(cid)
+        bridge.submit(live.request)
+
+    def _finish(self, cid: str, live: LiveReply, update: StreamUpdate) -> None:
+        self._end(cid, live)
+        if update.session is not None:
+            self._save_session(cid, update.session)
+        stats = update.done
+        if stats is not None and cid in self.context:
+            used = stats.prompt_tokens + stats.completion_tokens
+            self.context[cid] = replace(self.context[cid], used=used)
+            self.context_changed.emit(cid)
+        if live.text != live.continued or live.thinking:
+            try:
+                self.storage.add_message(
+                    cid, live.parent_id, "assistant", live.text, thinking=live.thinking, stats=stats
+                )
+            except StorageError as exc:
+                self.error_raised.emit(f"Could not save the reply: {exc}")
+            else:
+                self.reply_saved.emit(cid)
+        self.changed.emit(cid)
+
+    def _finish_failed(self, cid: str, live: LiveReply, text: str) -> None:
+        self._end(cid, live)
+        self.failed[cid] = text
+        self.changed.emit(cid)
+        self.error_raised.emit(f"Generation failed: {text}")
+
+    def _on_model_released(self, model_id: str) -> None:
+        """The model is being unloaded: its bridge is gone, so its replies end here."""
+        for cid, live in list(self._live.items()):
+            if live.model_id == model_id:
+                self._finish_failed(
+                    cid, live, f"the model {model_id} was unloaded while it was replying. "
+                    "Load a model and press Retry."
+                )
+
+    def _end(self, cid: str, live: LiveReply) -> None:
+        self._live.pop(cid, None)
+        self._by_request.pop(live.request_id, None)
+        self.busy_changed.emit(cid, False)
+
+    # -- state ------------------------------------------------------------------------------
+
+    def _save_session(self, cid: str, state: SessionState) -> None:
+        try:
+            self.state.save_session(cid, state)
+        except StorageError as exc:  # only an optimisation: the next turn sends the full prompt
+            log.warning("could not save the session state of %s: %s", cid, exc)
+
+    def _save_window(self, cid: str, window: WindowState) -> None:
+        try:
+            if self.state.window(cid) != window:
+                self.state.save_window(cid, window)
+        except StorageError as exc:
+            self.error_raised.emit(f"Could not save where the model's view starts: {exc}")
+
+
+def _not_loaded(model_id: str, loaded: list[str]) -> str:
+    if not model_id:
+        return "no model is chosen for this chat; pick one at the top of the chat."
+    if loaded:
+        return (f"this chat's model, {model_id}, is not loaded. Pick a loaded model at the "
+                "top of the chat, or load it from the Library.")
+    return f"this chat's model, {model_id}, is not loaded. Load a model in the Library."
+
+
+def _overflow_text(report: WindowReport) -> str:
+    if report.kind == "too_long":
+        return (f"the message is too long for this model: the prompt needs {report.num_tokens:,} "
+                f"tokens, and at most {report.limit:,} of the {report.n_ctx:,}-token context "
+                "can be prompt (the rest is kept for the reply).")
+    return (f"this chat has reached the model's context ({report.num_tokens:,} of "
+            f"{report.limit:,} prompt tokens) and its overflow policy is “stop at the limit”. "
+            "Choose another policy in the chat settings, or start a new chat.")

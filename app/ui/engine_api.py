@@ -1,0 +1,97 @@
+"""What the desktop app needs from the engine, as Protocols (the UI↔engine boundary).
+
+``app.engine.Engine`` / ``Model`` / ``Stream`` satisfy these structurally; so does the small
+fake in ``tests/helpers/fake_engine.py``. Widgets and the bridge are typed against these
+names instead of ``Any``, so a reader sees exactly which engine calls the UI makes — and a
+change in the engine that breaks one of them fails mypy here, not at run time.
+
+Threading (SPEC §1): every ``ModelApi`` method is thread-safe, but the app calls the native
+ones (``apply_chat_template``, ``tokenize``, ``detokenize``, ``infer``…) only from a model's
+bridge thread (``app.ui.engine_bridge``), which is shut down before ``EngineApi.unload``
+frees the model. ``snapshot`` and ``model_info`` are plain reads, safe from the GUI thread.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Protocol
+
+from app.cache.store import CacheStore
+from app.engine.config import ModelConfig
+from app.engine.events import Event, ModelInfo, SchedulerSnapshot
+
+EventCallback = Callable[[Event], None]
+
+
+class StreamApi(Protocol):
+    """One streaming request (``Model.infer`` / ``continue_session``)."""
+
+    ref: int
+
+    def cancel(self) -> None: ...
+
+
+class ModelApi(Protocol):
+    """One loaded model (``app.engine.Model``)."""
+
+    id: str
+    config: ModelConfig
+
+    def apply_chat_template(self, request: dict[str, object]) -> list[int]: ...
+
+    def tokenize(self, text: str) -> list[int]: ...
+
+    def detokenize(self, tokens: Sequence[int]) -> str: ...
+
+    def infer(
+        self, tokens: Sequence[int], *, on_event: EventCallback | None = None, **params: object
+    ) -> StreamApi: ...
+
+    def continue_session(
+        self,
+        suffix_tokens: Sequence[int],
+        *,
+        session_id: str,
+        on_event: EventCallback | None = None,
+        **params: object,
+    ) -> StreamApi: ...
+
+    def end_session(self, session_id: str) -> None: ...
+
+    def snapshot(self) -> SchedulerSnapshot: ...
+
+    def model_info(self) -> ModelInfo: ...
+
+    def effective_fingerprint(self) -> bytes: ...
+
+    def load_adapter(self, path: str) -> int: ...
+
+    def unload_adapter(self, handle: int) -> None: ...
+
+    def set_adapter_scale(self, handle: int, scale: float) -> None: ...
+
+    def list_adapters(self) -> list[dict[str, object]]: ...
+
+
+class EngineApi(Protocol):
+    """The model registry (``app.engine.Engine``)."""
+
+    data_dir: Path
+
+    @property
+    def cache(self) -> CacheStore:
+        """The KV cache store (SPEC §4); its counters feed ``app.conversation.accounting``."""
+        ...
+
+    def load_model(self, model_id: str, config: ModelConfig) -> ModelApi: ...
+
+    def unload(self, model_id: str) -> None: ...
+
+    def get_model(self, model_id: str) -> ModelApi: ...
+
+    def list_models(self) -> list[ModelInfo]: ...
+
+    def counters(self) -> dict[str, int]: ...
+
+    def close(self) -> None: ...
