@@ -36,7 +36,9 @@ class PromptBuilder:
 
     With ``continue_reply`` the last turn is a reply cut at the context end: the view is
     rendered up to the user turn before it (the template then opens the assistant turn) and
-    the reply's own tokens follow, so the model goes on writing the same message.
+    the reply's own tokens follow, so the model goes on writing the same message. When even
+    that reply does not fit beside its question, only its last tokens are kept (the policy's
+    cut applied inside the reply, as llama.cpp's context shift does).
     ``merge_summary`` puts a summary inside the system prompt for templates that refuse a
     second system message; it turns on by itself the first time a template refuses.
     """
@@ -55,6 +57,8 @@ class PromptBuilder:
         self.turns = list(turns)
         self.continue_reply = continue_reply and len(self.turns) > 1
         self.merge_summary = merge_summary
+        self.reply_tail: int | None = None
+        """For a continued reply: how many of its last tokens the view keeps (None: all)."""
         self._rendered: dict[tuple[int, str], list[int]] = {}
 
     def tokens(self, start: int, summary: str) -> list[int]:
@@ -69,7 +73,14 @@ class PromptBuilder:
         return len(self.tokens(start, summary))
 
     def plan(self, state: WindowState, budget: Budget, policy: OverflowPolicy) -> WindowPlan:
-        return plan_window(self.turns, state, self.count, budget, policy)
+        plan = plan_window(self.turns, state, self.count, budget, policy)
+        if plan.kind != "too_long" or not self.continue_reply or policy is OverflowPolicy.STOP:
+            return plan
+        # The question and the cut reply alone are too long: keep the reply's end.
+        head = self.count(plan.start, "") - len(self._reply_ids())
+        self.reply_tail = max(1, budget.target - head)
+        self._rendered.clear()
+        return WindowPlan("cut", plan.start, "", self.count(plan.start, ""))
 
     def _render(self, start: int, summary: str) -> list[int]:
         turns = self.turns[:-1] if self.continue_reply else self.turns
@@ -81,8 +92,12 @@ class PromptBuilder:
             self.merge_summary = True  # this template takes one system message, first
             ids = self._template(turns, start, summary)
         if self.continue_reply:
-            ids = ids + self.reply_ids(self.turns[-1].content)
+            reply = self._reply_ids()
+            ids = ids + (reply[-self.reply_tail :] if self.reply_tail else reply)
         return ids
+
+    def _reply_ids(self) -> list[int]:
+        return self.reply_ids(self.turns[-1].content)
 
     def _template(self, turns: Sequence[Turn], start: int, summary: str) -> list[int]:
         messages, extra = view_messages(turns, start, summary, merge_summary=self.merge_summary)

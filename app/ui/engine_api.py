@@ -2,7 +2,7 @@
 
 ``app.engine.Engine`` / ``Model`` / ``Stream`` satisfy these structurally; so does the small
 fake in ``tests/helpers/fake_engine.py``. Widgets and the bridge are typed against these
-names instead of ``Any``, so a reader sees exactly which engine calls the UI makes — and a
+names instead of an untyped engine, so a reader sees exactly which engine calls the UI makes — and a
 change in the engine that breaks one of them fails mypy here, not at run time.
 
 Threading (SPEC §1): every ``ModelApi`` method is thread-safe, but the app calls the native

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from PySide6.QtWidgets import QWidget
+from PySide6.QtWidgets import QApplication, QWidget
 
 
 def screenshot(widget: QWidget, name: str) -> Path | None:
@@ -16,5 +16,7 @@ def screenshot(widget: QWidget, name: str) -> Path | None:
     out = Path(folder)
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"{name}.png"
+    QApplication.sendPostedEvents()  # pending layout requests, so the shot shows the final layout
+    QApplication.processEvents()
     assert widget.grab().save(str(path)), path
     return path

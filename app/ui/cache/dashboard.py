@@ -24,6 +24,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.cache.index import Row
+from app.conversation.accounting import HitAccount
 from app.ui.cache import style
 from app.ui.cache.actions import CacheActions
 from app.ui.cache.feed import CacheFeed
@@ -79,6 +80,9 @@ class CacheDashboard(QWidget):
         self.rows_model.setObjectName("cacheRowsModel")
         self.cache_actions = CacheActions(self.store, self)
         self.history = StatsHistory()
+        # Lifetime counters (this session's plus those saved when earlier ones closed), so the
+        # savings figures agree with the status bar and survive restarts.
+        self.hit_account = HitAccount(self.store)
 
         self.rows_panel = RowsPanel(self.rows_model, self.previews, self.cache_actions)
         self.tiers_panel = TiersPanel(self.cache_actions)
@@ -191,7 +195,7 @@ class CacheDashboard(QWidget):
     def sample(self) -> None:
         """Take one sample of counters and usage; refresh the numbers and plots."""
         try:
-            counters = self.store.counters()
+            counters = self.hit_account.counters()
             usage = self.store.tier_usage()
         except Exception as exc:
             log.debug("cache counters unavailable: %s", exc)

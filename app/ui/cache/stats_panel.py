@@ -14,10 +14,10 @@ import pyqtgraph as pg
 from PySide6.QtWidgets import QFrame, QGridLayout, QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
 from app.cache.tiers import TIERS
+from app.conversation.accounting import HitTotals
 from app.ui.cache import fmt, style
 
 WINDOW_S = 300  # the plots show the last five minutes
-HIT_COUNTERS = ("hits_exact", "hits_resume", "hits_longest_prefix", "hits_sticky")
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,10 +42,11 @@ class StatsHistory:
 
     def add(self, counters: dict[str, int], now: float | None = None) -> Sample:
         self.latest = dict(counters)
+        totals = HitTotals.from_counters(counters)  # one hit accounting (app.conversation)
         sample = Sample(
             t=time.time() if now is None else now,
-            hits=sum(counters.get(k, 0) for k in HIT_COUNTERS),
-            misses=counters.get("misses", 0),
+            hits=totals.hits,
+            misses=totals.misses,
             bytes_by_tier=tuple(counters.get(f"bytes_{t}", 0) for t in TIERS),
         )
         self.samples.append(sample)
@@ -152,9 +153,8 @@ class StatsPanel(QFrame):
         counters = history.latest
         for name, label in self.values.items():
             label.setText(f"{counters.get(name, 0):,}")
-        hits = sum(counters.get(k, 0) for k in HIT_COUNTERS)
-        misses = counters.get("misses", 0)
-        total = hits + misses
+        totals = HitTotals.from_counters(counters)
+        hits, total = totals.hits, totals.requests
         if total:
             self.headline.setText(f"{100 * hits / total:.0f} % of requests reused saved memory")
             self.subline.setText(

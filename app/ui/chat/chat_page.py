@@ -169,7 +169,9 @@ class ChatPage(QWidget):
         self._update_header()
         self._draft_tokens = ("", 0)
         self._update_meter()
-        self.composer.set_busy(self.controller.is_busy(self.current_id or ""))
+        busy = self.controller.is_busy(self.current_id or "")
+        self.composer.set_busy(busy)
+        self.model_picker.setEnabled(not busy)
         self.current_changed.emit(self.current_id or "")
 
     def _update_header(self) -> None:
@@ -194,7 +196,10 @@ class ChatPage(QWidget):
             if not current and not loaded:
                 picker.addItem("No model loaded", "")
             picker.insertSeparator(picker.count())
-            picker.addItem("Load a model from the Library…", LIBRARY_ITEM)
+            picker.addItem("Load a model…", LIBRARY_ITEM)
+            picker.setItemData(
+                picker.count() - 1, "Open Models → Library", Qt.ItemDataRole.ToolTipRole
+            )
             picker.setCurrentIndex(max(0, picker.findData(current)))
         finally:
             picker.blockSignals(False)
@@ -287,6 +292,7 @@ class ChatPage(QWidget):
     def _on_busy_changed(self, cid: str, busy: bool) -> None:
         if cid == self.current_id:
             self.composer.set_busy(busy)
+            self.model_picker.setEnabled(not busy)  # no model switch under a running reply
             if not busy:
                 self._update_meter()
 
@@ -304,7 +310,7 @@ class ChatPage(QWidget):
         self.controller.update_settings(cid, system_prompt=system_prompt, sampling=sampling)
 
     def _on_policy_edited(self, cid: str, policy: object) -> None:
-        self.controller.set_policy(cid, policy if isinstance(policy, OverflowPolicy) else None)
+        self.controller.set_policy(cid, OverflowPolicy.parse(policy) if policy else None)
         self._update_meter()
 
     def _on_export_requested(self, cid: str, fmt: str) -> None:

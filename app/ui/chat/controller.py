@@ -137,8 +137,9 @@ class ChatController(QObject):
     def default_policy(self) -> OverflowPolicy:
         return self._db(self.replies.state.default_policy) or OverflowPolicy.DROP_OLDEST
 
-    def set_default_policy(self, policy: OverflowPolicy) -> None:
-        self._db(lambda: self.replies.state.set_default_policy(policy))
+    def set_default_policy(self, policy: OverflowPolicy | str) -> None:
+        chosen = OverflowPolicy.parse(policy)
+        self._db(lambda: self.replies.state.set_default_policy(chosen))
 
     def window(self, cid: str) -> WindowState:
         """Where the model's view of the conversation starts (for the divider)."""
@@ -174,7 +175,8 @@ class ChatController(QObject):
         conv = self._db(
             lambda: self.storage.create_conversation(
                 system_prompt=self.default_system_prompt,
-                model_id=self.default_model_id,
+                # Bound at the first reply when no model is loaded now (see ``_start``).
+                model_id=self.default_model_id if self.models.get(self.default_model_id) else "",
                 sampling=self.default_sampling,
             )
         )
@@ -260,6 +262,11 @@ class ChatController(QObject):
         """The active branch with each message's (1-based position, count) among siblings."""
         rows = self._db(lambda: self.storage.branch_with_siblings(cid)) or []
         return [(m, (sib.index + 1, sib.count)) for m, sib in rows]
+
+    def siblings(self, message_id: str) -> tuple[int, int]:
+        """(1-based position, count) among the message's siblings."""
+        sib = self._db(lambda: self.storage.siblings(message_id))
+        return (1, 1) if sib is None else (sib.index + 1, sib.count)
 
     def live_reply(self, cid: str) -> LiveReply | None:
         return self.replies.live(cid)

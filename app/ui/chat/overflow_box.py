@@ -45,20 +45,20 @@ class OverflowBox(QWidget):
         self._fill(own)
 
     def policy(self) -> OverflowPolicy | None:
-        data = self.picker.currentData()
-        return data if isinstance(data, OverflowPolicy) else None
+        data = self.picker.currentData()  # Qt hands a str back (StrEnum is a str)
+        return OverflowPolicy.parse(data) if isinstance(data, str) and data else None
 
     def choose(self, policy: OverflowPolicy | None) -> None:
         """Select ``policy`` as a person would (emits ``policy_edited``)."""
-        self.picker.setCurrentIndex(0 if policy is None else self.picker.findData(policy))
+        self.picker.setCurrentIndex(0 if policy is None else self.picker.findData(policy.value))
         self._on_activated(self.picker.currentIndex())
 
     def _fill(self, own: OverflowPolicy | None) -> None:
         self.picker.clear()
-        self.picker.addItem(f"Default: {self._default.label.lower()}", None)
+        self.picker.addItem(f"Default: {self._default.label.lower()}", "")
         for p in OverflowPolicy:
-            self.picker.addItem(p.label, p)
-        self.picker.setCurrentIndex(0 if own is None else self.picker.findData(own))
+            self.picker.addItem(p.label, p.value)
+        self.picker.setCurrentIndex(0 if own is None else self.picker.findData(own.value))
 
     def _on_activated(self, _index: int) -> None:
         if self._cid is not None:

@@ -145,7 +145,7 @@ class ReplyRunner(QObject):
     def _fail_early(self, cid: str, text: str) -> None:
         self.failed[cid] = text
         self.changed.emit(cid)
-        self.error_raised.emit(text)
+        self.error_raised.emit(text[:1].upper() + text[1:])
 
     def stop(self, cid: str) -> None:
         live = self._live.get(cid)
