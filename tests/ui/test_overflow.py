@@ -95,7 +95,8 @@ def test_drop_oldest_keeps_answering_with_a_divider_and_a_fresh_chats_reply(make
     turn, view = push_until_cut(qtbot, window, cid)
     assert view.start_id is not None and view.summary == ""
     page = chat_view(window).page()
-    assert page.divider is not None and page.divider.isVisible()
+    assert page.divider is not None
+    qtbot.waitUntil(page.divider.isVisible, timeout=5_000)  # laid out and shown
     assert "no longer sees" in page.divider.findChild(QLabel, "dividerText").text()
     # The divider sits right above the first message the model still sees.
     widgets = page.message_widgets()

@@ -4,7 +4,7 @@ lines, the status bar and the Cache dashboard agree, and survive a restart."""
 from __future__ import annotations
 
 import pytest
-from PySide6.QtCore import Qt
+from PySide6.QtCore import Qt, QTimer
 
 from app.storage import SamplingSettings
 from tests.ui.conftest import ASCII_GRAMMAR
@@ -43,8 +43,8 @@ def test_prefill_progress_reaches_the_total(make_window, qtbot):
         live = chat_view(window).live_widget()
         if live is not None and live.progress_text():
             shown.append(live.progress_text())
-            if len(shown) == 1:
-                screenshot(window, "chat-prefill-progress")
+            if len(shown) == 1:  # not inside this slot: the shot runs the event loop
+                QTimer.singleShot(0, lambda: screenshot(window, "chat-prefill-progress"))
 
     window.controller.reply_progressed.connect(on_progress)
     paste_and_send(qtbot, window, PARAGRAPH * 40)
