@@ -110,6 +110,7 @@ def test_drop_oldest_keeps_answering_with_a_divider_and_a_fresh_chats_reply(make
     assert use is not None and use.n_ctx == 512 and stats.prompt_tokens <= use.limit * 0.6 + 1
     meter = window.chat_page.composer.meter
     assert meter.text().endswith("/ 512 tokens")
+    page.ensureWidgetVisible(page.divider, 0, 200)
     screenshot(window, "chat-overflow-divider")
 
     # Two more turns: the view stays where it is (each turn extends what the engine holds).
@@ -188,7 +189,8 @@ def test_continue_a_reply_cut_by_the_context_end(make_window, qtbot):
     assert cut.stats.prompt_tokens + cut.stats.completion_tokens >= 255
     widget = chat_view(window).message_widgets()[-1]
     assert "cut: the context is full" in widget.meta.text()
-    assert widget.continue_button is not None and widget.continue_button.isVisible()
+    assert widget.continue_button is not None
+    qtbot.waitUntil(widget.continue_button.isVisible, timeout=5_000)  # laid out and shown
     screenshot(window, "chat-reply-cut")
 
     qtbot.mouseClick(widget.continue_button, LEFT)

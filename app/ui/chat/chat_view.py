@@ -17,6 +17,7 @@ from PySide6.QtWidgets import (
     QFrame,
     QHBoxLayout,
     QLabel,
+    QLayout,
     QPushButton,
     QScrollArea,
     QStackedWidget,
@@ -58,6 +59,13 @@ class ConversationPage(QScrollArea):
         outer = QWidget()
         outer.setObjectName("chatColumn")
         row = QHBoxLayout(outer)
+        # NOTE: no minimum height from the layout: it is the sum of the messages' minimum
+        # size hints, which word-wrapped text computes at its narrowest (a 3-exchange chat:
+        # 919 px of minimum for 647 px of content), so the scroll area's bottom was blank.
+        # The scroll area sizes the page by height-for-width instead (an explicit minimum
+        # height keeps it from falling back to the minimum size hint).
+        row.setSizeConstraint(QLayout.SizeConstraint.SetNoConstraint)
+        outer.setMinimumHeight(1)
         row.setContentsMargins(24, 24, 24, 24)
         self._column = QWidget()
         self._column.setObjectName("chatColumn")
