@@ -239,7 +239,9 @@ class MainWindow(QMainWindow):
         model_id = self.controller.model_of(self.chat_page.current_id)
         snap = self._statuses.get(model_id) if model_id in loaded else None
         self.last_status = snap
-        if not loaded:
+        if self.model_loading is not None and self.model_loading.is_loading:
+            pass  # "◌ Loading …" stays until the default model is in (app.ui.startup)
+        elif not loaded:
             self.status_model.setText("No model loaded")
         elif model_id in loaded:
             self.status_model.setText(f"● {model_id}")

@@ -25,7 +25,7 @@ def test_the_window_is_up_before_the_model_is(qtbot, data_dir, tiny_model_path):
         # Nothing has run on the GUI loop yet, so the load cannot have been seen to finish.
         loading = window.model_loading
         assert loading is not None and loading.is_loading
-        assert window.bridge is None
+        assert window.models.ids() == []
         assert "Loading tiny" in window.status_model.text()
         assert window.banner.kind() == "info" and "Loading tiny" in window.banner.text()
         assert not window.chat_page.composer.isEnabled()
@@ -34,10 +34,10 @@ def test_the_window_is_up_before_the_model_is(qtbot, data_dir, tiny_model_path):
         window.show()
         screenshot(window, "startup-loading")
         qtbot.waitUntil(lambda: not loading.is_loading, timeout=60_000)
-        assert window.bridge is not None and window.controller.model_id == "tiny"
+        assert window.models.ids() == ["tiny"] and window.controller.default_model_id == "tiny"
         assert window.chat_page.composer.isEnabled() and not window.banner.isVisible()
         assert window.status_model.text() == "● tiny"
-        assert window.chat_page.model_chip.text() == "tiny"
+        assert window.chat_page.model_picker.currentText() == "tiny"
         picker = window.model_manager.adapters_page.model_picker  # the Models view knows it
         assert [picker.itemText(i) for i in range(picker.count())] == ["tiny"]
         type_and_send(qtbot, window, "hello after a background load")
@@ -61,7 +61,7 @@ def test_a_model_that_fails_to_load_is_reported_and_the_window_stays(qtbot, data
         assert done.args[0] == "tiny" and done.args[1].startswith("Could not load the model")
         assert window.banner.kind() == "error" and "Could not load the model" in window.banner.text()
         assert window.status_model.text() == "No model loaded"
-        assert window.chat_page.composer.isEnabled() and window.bridge is None
+        assert window.chat_page.composer.isEnabled() and window.models.ids() == []
         QApplication.processEvents()
     finally:
         window.close()
