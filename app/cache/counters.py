@@ -17,6 +17,7 @@ EXTRA_COUNTERS = (
     "save_errors", "saves_rejected", "loads", "blob_read_ns", "temp_files_removed",
     "rows_dropped_missing", "rows_reregistered", "db_errors", "internal_errors",
     "chunks_reregistered", "chunks_orphaned", "rows_converted",
+    "hits_live",  # a request started from another live seq's cells
 )  # fmt: skip
 
 

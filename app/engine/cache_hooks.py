@@ -73,6 +73,10 @@ class CacheHooks(Protocol):
 
     def count_sticky(self) -> None: ...
 
+    def count_live(self) -> None:
+        """A request started from another live seq's cells (a hit, like the cache's)."""
+        ...
+
     def count_load(self, ns: int) -> None: ...
 
     def save(
@@ -111,6 +115,9 @@ class NullCache:
         pass
 
     def count_sticky(self) -> None:
+        pass
+
+    def count_live(self) -> None:
         pass
 
     def count_load(self, ns: int) -> None:
@@ -191,6 +198,9 @@ class StoreCache:
 
     def count_sticky(self) -> None:
         self.store.count("hits_sticky")
+
+    def count_live(self) -> None:
+        self.store.count("hits_live")
 
     def count_load(self, ns: int) -> None:
         self.store.count("load_total_ns", ns)

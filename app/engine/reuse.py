@@ -76,6 +76,7 @@ class Reuser:
         if head is not None and live_ok:
             self._shares.use(req, head, n_live)
             req.cache.reuse = Reuse("live", n_live, shared, None, head.origin_session)
+            cache.count_live()  # one hit accounting: every reuse is a hit (app.conversation)
             return
         reason: MissReason = "nothing_shared"
         if isinstance(found, Miss):

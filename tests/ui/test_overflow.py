@@ -5,6 +5,7 @@ turns the model kept."""
 
 from __future__ import annotations
 
+import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QLabel
 
@@ -110,7 +111,9 @@ def test_drop_oldest_keeps_answering_with_a_divider_and_a_fresh_chats_reply(make
     assert use is not None and use.n_ctx == 512 and stats.prompt_tokens <= use.limit * 0.6 + 1
     meter = window.chat_page.composer.meter
     assert meter.text().endswith("/ 512 tokens")
-    page.ensureWidgetVisible(page.divider, 0, 200)
+    qtbot.waitUntil(lambda: page.divider.y() > 0, timeout=5_000)
+    page.verticalScrollBar().setValue(max(0, page.divider.y() - 160))  # show the divider
+    qtbot.wait(50)
     screenshot(window, "chat-overflow-divider")
 
     # Two more turns: the view stays where it is (each turn extends what the engine holds).
@@ -223,3 +226,31 @@ def test_a_message_longer_than_the_context_is_refused_clearly(make_window, qtbot
     assert "too long for this model" in window.controller.failed[cid]
     assert window.controller.branch(cid)[-1].content == text
     qtbot.waitUntil(lambda: window.banner.isVisible(), timeout=REPLY_TIMEOUT_MS)
+
+
+@pytest.mark.smollm2
+def test_a_long_chat_on_smollm2_is_summarised_in_words(make_window, qtbot, smollm2_path):
+    """The summary is the model's own prose (the README's screenshot)."""
+    sampling = SamplingSettings(temperature=0.0, max_tokens=40, repetition_penalty=1.1)
+    window = make_window(
+        model_path=smollm2_path, model_id="SmolLM2", model_options=dict(SMALL), sampling=sampling
+    )
+    window.chat_page.new_conversation()
+    cid = current_id(window)
+    window.chat_page.settings_panel.overflow.choose(OverflowPolicy.SUMMARISE)
+    turn, view = push_until_cut(qtbot, window, cid)
+    assert view.summary and any(c.isalpha() for c in view.summary)
+    page = chat_view(window).page()
+    qtbot.waitUntil(lambda: page.divider is not None and page.divider.y() > 0, timeout=5_000)
+    page.verticalScrollBar().setValue(max(0, page.divider.y() - 160))
+    qtbot.wait(50)
+    screenshot(window, "chat-overflow-summary-smollm2")
+    type_and_send(qtbot, window, "What did I ask you to keep in mind?")
+    wait_idle(qtbot, window, cid)
+    assert controller_reply(window, cid)
+
+
+def controller_reply(window, cid: str) -> str:
+    last = window.controller.branch(cid)[-1]
+    assert last.role == "assistant"
+    return last.content

@@ -59,6 +59,7 @@ NUMBERS = (
     ("hits_resume", "Resumed", "A conversation continued from the entry its last turn saved."),
     ("hits_longest_prefix", "Partly reused", "The start of a request matched a saved entry; only the rest was read."),
     ("hits_sticky", "Still in a slot", "The conversation was still held by the model, nothing to load."),
+    ("hits_live", "Shared", "Started from what another running conversation had already read."),
     ("misses", "Read from scratch", "Nothing saved matched: the model had to read the whole prompt."),
     ("saves_finish", "Saved at end of reply", fmt.REASON_HELP["finish"]),
     ("saves_cold", "Saved after reading", fmt.REASON_HELP["cold"]),
