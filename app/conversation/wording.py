@@ -29,6 +29,10 @@ def reuse_words(stats: ReplyStats, conversation_id: str = "", title_of: TitleOf 
     prompt = stats.prompt_tokens
     n = stats.tokens_reused
     source = stats.reuse_source
+    if source == "remote":  # Hearth holds no KV for a remote model; its server may
+        cached = stats.cache_read
+        told = f" · the server reused {cached:,} of {prompt:,} prompt tokens" if cached else ""
+        return "remote · no local cache" + told
     if source == "none" and stats.miss_reason:
         return f"read all {prompt:,} prompt tokens: {MISS_WORDS.get(stats.miss_reason, stats.miss_reason)}"
     if source in ("session", "cache", "live") and n > 0:

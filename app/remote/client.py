@@ -112,12 +112,16 @@ class RemoteStream:
         reason = "stop"
         try:
             self._conn = conn = self._client._connection(self._client.timeout)
+            if self._cancelled.is_set():  # cancelled before the connection existed
+                raise OSError("cancelled")
             conn.request("POST", self._client._path + "/chat/completions", json.dumps(self._body),
                          self._client._headers())
             resp = conn.getresponse()
             if resp.status != 200:
                 raise _error(resp.status, resp.read())
             for chunk in _sse(resp):
+                if self._cancelled.is_set():
+                    break
                 if "error" in chunk:
                     err = chunk["error"] or {}
                     raise RemoteError(str(err.get("message", err)), code=str(err.get("code") or "remote_error"))
@@ -133,7 +137,7 @@ class RemoteStream:
         except (OSError, http.client.HTTPException, ValueError, RemoteError) as exc:
             if not self._cancelled.is_set():
                 code = exc.code if isinstance(exc, RemoteError) else "remote_unreachable"
-                self._emit(Error(f"{self._client.endpoint.base_url}: {exc}", code))
+                self._emit(Error(_words(self._client.endpoint, exc), code))
                 self.done.set()
                 return
         finally:
@@ -172,6 +176,21 @@ def _stats(usage: dict[str, Any], reason: str, t0: float, first: float | None, c
         committed_tokens=0,
         cache_delta=CacheDelta(read=cached),
     )
+
+
+def _words(endpoint: RemoteEndpoint, exc: Exception) -> str:
+    """A failed remote reply in plain words: what went wrong and what to do about it."""
+    where = endpoint.base_url
+    if isinstance(exc, RemoteError):
+        if exc.status in (401, 403):
+            return f"{where} refused the API key ({exc}). Check the key under Models → Library → Remote models."
+        if exc.status == 404:
+            return f"{where} does not offer the model {endpoint.model!r} ({exc})."
+        return f"{where} answered with an error: {exc}"
+    if isinstance(exc, (ConnectionError, socket.gaierror, TimeoutError)):
+        reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+        return f"cannot reach {where} ({reason}). Is the server running? Press Retry when it is."
+    return f"the connection to {where} failed ({type(exc).__name__}: {exc}). Press Retry to try again."
 
 
 def _error(status: int, body: bytes) -> RemoteError:

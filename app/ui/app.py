@@ -15,6 +15,7 @@ from PySide6.QtWidgets import QApplication, QWidget
 
 from app.engine.config import ModelConfig
 from app.engine.errors import EngineError
+from app.remote.registry import RemoteRegistry
 from app.storage import SamplingSettings, Storage, StorageError, database_path
 from app.storage import data_dir as resolve_data_dir
 from app.ui.aio import gui_loop
@@ -132,6 +133,10 @@ def create_window(
         default_system_prompt=DEFAULT_SYSTEM_PROMPT,
     )
 
+    # Remote models the user added in the Library: chats use them like loaded ones.
+    remote_models = RemoteRegistry(storage)
+    models.follow_registry(remote_models)
+
     def close_all() -> None:
         if engine is not None:
             try:
@@ -142,7 +147,7 @@ def create_window(
 
     model_manager = cache_dashboard = None
     if work_areas and engine is not None:
-        model_manager = _build_model_manager(engine, base, load_settings, models, errors)
+        model_manager = _build_model_manager(engine, base, load_settings, models, errors, remote_models)
         cache_dashboard = _build_cache_dashboard(engine, storage, errors)
 
     window = MainWindow(
@@ -168,11 +173,13 @@ def _build_model_manager(
     load_settings: MutableMapping[str, object],
     models: ModelBridges,
     errors: list[str],
+    remote_models: RemoteRegistry,
 ) -> QWidget | None:
     try:
         from app.models.hub import HubClient
         from app.models.library import ModelLibrary
         from app.ui.models import ModelManager
+        from app.ui.remote.panel import RemoteModelsPanel
 
         models_dir = base / "models"
         models_dir.mkdir(parents=True, exist_ok=True)
@@ -183,6 +190,7 @@ def _build_model_manager(
             settings=load_settings,
             before_unload=models.release,
         )
+        manager.library_page.add_section(RemoteModelsPanel(remote_models))
     except Exception as exc:  # the window must open whatever else fails; logged with traceback
         log.exception("the Models view could not be built")
         errors.append(f"The Models view could not be opened: {exc}")

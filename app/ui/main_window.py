@@ -244,7 +244,7 @@ class MainWindow(QMainWindow):
         elif not loaded:
             self.status_model.setText("No model loaded")
         elif model_id in loaded:
-            self.status_model.setText(f"● {model_id}")
+            self.status_model.setText(f"● {self.models.label(model_id)}")
         else:
             self.status_model.setText(f"○ {model_id or 'no model'} (not loaded)")
         self.status_model.setToolTip(

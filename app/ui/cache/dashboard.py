@@ -127,7 +127,8 @@ class CacheDashboard(QWidget):
             "Before a model can answer, it has to read the whole conversation — slow for long "
             "chats. Hearth keeps the result of that reading (the model's working memory, "
             "called a KV cache) so the next message, or the same chat after a restart, "
-            "continues instantly."
+            "continues instantly. Remote models (added in the Library) have no local KV cache: "
+            "their server keeps its own."
         )
         intro.setObjectName("cacheIntro")
         intro.setWordWrap(True)

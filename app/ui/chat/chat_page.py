@@ -78,7 +78,7 @@ class ChatPage(QWidget):
         composer_row.addWidget(self.composer, 100)
         composer_row.addStretch(1)
         self.composer.setMaximumWidth(820)
-        hint = QLabel("Replies come from a local model and can be wrong.")
+        hint = QLabel("Replies come from a language model and can be wrong.")
         hint.setObjectName("composerHint")
         hint.setAlignment(Qt.AlignmentFlag.AlignCenter)
 
@@ -192,7 +192,7 @@ class ChatPage(QWidget):
             if current and current not in loaded:
                 picker.addItem(f"{current} (not loaded)", current)
             for model_id in loaded:
-                picker.addItem(model_id, model_id)
+                picker.addItem(self.controller.models.label(model_id), model_id)
             if not current and not loaded:
                 picker.addItem("No model loaded", "")
             picker.insertSeparator(picker.count())

@@ -117,7 +117,8 @@ class ConversationPage(QScrollArea):
             self._layout.addStretch(1)
             return
         branch = self._controller.branch_with_positions(cid)
-        label = self._controller.model_of(cid) or "Assistant"
+        model_id = self._controller.model_of(cid)
+        label = self._controller.models.label(model_id) if model_id else "Assistant"
         window = self._controller.window(cid)
         live = self._controller.live_reply(cid)
         self.divider = None

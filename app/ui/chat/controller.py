@@ -20,6 +20,7 @@ from typing import TypeVar
 from PySide6.QtCore import QObject, Signal
 
 from app.conversation.window import OverflowPolicy, WindowState
+from app.remote.endpoint import is_remote_id
 from app.storage import (
     DEFAULT_TITLE,
     Conversation,
@@ -111,7 +112,11 @@ class ChatController(QObject):
         self.models_changed.emit()
 
     def _on_model_opened(self, model_id: str) -> None:
-        if not self.default_model_id or self.models.get(self.default_model_id) is None:
+        # A remote model never takes the place of a local default that is still loading.
+        remote_over_default = is_remote_id(model_id) and bool(self.default_model_id)
+        if not remote_over_default and (
+            not self.default_model_id or self.models.get(self.default_model_id) is None
+        ):
             self.default_model_id = model_id
         self.models_changed.emit()
 

@@ -99,6 +99,7 @@ class LibraryPage(QWidget):
         left.setSpacing(10)
         left.addLayout(top)
         left.addWidget(self.table, 1)
+        self._left = left  # add_section puts more below the table (the remote models)
 
         layout = QHBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
@@ -112,6 +113,10 @@ class LibraryPage(QWidget):
         self.table_model.modelReset.connect(self._on_rows_reset)
         self.table_model.dataChanged.connect(lambda *_: self._refresh_details())
         self._refresh_details()
+
+    def add_section(self, widget: QWidget) -> None:
+        """Another section under the GGUF table (the Library's "Remote models")."""
+        self._left.addWidget(widget)
 
     # -- construction -------------------------------------------------------------------------
 
