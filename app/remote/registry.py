@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 from app.listeners import Listeners
 from app.remote.endpoint import EndpointError, RemoteEndpoint
+from app.storage import StorageError
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +35,15 @@ class RemoteRegistry:
         self._lock = threading.Lock()
         self._listeners: Listeners[None] = Listeners()
         self._endpoints: dict[str, RemoteEndpoint] = {}
-        for raw in store.get_setting(SETTING, []) or []:
+        try:
+            records = store.get_setting(SETTING, []) or []
+        except StorageError as exc:  # the environment's (locked, damaged): start with none
+            log.warning("cannot read the remote models: %s", exc)
+            records = []
+        if not isinstance(records, list):
+            log.warning("the remote_models setting is not a list; ignoring it")
+            records = []
+        for raw in records:
             try:
                 endpoint = RemoteEndpoint.from_json(raw)
             except (EndpointError, KeyError, TypeError, ValueError) as exc:
@@ -51,24 +60,25 @@ class RemoteRegistry:
             return self._endpoints.get(model_id)
 
     def add(self, endpoint: RemoteEndpoint) -> None:
-        """Add or replace (same name); saved at once."""
+        """Add or replace (same name); saved at once. A ``StorageError`` leaves it unchanged."""
         with self._lock:
-            self._endpoints[endpoint.model_id] = endpoint
-            self._save()
+            self._save({**self._endpoints, endpoint.model_id: endpoint})
         self._notify()
 
     def remove(self, model_id: str) -> None:
         with self._lock:
-            if self._endpoints.pop(model_id, None) is None:
+            if model_id not in self._endpoints:
                 return
-            self._save()
+            self._save({k: e for k, e in self._endpoints.items() if k != model_id})
         self._notify()
 
     def subscribe(self, listener: Listener) -> Callable[[], None]:
         return self._listeners.subscribe(lambda _none: listener())
 
-    def _save(self) -> None:
-        self._store.set_setting(SETTING, [e.to_json() for e in self._endpoints.values()])
+    def _save(self, endpoints: dict[str, RemoteEndpoint]) -> None:
+        """Write first, then change: a failed write (``StorageError``) changes nothing."""
+        self._store.set_setting(SETTING, [e.to_json() for e in endpoints.values()])
+        self._endpoints = endpoints
 
     def _notify(self) -> None:
         self._listeners.notify(None)

@@ -134,7 +134,7 @@ def create_window(
     )
 
     # Remote models the user added in the Library: chats use them like loaded ones.
-    remote_models = RemoteRegistry(storage)
+    remote_models = RemoteRegistry(storage)  # an unreadable setting: logged, an empty list
     models.follow_registry(remote_models)
 
     def close_all() -> None:

@@ -6,6 +6,8 @@ redraws). Remote models have no local KV cache; the section says so.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QHBoxLayout,
@@ -18,6 +20,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.remote.registry import RemoteRegistry
+from app.storage import StorageError
 from app.ui.remote.add_dialog import AddRemoteDialog
 
 
@@ -38,6 +41,10 @@ class RemoteModelsPanel(QWidget):
         )
         note.setObjectName("caption")
         note.setWordWrap(True)
+        self.error = QLabel()
+        self.error.setObjectName("errorText")
+        self.error.setWordWrap(True)
+        self.error.hide()
         self.list = QListWidget()
         self.list.setObjectName("remoteModelList")
         self.add_button = QPushButton("Add remote model…")
@@ -55,6 +62,7 @@ class RemoteModelsPanel(QWidget):
         v.addWidget(title)
         v.addWidget(note)
         v.addWidget(self.list, 1)
+        v.addWidget(self.error)
         v.addLayout(row)
         self.add_button.clicked.connect(self.open_add_dialog)
         self.remove_button.clicked.connect(self._remove_selected)
@@ -81,9 +89,21 @@ class RemoteModelsPanel(QWidget):
 
     def _on_added(self) -> None:
         if self.dialog is not None and self.dialog.endpoint is not None:
-            self.registry.add(self.dialog.endpoint)
+            endpoint = self.dialog.endpoint
+            self._saving(lambda: self.registry.add(endpoint))
 
     def _remove_selected(self) -> None:
         item = self.list.currentItem()
         if item is not None:
-            self.registry.remove(str(item.data(Qt.ItemDataRole.UserRole)))
+            model_id = str(item.data(Qt.ItemDataRole.UserRole))
+            self._saving(lambda: self.registry.remove(model_id))
+
+    def _saving(self, change: Callable[[], None]) -> None:
+        """The settings table can fail (locked, full disk): say so; the list stays as it was."""
+        try:
+            change()
+        except StorageError as exc:
+            self.error.setText(f"Could not save the remote models: {exc}")
+            self.error.show()
+        else:
+            self.error.hide()

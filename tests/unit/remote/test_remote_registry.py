@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from app.remote.endpoint import RemoteEndpoint
 from app.remote.registry import SETTING, RemoteRegistry
-from app.storage import Storage, database_path
+from app.storage import Storage, StorageError, database_path
 
 
 def test_added_endpoints_persist_and_notify(tmp_path: Path) -> None:
@@ -34,3 +36,28 @@ def test_a_record_that_no_longer_validates_is_skipped(tmp_path: Path) -> None:
     storage.set_setting(SETTING, [{"base_url": "ftp://x", "model": "m"}, {"nonsense": 1}, good])
     reg = RemoteRegistry(storage)
     assert [e.model for e in reg.endpoints()] == ["m"]
+
+
+class _BrokenStore:
+    """A settings table that cannot be read or written (locked, damaged, full disk)."""
+
+    def __init__(self, readable: bool) -> None:
+        self.readable = readable
+
+    def get_setting(self, key: str, default: object = None) -> object:
+        if not self.readable:
+            raise StorageError("database is locked")
+        return default
+
+    def set_setting(self, key: str, value: object) -> None:
+        raise StorageError("disk full")
+
+
+def test_a_failed_write_changes_nothing_and_an_unreadable_table_is_an_empty_list() -> None:
+    assert RemoteRegistry(_BrokenStore(readable=False)).endpoints() == []
+    reg = RemoteRegistry(_BrokenStore(readable=True))
+    seen: list[int] = []
+    reg.subscribe(lambda: seen.append(1))
+    with pytest.raises(StorageError, match="disk full"):
+        reg.add(RemoteEndpoint("http://10.0.0.5:8642/v1", "m"))
+    assert reg.endpoints() == [] and seen == []
