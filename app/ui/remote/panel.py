@@ -47,6 +47,7 @@ class RemoteModelsPanel(QWidget):
         self.error.hide()
         self.list = QListWidget()
         self.list.setObjectName("remoteModelList")
+        self.list.setMaximumHeight(160)  # under the GGUF table, which keeps the room
         self.add_button = QPushButton("Add remote model…")
         self.add_button.setObjectName("addRemoteButton")
         self.remove_button = QPushButton("Remove")

@@ -99,6 +99,10 @@ def test_add_pick_and_chat_with_a_remote_model(make_window: Any, qtbot: Any, rem
     dialog.buttons.accepted.emit()
     (endpoint,) = window.models.registry.endpoints() if window.models.registry else []
     assert window.models.get(endpoint.model_id) is not None
+    window.show_library()
+    assert panel.isVisible() and panel.list.count() == 1
+    screenshot(window, "library-with-remote-model")
+    window.nav_buttons["chat"].click()
     intro = window.cache_dashboard.findChild(QLabel, "cacheIntro")
     assert intro is not None and "no local KV cache" in intro.text()
 
