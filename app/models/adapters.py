@@ -21,7 +21,7 @@ from pathlib import Path
 
 from app.models.library import GGUFFormatError, GGUFHeader, read_gguf_header
 
-logger = logging.getLogger(__name__)
+log = logging.getLogger(__name__)
 
 _SUFFIX_A = ".lora_a"
 _SUFFIX_B = ".lora_b"

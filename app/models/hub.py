@@ -68,7 +68,7 @@ try:  # huggingface_hub >= 1.0 talks HTTP through httpx (2.x: the httpx2 fork)
 except ImportError:  # pragma: no cover - depends on the installed client
     import httpx as _httpx  # type: ignore[no-redef]
 
-logger = logging.getLogger(__name__)
+log = logging.getLogger(__name__)
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
 SPACE_MARGIN_BYTES = 1 << 20  # never fill a disk to the last byte
@@ -263,7 +263,7 @@ class HubClient:
         try:
             remote = self._remote_file(repo_id, filename, cancel)
             if self._is_installed(remote, dest):
-                logger.info("%s already installed at %s", filename, dest)
+                log.info("%s already installed at %s", filename, dest)
                 if progress is not None:
                     progress(remote.size or 0, remote.size or 0, 0.0)
                 return dest
@@ -314,7 +314,7 @@ class HubClient:
             raise
         self._verify(remote, hasher, part)
         self._install(part, dest)
-        logger.info("downloaded %s/%s to %s", remote.repo_id, remote.filename, dest)
+        log.info("downloaded %s/%s to %s", remote.repo_id, remote.filename, dest)
         return dest
 
     def _transfer(
@@ -378,7 +378,7 @@ class HubClient:
                                "file on the Hub", "checksum_mismatch")
             self._raise_for_status(r, remote)
             if done and _range_start(r) != done:  # Range ignored: start over
-                logger.info("server ignored the Range request; restarting %s", remote.filename)
+                log.info("server ignored the Range request; restarting %s", remote.filename)
                 f.seek(0)
                 f.truncate()
                 done, hasher = 0, _new_hasher(remote)
@@ -435,11 +435,11 @@ class HubClient:
             hasher = _new_hasher(remote)
             hash_file(dest, hasher, remote.size)
         except OSError as e:
-            logger.warning("cannot read %s (%s); downloading it again", dest, e)
+            log.warning("cannot read %s (%s); downloading it again", dest, e)
             return False
         if hasher.hexdigest() == want.lower():
             return True
-        logger.warning("%s has the size of %s but not its checksum; downloading it again",
+        log.warning("%s has the size of %s but not its checksum; downloading it again",
                        dest, remote.filename)
         return False
 
@@ -479,14 +479,14 @@ class HubClient:
             return 0
         fields = _sidecar_fields(remote)
         if meta is None or any(meta.get(k) != v for k, v in fields.items()):
-            logger.info("discarding a stale partial download %s", part)
+            log.info("discarding a stale partial download %s", part)
             remove_files(part, sidecar_path(part))
             return 0
         have = part.stat().st_size
         if have > (remote.size or 0):
             remove_files(part, sidecar_path(part))
             return 0
-        logger.info("resuming %s at byte %d", remote.filename, have)
+        log.info("resuming %s at byte %d", remote.filename, have)
         return have
 
     def _check_space(self, size: int, have: int, install_dir: Path) -> None:
@@ -505,7 +505,7 @@ class HubClient:
 
     def _backoff(self, failures: int, cancel: Cancel) -> None:
         delay = min(self.backoff_max_s, self.backoff_base_s * 2 ** (failures - 1))
-        logger.info("network error; retry %d/%d in %.2fs", failures, self.max_retries, delay)
+        log.info("network error; retry %d/%d in %.2fs", failures, self.max_retries, delay)
         left = delay
         while left > 0:  # in slices, so a cancel during the wait is seen promptly
             if _is_cancelled(cancel):
@@ -628,7 +628,7 @@ def _stored_token() -> str | None:
     try:
         return huggingface_hub.get_token()
     except Exception:  # noqa: BLE001 - a broken token store must not stop the app
-        logger.debug("no stored Hugging Face token", exc_info=True)
+        log.debug("no stored Hugging Face token", exc_info=True)
         return None
 
 

@@ -28,7 +28,7 @@ from typing import Any
 
 import gguf
 
-logger = logging.getLogger(__name__)
+log = logging.getLogger(__name__)
 
 # Arrays with more elements than this are skipped (vocabularies, merges, scores).
 MAX_KEPT_ARRAY_LEN = 256
@@ -354,7 +354,7 @@ def read_entry(path: Path | str, *, is_default: bool = False) -> ModelEntry:
         size = 0
         with contextlib.suppress(OSError):
             size = path.stat().st_size
-        logger.info("broken model file %s: %s", path, reason)
+        log.info("broken model file %s: %s", path, reason)
         return ModelEntry(path=path, name=path.stem, size_bytes=size, broken=reason,
                           quant=quant_from_filename(path.name), is_default=is_default)
 
@@ -384,7 +384,7 @@ def _default_model_path() -> Path | None:
     try:
         return default_model_path()
     except FileNotFoundError as e:
-        logger.warning("default model unavailable: %s", e)
+        log.warning("default model unavailable: %s", e)
         return None
 
 
@@ -466,7 +466,7 @@ class ModelLibrary:
                     if path.is_file():
                         yield path
             except OSError as e:
-                logger.warning("cannot list %s: %s", d, e)
+                log.warning("cannot list %s: %s", d, e)
 
     def _entry(self, path: Path, *, is_default: bool = False) -> ModelEntry:
         real = path.resolve()

@@ -15,7 +15,7 @@ from typing import Any
 
 from app.storage.errors import InvalidTextError
 
-logger = logging.getLogger(__name__)
+log = logging.getLogger(__name__)
 
 JSON_SCALARS = (bool, int, float, type(None))
 
@@ -62,7 +62,7 @@ def as_text(value: object) -> str:
     if isinstance(value, bytes | bytearray | memoryview):
         raw = bytes(value)
         text = raw.decode("utf-8", errors="replace")
-        logger.warning("a text column held %d bytes instead of text; decoded as UTF-8", len(raw))
+        log.warning("a text column held %d bytes instead of text; decoded as UTF-8", len(raw))
         return text
     return str(value)
 

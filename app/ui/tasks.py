@@ -21,7 +21,7 @@ from PySide6.QtCore import QObject, Signal
 
 from app.ui.aio import spawn
 
-logger = logging.getLogger(__name__)
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 DoneCallback = Callable[[Any], None]

@@ -33,7 +33,7 @@ from app.ui.models.format import short_hex
 from app.ui.models.widgets import MessageCard, button, caption, section
 from app.ui.tasks import TaskRunner
 
-logger = logging.getLogger(__name__)
+log = logging.getLogger(__name__)
 
 SCALE_DEBOUNCE_MS = 80
 SLIDER_STEPS = 200  # 0.00 … 2.00 in steps of 0.01
@@ -333,7 +333,7 @@ class AdaptersPage(QWidget):
             text = f"Refused: {err}"
         else:
             text = f"{what}: {getattr(err, 'message', None) or err}"
-        logger.info("adapter operation failed: %s", text)
+        log.info("adapter operation failed: %s", text)
         self.error_card.show_text(text)
         if self._model_id is not None:  # show the engine's state, not our guess
             self._load_adapters()

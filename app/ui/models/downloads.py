@@ -35,7 +35,7 @@ from app.ui.observable import ObservableList
 from app.ui.tasks import TaskRunner
 from app.units import human_bytes
 
-logger = logging.getLogger(__name__)
+log = logging.getLogger(__name__)
 
 
 class DownloadState(StrEnum):
@@ -158,7 +158,7 @@ class DownloadManager(QObject):
         try:
             partials = self.hub.list_partials()
         except OSError as e:
-            logger.warning("cannot list paused downloads: %s", e)
+            log.warning("cannot list paused downloads: %s", e)
             return 0
         for p in partials:
             if self.find(p.repo_id, p.filename) is not None:
@@ -248,7 +248,7 @@ class DownloadManager(QObject):
         except HubError as e:
             self._on_job_ended(item_id, None, e)
         except Exception as e:  # noqa: BLE001 - a bug, but shown rather than lost
-            logger.exception("download of %s failed", filename)
+            log.exception("download of %s failed", filename)
             self._on_job_ended(item_id, None, HubError(f"{type(e).__name__}: {e}", "bug"))
         else:
             self._on_job_ended(item_id, path, None)
@@ -316,7 +316,7 @@ class DownloadManager(QObject):
         try:
             self.hub.discard_partial(item.repo_id, item.filename)
         except (HubError, OSError) as e:
-            logger.warning("could not delete the partial of %s: %s", item.filename, e)
+            log.warning("could not delete the partial of %s: %s", item.filename, e)
 
 
 def describe(item: DownloadItem) -> str:

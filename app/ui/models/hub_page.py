@@ -29,7 +29,7 @@ from app.ui.qt_models.model_hub import HubResultsModel
 from app.ui.tasks import TaskRunner
 from app.units import human_bytes
 
-logger = logging.getLogger(__name__)
+log = logging.getLogger(__name__)
 
 FILE_ROLE = Qt.ItemDataRole.UserRole + 1
 

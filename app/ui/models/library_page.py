@@ -32,7 +32,7 @@ from app.ui.qt_models.model_library import COL_NAME, LibraryTableModel
 from app.ui.widgets.elided import ElidedLabel
 from app.units import human_bytes
 
-logger = logging.getLogger(__name__)
+log = logging.getLogger(__name__)
 
 
 def _spin(lo: int, hi: int, step: int = 1, special: str | None = None) -> QSpinBox:

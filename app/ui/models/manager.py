@@ -43,7 +43,7 @@ from app.ui.models.widgets import caption
 from app.ui.tasks import TaskRunner
 from app.ui.theme import colors
 
-logger = logging.getLogger(__name__)
+log = logging.getLogger(__name__)
 
 ConfigFactory = Callable[[str, LoadSettings], ModelConfig]
 UnloadHook = Callable[[str], None]
@@ -323,7 +323,7 @@ class ModelManager(QWidget):
         return None
 
     def _report(self, text: str) -> None:
-        logger.info("models: %s", text)
+        log.info("models: %s", text)
         self.error_raised.emit(text)
 
     def _apply_style(self) -> None:

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-logger = logging.getLogger(__name__)
+log = logging.getLogger(__name__)
 
 SETTINGS_FILE = "model_load_settings.json"
 
@@ -67,7 +67,7 @@ class JsonSettingsStore(MutableMapping[str, Any]):
         except FileNotFoundError:
             pass
         except (OSError, ValueError) as e:
-            logger.warning("ignoring unreadable model settings %s: %s", self.path, e)
+            log.warning("ignoring unreadable model settings %s: %s", self.path, e)
 
     def __getitem__(self, key: str) -> Any:
         return self._data[key]
@@ -93,7 +93,7 @@ class JsonSettingsStore(MutableMapping[str, Any]):
             tmp.write_text(json.dumps(self._data, indent=1, sort_keys=True))
             os.replace(tmp, self.path)
         except OSError as e:
-            logger.warning("could not save model settings to %s: %s", self.path, e)
+            log.warning("could not save model settings to %s: %s", self.path, e)
 
 
 def default_for(context_length: int | None) -> LoadSettings:
