@@ -13,7 +13,7 @@ import dataclasses
 import itertools
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 from app.cache.keys import effective_fingerprint
 from app.engine.backend import Backend
@@ -31,6 +31,15 @@ class AdapterEntry:
     native: Any
 
 
+class AdapterListing(TypedDict):
+    """One attached adapter as ``Model.list_adapters`` reports it (plain data, any thread)."""
+
+    handle: int
+    path: str
+    sha256: str  # hex
+    scale: float
+
+
 class LoraSet:
     def __init__(self, backend: Backend) -> None:
         self._backend = backend
@@ -39,7 +48,7 @@ class LoraSet:
 
     # ------------------------------------------------------------------ any thread
 
-    def listing(self) -> list[dict[str, Any]]:
+    def listing(self) -> list[AdapterListing]:
         return [
             {"handle": e.handle, "path": e.path, "sha256": e.sha256.hex(), "scale": e.scale}
             for e in self.entries

@@ -30,7 +30,7 @@ from app.engine.events import (
     SchedulerSnapshot,
     Stats,
 )
-from app.engine.lora import LoraSet
+from app.engine.lora import AdapterListing, LoraSet
 from app.engine.request import Mode
 from app.engine.scheduler import Scheduler
 from app.engine.validation import (
@@ -291,7 +291,7 @@ class Model:
         handle, scale = check_handle(handle), check_adapter_scale(scale)  # before llama.cpp sees them
         self._change_adapters(lambda: self._lora.rescale(handle, scale))
 
-    def list_adapters(self) -> list[dict[str, Any]]:
+    def list_adapters(self) -> list[AdapterListing]:
         return self._lora.listing()
 
     def effective_fingerprint(self) -> bytes:

@@ -17,7 +17,7 @@ import asyncio
 import logging
 from collections.abc import Callable, Coroutine
 from concurrent.futures import Executor
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import qasync
 from PySide6.QtWidgets import QApplication
@@ -40,7 +40,7 @@ def gui_loop() -> asyncio.AbstractEventLoop:
     return _loop
 
 
-def spawn(coro: Coroutine[Any, Any, T], *, name: str | None = None) -> asyncio.Task[T]:
+def spawn(coro: Coroutine[object, object, T], *, name: str | None = None) -> asyncio.Task[T]:
     """Start ``coro`` on the GUI loop; an exception it raises is logged, not swallowed."""
     task = gui_loop().create_task(coro, name=name)
     task.add_done_callback(_report)
@@ -52,7 +52,7 @@ async def run_blocking(executor: Executor, fn: Callable[[], T]) -> T:
     return await asyncio.wrap_future(executor.submit(fn), loop=gui_loop())
 
 
-def _report(task: asyncio.Task[Any]) -> None:
+def _report(task: asyncio.Task[object]) -> None:
     if task.cancelled():
         return
     exc = task.exception()

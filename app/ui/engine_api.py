@@ -20,6 +20,7 @@ from typing import Protocol
 from app.cache.store import CacheStore
 from app.engine.config import ModelConfig
 from app.engine.events import Event, ModelInfo, SchedulerSnapshot
+from app.engine.lora import AdapterListing
 
 EventCallback = Callable[[Event], None]
 
@@ -71,7 +72,7 @@ class ModelApi(Protocol):
 
     def set_adapter_scale(self, handle: int, scale: float) -> None: ...
 
-    def list_adapters(self) -> list[dict[str, object]]: ...
+    def list_adapters(self) -> list[AdapterListing]: ...
 
 
 class EngineApi(Protocol):

@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QObject, Signal
 from PySide6.QtWidgets import QProgressBar
 
+from app.engine.config import ModelConfig
+from app.ui.engine_api import EngineApi
 from app.ui.tasks import TaskRunner
 
 if TYPE_CHECKING:
@@ -35,9 +37,9 @@ class ModelLoading(QObject):
     def __init__(
         self,
         window: MainWindow,
-        engine: Any,
+        engine: EngineApi,
         model_id: str,
-        make_config: Callable[[], Any],
+        make_config: Callable[[], ModelConfig],
         label: str,
     ) -> None:
         super().__init__(window)

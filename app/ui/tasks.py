@@ -24,7 +24,6 @@ from app.ui.aio import spawn
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-DoneCallback = Callable[[Any], None]
 ErrorCallback = Callable[[Exception], None]
 
 
@@ -42,8 +41,8 @@ class TaskRunner(QObject):
         self._executor = concurrent.futures.ThreadPoolExecutor(
             max_workers=max_threads, thread_name_prefix="hearth-task"
         )
-        self._tasks: set[asyncio.Task[Any]] = set()
-        self._running: set[concurrent.futures.Future[Any]] = set()
+        self._tasks: set[asyncio.Task[object]] = set()
+        self._running: set[concurrent.futures.Future[Any]] = set()  # Future is invariant in T
         self._alive = [True]
         # NOTE: the slot captures plain objects, not ``self``: it runs as the QObject dies.
         self.destroyed.connect(_canceller(self._tasks, self._alive))
@@ -60,7 +59,7 @@ class TaskRunner(QObject):
         future.add_done_callback(self._running.discard)
         return await asyncio.wrap_future(future)
 
-    def start(self, coro: Coroutine[Any, Any, T], name: str | None = None) -> asyncio.Task[T]:
+    def start(self, coro: Coroutine[object, object, T], name: str | None = None) -> asyncio.Task[T]:
         """Run ``coro`` as one of this runner's tasks (counted by ``num_pending``)."""
         was_idle = not self._tasks
         task = spawn(coro, name=name)
@@ -72,8 +71,8 @@ class TaskRunner(QObject):
 
     def run(
         self,
-        fn: Callable[[], Any],
-        on_done: DoneCallback | None = None,
+        fn: Callable[[], T],
+        on_done: Callable[[T], None] | None = None,
         on_error: ErrorCallback | None = None,
     ) -> asyncio.Task[None]:
         """Callback style: ``on_done(result)`` or ``on_error(exc)`` on the GUI thread."""
@@ -98,13 +97,13 @@ class TaskRunner(QObject):
         _done, pending = concurrent.futures.wait(list(self._running), timeout=timeout)
         return not pending
 
-    def _on_task_done(self, task: asyncio.Task[Any]) -> None:
+    def _on_task_done(self, task: asyncio.Task[object]) -> None:
         self._tasks.discard(task)
         if not self._tasks and self._alive:
             self.idle_changed.emit(True)
 
 
-def _canceller(tasks: set[asyncio.Task[Any]], alive: list[bool]) -> Callable[..., None]:
+def _canceller(tasks: set[asyncio.Task[object]], alive: list[bool]) -> Callable[..., None]:
     def cancel(*_args: object) -> None:
         alive.clear()
         for task in list(tasks):

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from typing import Any
 
 from PySide6.QtCore import QObject, Signal
 
+from app.cache.store import CacheStore
 from app.ui.aio import gui_loop
 from app.ui.cache import fmt
 from app.ui.tasks import TaskRunner
@@ -34,7 +34,7 @@ class CacheActions(QObject):
     finished = Signal(str, str)  # action name, a message for the user
     failed = Signal(str, str)  # action name, error text
 
-    def __init__(self, store: Any, parent: QObject | None = None) -> None:
+    def __init__(self, store: CacheStore, parent: QObject | None = None) -> None:
         super().__init__(parent)
         self._store = store
         self.runner = TaskRunner(max_threads=1, parent=self)

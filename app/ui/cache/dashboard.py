@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import Any
 
 from PySide6.QtCore import QEvent, Qt, QTimer, Signal
 from PySide6.QtWidgets import (
@@ -37,6 +36,7 @@ from app.ui.cache.stats_panel import StatsHistory, StatsPanel
 from app.ui.cache.tiers_panel import TiersPanel
 from app.ui.cache.titles import ConversationTitles
 from app.ui.cache.tree_panel import TreePanel
+from app.ui.engine_api import EngineApi, ModelApi
 from app.ui.qt_models.cache_rows import CacheRowsModel
 
 log = logging.getLogger(__name__)
@@ -55,7 +55,7 @@ class CacheDashboard(QWidget):
 
     def __init__(
         self,
-        engine: Any,
+        engine: EngineApi,
         parent: QWidget | None = None,
         *,
         session_namer: SessionNamer | None = None,
@@ -68,8 +68,8 @@ class CacheDashboard(QWidget):
         self._qss = ""
         self._apply_style()  # before the children exist: each is polished once, when shown
         self.store = engine.cache
-        self._models: dict[str, Any] = {}
-        self._model_by_fp: dict[str, Any] = {}
+        self._models: dict[str, ModelApi] = {}
+        self._model_by_fp: dict[str, ModelApi] = {}
         self._known_fps: set[str] = set()
         self.refresh_models()
 
@@ -174,14 +174,14 @@ class CacheDashboard(QWidget):
 
     def refresh_models(self) -> None:
         """Re-read the loaded models (for previews, filters and the scheduler view)."""
-        models: dict[str, Any] = {}
+        models: dict[str, ModelApi] = {}
         try:
             for info in self.engine.list_models():
                 models[info.id] = self.engine.get_model(info.id)
         except Exception as exc:  # the engine is closing, or a model unloading right now
             log.debug("listing models failed: %s", exc)
         self._models = models
-        by_fp: dict[str, Any] = {}
+        by_fp: dict[str, ModelApi] = {}
         for m in models.values():
             try:
                 by_fp[m.effective_fingerprint().hex()] = m
@@ -232,7 +232,7 @@ class CacheDashboard(QWidget):
         self.rows_panel.set_model_ids(ids)
         self.tree_panel.set_model_ids(ids)
 
-    def _on_rows_changed(self, *args: Any) -> None:
+    def _on_rows_changed(self, *args: object) -> None:
         self._update_model_lists()
         if self.tabs.currentIndex() == TAB_TREE:
             self.tree_panel.refresh()

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
+from app.cache.rows import Row
+from app.cache.store import CacheStore
 from app.ui.cache.row_state import CacheRowState
 
 log = logging.getLogger(__name__)
@@ -27,12 +28,12 @@ class CacheFeed(QObject):
     changes_arrived = Signal()  # emitted from any thread; queued to the GUI thread
     rows_changed = Signal(int)  # after a batch was applied: how many notifications it held
 
-    def __init__(self, store: Any, state: CacheRowState, parent: QObject | None = None) -> None:
+    def __init__(self, store: CacheStore, state: CacheRowState, parent: QObject | None = None) -> None:
         super().__init__(parent)
         self._store = store
         self._state = state
         self._lock = threading.Lock()
-        self._buffer: list[tuple[str, Any]] = []
+        self._buffer: list[tuple[str, Row | bytes]] = []
         self._scheduled = False
         self._timer = QTimer(self)
         self._timer.setSingleShot(True)
@@ -60,7 +61,7 @@ class CacheFeed(QObject):
 
     # -- any thread ---------------------------------------------------------------------------
 
-    def _on_store_change(self, kind: str, obj: Any) -> None:
+    def _on_store_change(self, kind: str, obj: Row | bytes) -> None:
         with self._lock:
             self._buffer.append((kind, obj))
             if self._scheduled:

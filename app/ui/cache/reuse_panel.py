@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from typing import Any
 
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -26,6 +25,7 @@ from app.engine.events import ReuseRecord
 from app.ui.cache import fmt
 from app.ui.cache.reuse_words import reuse_words
 from app.ui.cache.titles import ConversationTitles
+from app.ui.engine_api import ModelApi
 
 COLUMNS = ("When", "Conversation", "Model", "What was reused")
 
@@ -63,7 +63,7 @@ class ReusePanel(QWidget):
         layout.addWidget(self.summary)
         layout.addWidget(self.table, 1)
 
-    def refresh(self, models: Mapping[str, Any]) -> None:
+    def refresh(self, models: Mapping[str, ModelApi]) -> None:
         """Show the recent requests of ``models`` (id → Model), newest first."""
         records: list[tuple[str, ReuseRecord]] = []
         for model_id, model in models.items():

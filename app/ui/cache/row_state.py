@@ -13,13 +13,22 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import Protocol, Self
 
 from app.cache.index import Row
 from app.ui.observable import ObservableList
 
 TIER_ORDER = {"ram": 0, "ram_file": 1, "disk": 2}
-SortKey = Callable[[Row], Any]
+
+
+class Ordered(Protocol):
+    """A sort key's value: compares with others of its own type (str, int, float…)."""
+
+    def __lt__(self, other: Self, /) -> bool: ...
+    def __le__(self, other: Self, /) -> bool: ...
+
+
+SortKey = Callable[[Row], Ordered]
 
 # Bigger batches of inserts than this re-sort once instead of inserting one by one.
 _SORTED_INSERT_LIMIT = 64
@@ -62,14 +71,15 @@ class CacheRowState(ObservableList[Row, bytes]):
         self.version += 1
         self._reset(rows)
 
-    def apply(self, changes: Iterable[tuple[str, Any]]) -> None:
+    def apply(self, changes: Iterable[tuple[str, Row | bytes]]) -> None:
         """Apply a batch of store notifications: the last one per key wins."""
         latest: dict[bytes, Row | None] = {}
         for kind, obj in changes:
-            if kind == "removed":
+            if isinstance(obj, Row):
+                if kind in ("published", "updated"):
+                    latest[obj.key] = obj
+            elif kind == "removed":
                 latest[obj] = None
-            elif kind in ("published", "updated"):
-                latest[obj.key] = obj
         if not latest:
             return
         self.version += 1
@@ -127,7 +137,7 @@ class CacheRowState(ObservableList[Row, bytes]):
         for row in new:
             self._insert(self._bisect(key(row)), [row])
 
-    def _bisect(self, value: Any) -> int:
+    def _bisect(self, value: Ordered) -> int:
         key = self._sort_key
         assert key is not None
         rows = self.items()

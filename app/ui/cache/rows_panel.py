@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from PySide6.QtCore import QItemSelectionModel, Qt, Signal
+from PySide6.QtCore import QItemSelectionModel, QPoint, Qt, Signal
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QComboBox,
@@ -217,7 +215,7 @@ class RowsPanel(QWidget):
         )
         self._update_count()
 
-    def _update_count(self, *args: Any) -> None:
+    def _update_count(self, *args: object) -> None:
         shown, total = self.proxy.rowCount(), self.model.rowCount()
         self.count_label.setText(
             f"{total:,} entries" if shown == total else f"{shown:,} of {total:,} entries"
@@ -248,7 +246,7 @@ class RowsPanel(QWidget):
         self.table.scrollTo(idx)
         return True
 
-    def _on_selection_changed(self, *args: Any) -> None:
+    def _on_selection_changed(self, *args: object) -> None:
         rows = self.selected_rows()
         has = bool(rows)
         for b in (self.pin_button, self.unpin_button, self.evict_button, self.delete_button,
@@ -265,7 +263,7 @@ class RowsPanel(QWidget):
             self.detail.clear()
         self.row_selected.emit(rows[0] if len(rows) == 1 else None)
 
-    def _on_context_menu(self, pos: Any) -> None:
+    def _on_context_menu(self, pos: QPoint) -> None:
         if not self.selected_rows():
             return
         menu = QMenu(self)

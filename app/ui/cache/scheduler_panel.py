@@ -9,7 +9,6 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import Any
 
 import pyqtgraph as pg
 from PySide6.QtWidgets import (
@@ -24,6 +23,7 @@ from PySide6.QtWidgets import (
 
 from app.engine.events import SchedulerSnapshot, SlotInfo
 from app.ui.cache import style
+from app.ui.engine_api import EngineApi, ModelApi
 
 SessionNamer = Callable[[str], str | None]
 
@@ -78,7 +78,9 @@ class SlotChip(QFrame):
 class ModelMonitor(QFrame):
     """One loaded model: slot chips, queue, tokens/s and a tick composition chart."""
 
-    def __init__(self, model: Any, namer: SessionNamer | None, parent: QWidget | None = None) -> None:
+    def __init__(
+        self, model: ModelApi, namer: SessionNamer | None, parent: QWidget | None = None
+    ) -> None:
         super().__init__(parent)
         self.setObjectName("cacheCard")
         self.model = model
@@ -163,7 +165,9 @@ class ModelMonitor(QFrame):
 class SchedulerPanel(QWidget):
     """Cards for every loaded model; ``refresh`` re-reads the engine's model list."""
 
-    def __init__(self, engine: Any, namer: SessionNamer | None = None, parent: QWidget | None = None) -> None:
+    def __init__(
+        self, engine: EngineApi, namer: SessionNamer | None = None, parent: QWidget | None = None
+    ) -> None:
         super().__init__(parent)
         self.setObjectName("cacheSchedulerPanel")
         self._engine = engine

@@ -8,8 +8,7 @@ the rows or the chosen model change; lines are named by their conversations' tit
 
 from __future__ import annotations
 
-from typing import Any
-
+from PySide6.QtCore import QModelIndex
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QComboBox,
@@ -21,6 +20,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.cache.store import CacheStore
 from app.cache.tree import TreeNode
 from app.template_text import transcript
 from app.ui.cache import fmt
@@ -38,7 +38,7 @@ AUTO_EXPAND_NODES = 500
 class TreePanel(QWidget):
     def __init__(
         self,
-        store: Any,
+        store: CacheStore,
         state: CacheRowState,
         previews: PreviewCache,
         titles: ConversationTitles,
@@ -151,7 +151,7 @@ class TreePanel(QWidget):
                         out.add(key)
         return out
 
-    def _on_current_changed(self, current: Any, previous: Any) -> None:
+    def _on_current_changed(self, current: QModelIndex, previous: QModelIndex) -> None:
         node: TreeNode | None = current.data(NODE_ROLE) if current.isValid() else None
         self.detail.setPlainText("" if node is None else self.describe(node))
 

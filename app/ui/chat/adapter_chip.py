@@ -8,23 +8,24 @@ plain read of the model's published adapter set, safe from the GUI thread.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
 from PySide6.QtCore import QObject
 from PySide6.QtWidgets import QLabel, QWidget
 
 from app.engine.errors import EngineError
+from app.engine.lora import AdapterListing
+from app.ui.engine_api import EngineApi
 
 log = logging.getLogger(__name__)
 
 
-def adapter_summary(adapters: Sequence[Mapping[str, Any]]) -> tuple[str, str] | None:
+def adapter_summary(adapters: Sequence[AdapterListing]) -> tuple[str, str] | None:
     """``(chip text, tooltip)`` for a model's adapters, or None when it has none."""
     if not adapters:
         return None
-    names = [(Path(str(a["path"])).stem, float(a["scale"])) for a in adapters]
+    names = [(Path(a["path"]).stem, a["scale"]) for a in adapters]
     first, scale = names[0]
     text = f"LoRA · {first} ×{scale:.2f}" + (f" +{len(names) - 1}" if len(names) > 1 else "")
     lines = [f"{name}: scale {s:.2f}" + (" (off)" if s == 0 else "") for name, s in names]
@@ -45,7 +46,7 @@ class AdapterChip(QLabel):
         self.setObjectName("adapterChip")
         self.hide()
 
-    def show_adapters(self, adapters: Sequence[Mapping[str, Any]]) -> None:
+    def show_adapters(self, adapters: Sequence[AdapterListing]) -> None:
         summary = adapter_summary(adapters)
         self.setVisible(summary is not None)
         if summary is not None:
@@ -60,7 +61,9 @@ class AdapterIndicator(QObject):
     :meth:`refresh` whenever that model or its adapters may have changed.
     """
 
-    def __init__(self, chip: AdapterChip, engine: Any, model_of: Callable[[], str]) -> None:
+    def __init__(
+        self, chip: AdapterChip, engine: EngineApi | None, model_of: Callable[[], str]
+    ) -> None:
         super().__init__(chip)
         self.chip = chip
         self._engine = engine
@@ -68,7 +71,7 @@ class AdapterIndicator(QObject):
 
     def refresh(self, *_args: object) -> None:
         model_id = self._model_of()
-        adapters: list[dict[str, Any]] = []
+        adapters: list[AdapterListing] = []
         if model_id and self._engine is not None:
             try:
                 adapters = self._engine.get_model(model_id).list_adapters()

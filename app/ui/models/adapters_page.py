@@ -10,9 +10,10 @@ the slider rests for ``SCALE_DEBOUNCE_MS`` (each change releases the model's idl
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TypeVar
 
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import (
@@ -29,11 +30,14 @@ from PySide6.QtWidgets import (
 
 from app.cache.keys import effective_fingerprint
 from app.models.adapters import AdapterError, check_adapter_matches
+from app.ui.engine_api import EngineApi, ModelApi
 from app.ui.models.format import short_hex
 from app.ui.models.widgets import MessageCard, button, caption, section
 from app.ui.tasks import TaskRunner
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 SCALE_DEBOUNCE_MS = 80
 SLIDER_STEPS = 200  # 0.00 … 2.00 in steps of 0.01
@@ -114,7 +118,9 @@ class AdaptersPage(QWidget):
     adapters_changed = Signal(str)  # model id, after the engine applied a change
     fingerprint_changed = Signal(str)  # full hex of the displayed effective fingerprint
 
-    def __init__(self, engine: Any, runner: TaskRunner, parent: QWidget | None = None) -> None:
+    def __init__(
+        self, engine: EngineApi | None, runner: TaskRunner, parent: QWidget | None = None
+    ) -> None:
         super().__init__(parent)
         self.setObjectName("adaptersPage")
         self.engine = engine
@@ -297,7 +303,7 @@ class AdaptersPage(QWidget):
 
     # -- helpers ------------------------------------------------------------------------------
 
-    def _model(self) -> Any:
+    def _model(self) -> ModelApi | None:
         if self._model_id is None or self.engine is None:
             return None
         try:
@@ -305,11 +311,16 @@ class AdaptersPage(QWidget):
         except Exception:  # noqa: BLE001 - unloaded meanwhile
             return None
 
-    def _submit(self, fn: Any, on_done: Any, on_error: Any) -> None:
+    def _submit(
+        self,
+        fn: Callable[[], T],
+        on_done: Callable[[T], None],
+        on_error: Callable[[Exception], None],
+    ) -> None:
         self._num_in_flight += 1
         self._refresh_apply_state()
 
-        def done(result: Any) -> None:
+        def done(result: T) -> None:
             self._num_in_flight -= 1
             self._refresh_apply_state()
             on_done(result)
@@ -358,8 +369,7 @@ class AdaptersPage(QWidget):
         if model is None:
             return
         self._adapters = [
-            AttachedAdapter(int(a["handle"]), str(a["path"]), bytes.fromhex(a["sha256"]),
-                            float(a["scale"]))
+            AttachedAdapter(a["handle"], a["path"], bytes.fromhex(a["sha256"]), a["scale"])
             for a in model.list_adapters()
         ]
         self._rebuild_rows()

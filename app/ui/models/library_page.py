@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 from collections.abc import MutableMapping
 from pathlib import Path
-from typing import Any
 
 from PySide6.QtCore import QItemSelection, Qt, Signal
 from PySide6.QtWidgets import (
@@ -58,7 +57,7 @@ class LibraryPage(QWidget):
         self,
         library: ModelLibrary,
         catalog: LibraryCatalog,
-        settings: MutableMapping[str, Any],
+        settings: MutableMapping[str, object],
         parent: QWidget | None = None,
     ) -> None:
         super().__init__(parent)
@@ -255,7 +254,7 @@ class LibraryPage(QWidget):
             self.table.selectRow(0)
         self._refresh_details()
 
-    def _on_setting_changed(self, *_: Any) -> None:
+    def _on_setting_changed(self, *_: object) -> None:
         if self._loading_form:
             return
         row = self.selected_row()

@@ -11,7 +11,6 @@ import os
 from collections.abc import Iterator, MutableMapping
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +28,7 @@ class LoadSettings:
     n_threads: int = 0
 
     @classmethod
-    def from_mapping(cls, raw: Any, default: LoadSettings | None = None) -> LoadSettings:
+    def from_mapping(cls, raw: object, default: LoadSettings | None = None) -> LoadSettings:
         """Read a stored dict, ignoring unknown keys and keeping defaults for bad values."""
         base = default or cls()
         if not isinstance(raw, dict):
@@ -50,7 +49,7 @@ def settings_key(path: Path | str) -> str:
     return str(Path(path).expanduser().absolute())
 
 
-class JsonSettingsStore(MutableMapping[str, Any]):
+class JsonSettingsStore(MutableMapping[str, object]):
     """A dict persisted to a JSON file on every change (atomic replace).
 
     A missing or corrupt file starts empty (logged); a failed write is logged and the value
@@ -59,7 +58,7 @@ class JsonSettingsStore(MutableMapping[str, Any]):
 
     def __init__(self, path: Path | str) -> None:
         self.path = Path(path)
-        self._data: dict[str, Any] = {}
+        self._data: dict[str, object] = {}
         try:
             raw = json.loads(self.path.read_text())
             if isinstance(raw, dict):
@@ -69,10 +68,10 @@ class JsonSettingsStore(MutableMapping[str, Any]):
         except (OSError, ValueError) as e:
             log.warning("ignoring unreadable model settings %s: %s", self.path, e)
 
-    def __getitem__(self, key: str) -> Any:
+    def __getitem__(self, key: str) -> object:
         return self._data[key]
 
-    def __setitem__(self, key: str, value: Any) -> None:
+    def __setitem__(self, key: str, value: object) -> None:
         self._data[key] = value
         self._save()
 
@@ -103,13 +102,13 @@ def default_for(context_length: int | None) -> LoadSettings:
 
 
 def load_settings_for(
-    store: MutableMapping[str, Any], path: Path | str, context_length: int | None = None
+    store: MutableMapping[str, object], path: Path | str, context_length: int | None = None
 ) -> LoadSettings:
     return LoadSettings.from_mapping(store.get(settings_key(path)), default_for(context_length))
 
 
 def save_settings_for(
-    store: MutableMapping[str, Any], path: Path | str, settings: LoadSettings
+    store: MutableMapping[str, object], path: Path | str, settings: LoadSettings
 ) -> None:
     store[settings_key(path)] = settings.to_mapping()
     flush = getattr(store, "flush", None) or getattr(store, "sync", None)

@@ -9,18 +9,24 @@ in the bases: ``class M(ListAdapter, QAbstractTableModel)``, then ``self.observe
 from __future__ import annotations
 
 from collections.abc import Hashable
-from typing import Any
+from typing import Generic, TypeVar
 
 from PySide6.QtCore import QAbstractItemModel, QAbstractListModel, QModelIndex
 
 from app.ui.observable import ObservableList
 
+T = TypeVar("T")
+K = TypeVar("K", bound=Hashable)
 
-class ListAdapter:
-    _source: ObservableList[Any, Any]
-    _layout_keys: list[Hashable]
 
-    def observe(self, source: ObservableList[Any, Any]) -> None:
+class ListAdapter(Generic[T, K]):
+    """Parameterised like its source: ``ListAdapter[Row, bytes]`` observes an
+    ``ObservableList[Row, bytes]``."""
+
+    _source: ObservableList[T, K]
+    _layout_keys: list[K]
+
+    def observe(self, source: ObservableList[T, K]) -> None:
         self._source = source
         self._layout_keys = []
         source.add_listener(self)

@@ -9,12 +9,11 @@ text) and forwards ``sort`` to the source, so it keeps the source's order.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
-
 from PySide6.QtCore import (
+    QAbstractItemModel,
     QAbstractTableModel,
     QModelIndex,
+    QObject,
     QPersistentModelIndex,
     QSortFilterProxyModel,
     Qt,
@@ -24,7 +23,7 @@ from PySide6.QtGui import QColor
 from app.cache.index import Row
 from app.ui.cache import fmt
 from app.ui.cache.previews import PreviewCache
-from app.ui.cache.row_state import TIER_ORDER, CacheRowState
+from app.ui.cache.row_state import TIER_ORDER, CacheRowState, SortKey
 from app.ui.cache.titles import ConversationTitles
 from app.ui.qt_models.adapter import ListAdapter
 from app.units import human_bytes
@@ -57,11 +56,11 @@ HEADER_TIPS = (
 )
 
 
-def _preview_sort(previews: PreviewCache) -> Callable[[Row], Any]:
+def _preview_sort(previews: PreviewCache) -> SortKey:
     return lambda r: previews.cached_tail(r.key) or r.prompt_preview or ""
 
 
-SORT_KEYS: dict[int, Callable[[Row], Any]] = {
+SORT_KEYS: dict[int, SortKey] = {
     COL_MODEL: lambda r: r.model_id,
     COL_TOKENS: lambda r: r.n_tokens,
     COL_SIZE: lambda r: r.size,
@@ -74,14 +73,14 @@ SORT_KEYS: dict[int, Callable[[Row], Any]] = {
 }
 
 
-class CacheRowsModel(ListAdapter, QAbstractTableModel):
+class CacheRowsModel(ListAdapter[Row, bytes], QAbstractTableModel):
     """Table adapter: one row per cache entry, columns ``COLUMNS``."""
 
     def __init__(
         self,
         state: CacheRowState,
         previews: PreviewCache,
-        parent: Any = None,
+        parent: QObject | None = None,
         *,
         titles: ConversationTitles | None = None,
     ) -> None:
@@ -89,7 +88,7 @@ class CacheRowsModel(ListAdapter, QAbstractTableModel):
         self._state = state
         self._previews = previews
         self._titles = titles or ConversationTitles(None)
-        self._last_sort: tuple[int, Any, int] | None = None
+        self._last_sort: tuple[int, Qt.SortOrder, int] | None = None
         self._muted = QColor("#8a8f98")
         self._pin_color = QColor("#e8590c")
         self.observe(state)
@@ -110,7 +109,7 @@ class CacheRowsModel(ListAdapter, QAbstractTableModel):
     def columnCount(self, parent: Index = QModelIndex()) -> int:  # noqa: B008
         return 0 if parent.isValid() else len(COLUMNS)
 
-    def headerData(self, section: int, orientation: Qt.Orientation, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
+    def headerData(self, section: int, orientation: Qt.Orientation, role: int = Qt.ItemDataRole.DisplayRole) -> object:
         if orientation != Qt.Orientation.Horizontal or not 0 <= section < len(COLUMNS):
             return None
         if role == Qt.ItemDataRole.DisplayRole:
@@ -119,7 +118,7 @@ class CacheRowsModel(ListAdapter, QAbstractTableModel):
             return HEADER_TIPS[section]
         return None
 
-    def data(self, index: Index, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
+    def data(self, index: Index, role: int = Qt.ItemDataRole.DisplayRole) -> object:
         if not index.isValid() or not 0 <= index.row() < len(self._state):
             return None
         row = self._state.row(index.row())
@@ -141,7 +140,7 @@ class CacheRowsModel(ListAdapter, QAbstractTableModel):
                 return self._pin_color
         return None
 
-    def _display(self, row: Row, col: int) -> Any:
+    def _display(self, row: Row, col: int) -> str | None:
         if col == COL_MODEL:
             return row.model_id
         if col == COL_CONVERSATION:
@@ -190,7 +189,7 @@ class CacheRowsModel(ListAdapter, QAbstractTableModel):
         if request == self._last_sort:
             return
         if column == COL_PREVIEW:
-            key: Callable[[Row], Any] | None = _preview_sort(self._previews)
+            key: SortKey | None = _preview_sort(self._previews)
         elif column == COL_CONVERSATION:
             key = self._conversation_sort
         else:
@@ -207,7 +206,7 @@ class CacheRowsProxy(QSortFilterProxyModel):
     """Filters rows by model, tier, save reason and a text search; sorting goes to the
     source (see the module docstring), so this proxy never reorders."""
 
-    def __init__(self, parent: Any = None) -> None:
+    def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(parent)
         self.model_id: str | None = None
         self.tier: str | None = None
@@ -216,7 +215,7 @@ class CacheRowsProxy(QSortFilterProxyModel):
         self._previews: PreviewCache | None = None
         self._active = False
 
-    def setSourceModel(self, model: Any) -> None:  # noqa: N802 (Qt override)
+    def setSourceModel(self, model: QAbstractItemModel) -> None:  # noqa: N802 (Qt override)
         super().setSourceModel(model)
         self._previews = getattr(model, "_previews", None)
 

@@ -9,9 +9,7 @@ text, detokenized with its model and cleared of template markup.
 
 from __future__ import annotations
 
-from typing import Any
-
-from PySide6.QtCore import QAbstractItemModel, QModelIndex, QPersistentModelIndex, Qt
+from PySide6.QtCore import QAbstractItemModel, QModelIndex, QObject, QPersistentModelIndex, Qt
 
 from app.cache.index import Row
 from app.cache.tree import TreeNode
@@ -42,7 +40,7 @@ CONTEXT_TOKENS = 16  # tokens before a line, read only to learn who speaks at it
 
 class CacheTreeModel(QAbstractItemModel):
     def __init__(
-        self, previews: PreviewCache, titles: ConversationTitles, parent: Any = None
+        self, previews: PreviewCache, titles: ConversationTitles, parent: QObject | None = None
     ) -> None:
         super().__init__(parent)
         self._previews = previews
@@ -162,7 +160,7 @@ class CacheTreeModel(QAbstractItemModel):
 
     def headerData(  # noqa: N802
         self, section: int, orientation: Qt.Orientation, role: int = Qt.ItemDataRole.DisplayRole
-    ) -> Any:
+    ) -> object:
         if orientation != Qt.Orientation.Horizontal or not 0 <= section < len(TREE_COLUMNS):
             return None
         if role == Qt.ItemDataRole.DisplayRole:
@@ -171,7 +169,7 @@ class CacheTreeModel(QAbstractItemModel):
             return TREE_TIPS[section]
         return None
 
-    def data(self, index: Index, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
+    def data(self, index: Index, role: int = Qt.ItemDataRole.DisplayRole) -> object:
         node = self.node(index)
         if node is None:
             return None

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
 
 from PySide6.QtCore import QAbstractListModel, QModelIndex, QPersistentModelIndex, Qt
 
-from app.ui.chat.catalog import ConversationCatalog
+from app.ui.chat.catalog import ConversationCatalog, ConversationEntry
 from app.ui.qt_models.adapter import ListAdapter
 
 Index = QModelIndex | QPersistentModelIndex
@@ -20,7 +19,7 @@ UPDATED_ROLE = Qt.ItemDataRole.UserRole + 3
 AGE_ROLE = Qt.ItemDataRole.UserRole + 4
 
 
-class ConversationListModel(ListAdapter, QAbstractListModel):
+class ConversationListModel(ListAdapter[ConversationEntry, str], QAbstractListModel):
     def __init__(
         self, catalog: ConversationCatalog, rename: Callable[[str, str], None] | None = None
     ) -> None:
@@ -34,7 +33,7 @@ class ConversationListModel(ListAdapter, QAbstractListModel):
     def rowCount(self, parent: Index = QModelIndex()) -> int:  # noqa: B008
         return 0 if parent.isValid() else len(self._catalog)
 
-    def data(self, index: Index, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
+    def data(self, index: Index, role: int = Qt.ItemDataRole.DisplayRole) -> object:
         if not index.isValid() or not 0 <= index.row() < len(self._catalog):
             return None
         entry = self._catalog.entry(index.row())
@@ -52,7 +51,7 @@ class ConversationListModel(ListAdapter, QAbstractListModel):
             return _age(entry.updated)
         return None
 
-    def setData(self, index: Index, value: Any, role: int = Qt.ItemDataRole.EditRole) -> bool:
+    def setData(self, index: Index, value: object, role: int = Qt.ItemDataRole.EditRole) -> bool:
         if role != Qt.ItemDataRole.EditRole or not index.isValid() or self._rename is None:
             return False
         title = str(value).strip()

@@ -4,11 +4,9 @@ the manager owns the list; this model only translates its notifications, through
 
 from __future__ import annotations
 
-from typing import Any
-
 from PySide6.QtCore import QAbstractListModel, QModelIndex, QPersistentModelIndex, Qt
 
-from app.ui.models.downloads import DownloadManager, describe
+from app.ui.models.downloads import DownloadItem, DownloadManager, describe
 from app.ui.qt_models.adapter import ListAdapter
 
 Index = QModelIndex | QPersistentModelIndex
@@ -19,7 +17,7 @@ STATUS_ROLE = Qt.ItemDataRole.UserRole + 3  # the status line
 STATE_ROLE = Qt.ItemDataRole.UserRole + 4  # DownloadState value (str)
 
 
-class DownloadListModel(ListAdapter, QAbstractListModel):
+class DownloadListModel(ListAdapter[DownloadItem, int], QAbstractListModel):
     def __init__(self, manager: DownloadManager) -> None:
         super().__init__()
         self._manager = manager
@@ -34,7 +32,7 @@ class DownloadListModel(ListAdapter, QAbstractListModel):
         return Qt.ItemFlag.ItemIsEnabled | Qt.ItemFlag.ItemIsSelectable | \
             Qt.ItemFlag.ItemNeverHasChildren
 
-    def data(self, index: Index, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
+    def data(self, index: Index, role: int = Qt.ItemDataRole.DisplayRole) -> object:
         if not index.isValid() or not 0 <= index.row() < len(self._manager.downloads):
             return None
         item = self._manager.downloads[index.row()]

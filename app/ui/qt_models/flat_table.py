@@ -6,8 +6,6 @@ implement ``data`` themselves.
 
 from __future__ import annotations
 
-from typing import Any
-
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, QPersistentModelIndex, Qt
 
 Index = QModelIndex | QPersistentModelIndex
@@ -27,7 +25,7 @@ class FlatTableModel(QAbstractTableModel):
 
     def headerData(  # noqa: N802
         self, section: int, orientation: Qt.Orientation, role: int = Qt.ItemDataRole.DisplayRole
-    ) -> Any:
+    ) -> object:
         if (orientation == Qt.Orientation.Horizontal and role == Qt.ItemDataRole.DisplayRole
                 and 0 <= section < len(self.columns)):
             return self.columns[section]

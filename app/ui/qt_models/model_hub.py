@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from PySide6.QtCore import Qt
 
 from app.models.hub import RepoInfo
@@ -34,7 +32,7 @@ class HubResultsModel(FlatTableModel):
     def num_rows(self) -> int:
         return len(self._results)
 
-    def data(self, index: Index, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
+    def data(self, index: Index, role: int = Qt.ItemDataRole.DisplayRole) -> object:
         if not index.isValid() or not 0 <= index.row() < len(self._results):
             return None
         r = self._results[index.row()]

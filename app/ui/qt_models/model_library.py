@@ -3,7 +3,7 @@ signals come from :class:`~app.ui.qt_models.adapter.ListAdapter`)."""
 
 from __future__ import annotations
 
-from typing import Any
+from pathlib import Path
 
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor, QPainter, QPixmap
@@ -23,7 +23,7 @@ _STATUS_COLORS = {"loaded": "#16a34a", "broken": "#dc2626", "busy": "#f59e0b",
                   "failed": "#dc2626", "idle": "#9ca3af"}
 
 
-class LibraryTableModel(ListAdapter, FlatTableModel):
+class LibraryTableModel(ListAdapter[LibraryRow, Path], FlatTableModel):
     columns = COLUMNS
 
     def __init__(self, catalog: LibraryCatalog) -> None:
@@ -36,7 +36,7 @@ class LibraryTableModel(ListAdapter, FlatTableModel):
     def num_rows(self) -> int:
         return len(self._catalog)
 
-    def data(self, index: Index, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
+    def data(self, index: Index, role: int = Qt.ItemDataRole.DisplayRole) -> object:
         if not index.isValid() or not 0 <= index.row() < len(self._catalog):
             return None
         row = self._catalog.row(index.row())

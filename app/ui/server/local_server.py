@@ -13,12 +13,15 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from PySide6.QtCore import QObject, Signal
 
 from app.server.activity import Activity
 from app.server.config import DEFAULT_PORT, ServerConfig, ServerConfigError
+
+if TYPE_CHECKING:  # imported when the server starts: uvicorn is not loaded with the window
+    from app.server.thread import ServerThread
 
 log = logging.getLogger(__name__)
 
@@ -38,12 +41,14 @@ class LocalServer(QObject):
     request_changed = Signal(object)  # RequestRecord
 
     def __init__(self, engine: Any, parent: QObject | None = None) -> None:
+        # ``engine``: app.engine.Engine — the server serves its full ``Model`` (not only the
+        # UI's EngineApi), so the window hands the engine through untyped here.
         super().__init__(parent)
         self.engine = engine
         self.activity = Activity()
         self.activity.subscribe(self.request_changed.emit)  # server thread → queued signal
         self.status = ServerStatus()
-        self._thread: Any = None  # app.server.thread.ServerThread while on
+        self._thread: ServerThread | None = None  # while on
         self._lock = threading.Lock()
         self._closed = False
 

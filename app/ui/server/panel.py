@@ -8,7 +8,6 @@ back on with the window next time (``restore_local_server``).
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QGuiApplication
@@ -28,6 +27,7 @@ from PySide6.QtWidgets import (
 
 from app.server.activity import RequestRecord
 from app.server.config import DEFAULT_PORT
+from app.storage import Storage
 from app.ui.chat.sampling_form import section
 from app.ui.server.local_server import LocalServer, ServerStatus
 from app.ui.server.requests_model import RequestTableModel
@@ -38,14 +38,19 @@ SETTING = "local_server"
 STATUS_WORDS = {"off": "Off", "starting": "Starting…", "on": "On", "stopping": "Stopping…", "failed": "Off"}
 
 
-def restore_local_server(server: LocalServer, storage: Any) -> None:
+def restore_local_server(server: LocalServer, storage: Storage | None) -> None:
     """Start the server if it was on when the app last closed."""
     saved = _load(storage)
     if saved.get("enabled"):
-        server.start(int(saved.get("port", DEFAULT_PORT)), saved.get("api_key") or None)
+        server.start(_port(saved), str(saved.get("api_key") or "") or None)
 
 
-def _load(storage: Any) -> dict[str, Any]:
+def _port(saved: dict[str, object]) -> int:
+    port = saved.get("port", DEFAULT_PORT)
+    return port if isinstance(port, int) else DEFAULT_PORT
+
+
+def _load(storage: Storage | None) -> dict[str, object]:
     try:
         value = storage.get_setting(SETTING, {}) if storage is not None else {}
     except Exception:  # noqa: BLE001 — a broken settings row must not stop the page
@@ -55,7 +60,9 @@ def _load(storage: Any) -> dict[str, Any]:
 
 
 class LocalServerPanel(QWidget):
-    def __init__(self, server: LocalServer, storage: Any = None, parent: QWidget | None = None) -> None:
+    def __init__(
+        self, server: LocalServer, storage: Storage | None = None, parent: QWidget | None = None
+    ) -> None:
         super().__init__(parent)
         self.setObjectName("localServerPanel")
         self.server = server
@@ -67,7 +74,7 @@ class LocalServerPanel(QWidget):
         self.port = QSpinBox()
         self.port.setObjectName("localServerPort")
         self.port.setRange(1024, 65535)
-        self.port.setValue(int(saved.get("port", DEFAULT_PORT)))
+        self.port.setValue(_port(saved))
         self.key = QLineEdit(str(saved.get("api_key") or ""))
         self.key.setObjectName("localServerKey")
         self.key.setPlaceholderText("optional")

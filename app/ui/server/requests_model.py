@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from typing import Any
 
 from PySide6.QtCore import QModelIndex, Qt
 
@@ -28,7 +27,7 @@ class RequestTableModel(FlatTableModel):
     def num_rows(self) -> int:
         return len(self.records)
 
-    def data(self, index: Index, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
+    def data(self, index: Index, role: int = Qt.ItemDataRole.DisplayRole) -> object:
         if not index.isValid() or not 0 <= index.row() < len(self.records):
             return None
         r = self.records[index.row()]
