@@ -1,5 +1,5 @@
-"""Native handles and tables of the llama.cpp backend: the tick batch, LoRA adapter handles,
-context parameters, and llama.cpp's file-type and KV-type tables.
+"""Native handles and tables of the llama.cpp backend: the model file (checked and loaded), the
+tick batch, LoRA adapter handles, context parameters, and llama.cpp's file-type and KV-type tables.
 
 Batch layout. The tick batch is preallocated once (``n_batch`` rows) in numpy buffers that a
 ``llama_batch`` struct points into, so filling a tick is a few slice assignments:
@@ -21,7 +21,8 @@ from typing import Any
 import llama_cpp
 import numpy as np
 
-from app.engine.errors import InvalidRequest
+from app.engine.errors import InvalidRequest, ModelLoadFailed
+from app.engine.native_log import detail, native_errors
 
 _I32P = ctypes.POINTER(ctypes.c_int32)
 
@@ -54,6 +55,18 @@ def check_gguf(path: str, what: str, error: type[Exception]) -> None:
         magic = f.read(4)
     if magic != b"GGUF":
         raise error(f"{what} is not a GGUF file (bad magic {magic!r}): {path}")
+
+
+def load_model(path: str, n_gpu_layers: int) -> Any:
+    """The native model of a GGUF file (``n_gpu_layers`` < 0: all); the caller frees it."""
+    check_gguf(path, "model file", ModelLoadFailed)
+    mparams = llama_cpp.llama_model_default_params()
+    mparams.n_gpu_layers = 999 if n_gpu_layers < 0 else n_gpu_layers
+    with native_errors() as errors:
+        model = llama_cpp.llama_model_load_from_file(path.encode(), mparams)
+    if not model:
+        raise ModelLoadFailed(f"llama.cpp could not load {path}{detail(errors)}")
+    return model
 
 
 class Batch:
