@@ -11,7 +11,9 @@ a refused key, an unknown model) arrive as the request's error update, so the ch
 usual error card with Retry and the user's message is kept.
 
 There is no local KV cache and no local tokenizer for a remote model: the conversation is sent
-as messages, the context meter shows an estimate until the server reports the real counts, and
+as messages; its view (the overflow policies: drop the oldest turns, summarise them, or stop)
+is planned by ``app.conversation.window`` on an estimate of 3 characters a token, which the
+context meter shows until the server reports the real counts; and
 the reply line says "remote · no local cache" (with what the server says it reused, if it
 reports ``prompt_tokens_details.cached_tokens``).
 """
@@ -26,7 +28,15 @@ from typing import Any
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
-from app.conversation.window import index_of
+from app.conversation.window import (
+    Budget,
+    Message,
+    WindowPlan,
+    fitted_summary_request,
+    index_of,
+    plan_window,
+    view_messages,
+)
 from app.engine.events import Done, Error, Event, ThinkingDelta, Token
 from app.remote.client import RemoteClient, RemoteStream
 from app.remote.endpoint import RemoteEndpoint
@@ -41,12 +51,10 @@ from app.ui.engine_bridge import DEFAULT_REPLY_TOKENS, FRAME_MS, reply_stats
 
 log = logging.getLogger(__name__)
 
-CHARS_PER_TOKEN = 4
-"""Only for the context meter before the server reports real counts (no local tokenizer)."""
+CHARS_PER_TOKEN = 3
+"""For the view and the context meter (no local tokenizer); on the low side, so a view cut by
+it fits more often than not (English runs ~4 characters a token in common tokenizers)."""
 
-SUMMARY_INSTRUCTION = (
-    "Summarise the conversation below in a few sentences, keeping names, numbers and decisions."
-)
 
 
 @dataclass(slots=True)
@@ -59,18 +67,35 @@ class _Remote:
     thinking: bool = False  # reasoning text arrived (its end is the first answer text after it)
 
 
-def chat_messages(request: GenerationRequest) -> list[dict[str, str]]:
-    """The OpenAI ``messages`` for a request: the system prompt (with the view's summary, if
-    older turns were summarised while the chat was on a local model) and the turns in view."""
-    turns = list(request.messages)
-    window = request.window
-    start = index_of(turns, window.start_id) if window.start_id else 0
-    system = request.system
-    if window.summary:
-        system = f"{system}\n\nSummary of the earlier conversation: {window.summary}".strip()
-    messages = [{"role": "system", "content": system}] if system else []
-    messages += [{"role": t.role, "content": t.content} for t in turns[max(0, start):]]
-    return messages
+def chat_messages(request: GenerationRequest, start: int = -1, summary: str | None = None) -> list[Message]:
+    """The OpenAI ``messages`` of a request's view: the system prompt (with the summary of
+    older turns appended — some servers' templates take one system message only) and the
+    turns from ``start`` (default: the view the conversation has kept)."""
+    turns = request.messages
+    if start < 0:
+        found = index_of(turns, request.window.start_id)
+        start, summary = (found, request.window.summary) if found >= 0 else (0, "")
+    messages, extra = view_messages(turns, start, summary or "", merge_summary=True)
+    system = (request.system + extra).strip()
+    return [{"role": "system", "content": system}, *messages] if system else messages
+
+
+def plan(request: GenerationRequest, n_ctx: int, max_tokens: int) -> tuple[WindowPlan, WindowReport]:
+    """The view to send under the conversation's overflow policy (``app.conversation.window``),
+    sized with ``estimate_tokens`` — a remote model's tokenizer is not here."""
+    turns = request.messages
+    budget = Budget.for_reply(n_ctx, max_tokens)
+
+    def count(start: int, summary: str) -> int:
+        return estimate_tokens(chat_messages(request, start, summary))
+
+    chosen = plan_window(turns, request.window, count, budget, request.policy)
+    if chosen.kind == "summarise" and not request.allow_summarise:
+        chosen = WindowPlan("cut", chosen.start, "", count(chosen.start, ""))
+    start_id = turns[chosen.start].id if chosen.start > 0 else None
+    ids = tuple(t.id for t in turns[chosen.summarise_from : chosen.start]) if chosen.kind == "summarise" else ()
+    report = WindowReport(chosen.kind, start_id, chosen.summary, chosen.num_tokens, budget.n_ctx, budget.limit, ids)
+    return chosen, report
 
 
 def chat_params(params: Params) -> dict[str, Any]:
@@ -96,7 +121,7 @@ def chat_params(params: Params) -> dict[str, Any]:
     return out
 
 
-def estimate_tokens(messages: list[dict[str, str]]) -> int:
+def estimate_tokens(messages: list[Message]) -> int:
     return sum(len(m["content"]) // CHARS_PER_TOKEN + 4 for m in messages)
 
 
@@ -125,20 +150,22 @@ class RemoteBridge(QObject):
     # -- the EngineBridge API ----------------------------------------------------------------
 
     def submit(self, request: GenerationRequest) -> None:
-        messages = chat_messages(request)
         params = chat_params(request.params)
-        used = estimate_tokens(messages)
-        window = request.window
-        report = WindowReport("fits", window.start_id, window.summary, used, self.n_ctx,
-                              max(0, self.n_ctx - int(params["max_tokens"])))
+        chosen, report = plan(request, self.n_ctx, int(params["max_tokens"]))
+        if not chosen.can_send:  # summarise first, or the policy says stop: no request
+            self.update_received.emit(StreamUpdate(request.request_id, window=report))
+            return
+        messages = chat_messages(request, chosen.start, chosen.summary)
+        # The reply stops where the remote context (as the user gave it) would be full.
+        params["max_tokens"] = max(1, min(int(params["max_tokens"]), self.n_ctx - report.num_tokens))
         self._start(_Remote(request.request_id, report), messages, params)
 
     def summarise(self, request: SummaryRequest) -> None:
-        text = "\n".join(f"{t.role}: {t.content}" for t in request.turns)
-        if request.previous:
-            text = f"Earlier summary: {request.previous}\n{text}"
-        messages = [{"role": "system", "content": SUMMARY_INSTRUCTION}, {"role": "user", "content": text}]
-        self._start(_Remote(request.request_id), messages, chat_params(request.params))
+        params = chat_params(request.params)
+        budget = Budget.for_reply(self.n_ctx, DEFAULT_REPLY_TOKENS)  # as EngineBridge does
+        params["max_tokens"] = budget.summary_tokens
+        messages = fitted_summary_request(request.turns, request.previous, estimate_tokens, budget.limit)
+        self._start(_Remote(request.request_id), messages, params)
 
     def count_tokens(self, key: str, text: str) -> None:
         """No local tokenizer for a remote model: the composer shows no draft count."""
@@ -165,7 +192,7 @@ class RemoteBridge(QObject):
 
     # -- streams -----------------------------------------------------------------------------
 
-    def _start(self, live: _Remote, messages: list[dict[str, str]], params: dict[str, Any]) -> None:
+    def _start(self, live: _Remote, messages: list[Message], params: dict[str, Any]) -> None:
         if self.closed:
             self.update_received.emit(StreamUpdate(live.request_id, error="the remote model was removed",
                                                    error_code="not_found"))
@@ -228,4 +255,4 @@ class RemoteBridge(QObject):
         )
 
 
-__all__ = ["RemoteBridge", "chat_messages", "chat_params", "estimate_tokens"]
+__all__ = ["RemoteBridge", "chat_messages", "chat_params", "estimate_tokens", "plan"]

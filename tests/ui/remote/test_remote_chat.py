@@ -17,6 +17,7 @@ import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QLabel, QPushButton
 
+from app.conversation.window import OverflowPolicy
 from app.remote.endpoint import RemoteEndpoint
 from app.storage import SamplingSettings
 from app.ui.main_window import MainWindow
@@ -214,3 +215,38 @@ def test_stop_hangs_up_and_the_server_stops_generating(make_window: Any, qtbot: 
     wait_until(lambda: not remote.get("/hearth/status")["requests"])
     record = remote.get("/hearth/status")["recent"][-1]
     assert record["state"] == "cancelled" and record["completion_tokens"] < 900
+
+
+def test_a_chat_longer_than_the_remote_context_is_summarised_to_fit(
+    make_window: Any, qtbot: Any, remote: Served
+) -> None:
+    window = make_window(sampling=SAMPLING)
+    registry = window.models.registry
+    assert registry is not None
+    # Hearth's server holds 1,024 tokens; the Library says 512, so the estimate has room.
+    endpoint = RemoteEndpoint(remote.base_url, remote.model_id, api_key=KEY, context_size=512)
+    registry.add(endpoint)
+    storage, controller = window.storage, window.controller
+    conv = storage.create_conversation("Bread questions")
+    parent = None
+    for turn in range(6):
+        parent = storage.add_message(conv.id, parent, "user", f"question {turn} " + "about bread " * 40).id
+        parent = storage.add_message(conv.id, parent, "assistant", "an answer " * 40).id
+    controller.refresh()
+    window.chat_page.open_conversation(conv.id)
+    pick(window, endpoint.model_id)
+    controller.set_policy(conv.id, OverflowPolicy.SUMMARISE)
+    controller.update_settings(conv.id, sampling=SAMPLING)
+    type_and_send(qtbot, window, "and one more question")
+    qtbot.waitUntil(lambda: len(controller.branch(conv.id)) == 14 or conv.id in controller.failed,
+                    timeout=TIMEOUT_MS)
+    wait_idle(qtbot, window, conv.id)
+    assert conv.id not in controller.failed, controller.failed.get(conv.id)
+    reply = controller.branch(conv.id)[-1]
+    assert reply.role == "assistant" and reply.stats is not None
+    assert reply.stats.prompt_tokens + reply.stats.completion_tokens <= 1024
+    view = controller.window(conv.id)
+    assert view.start_id is not None and view.summary  # older turns summarised by the remote model
+    shown = [m.id for m in controller.branch(conv.id)]
+    assert shown.index(view.start_id) > 0
+    screenshot(window, "chat-remote-model-summarised")

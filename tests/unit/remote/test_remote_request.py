@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import socket
 
-from app.conversation.window import Turn, WindowState
+from app.conversation.window import SUMMARY_PREFIX, OverflowPolicy, Turn, WindowState
 from app.conversation.wording import reply_line
 from app.engine.events import Done, Error
 from app.remote.client import RemoteClient
@@ -12,14 +12,14 @@ from app.remote.endpoint import RemoteEndpoint
 from app.storage import ReplyStats, SamplingSettings
 from app.ui.bridge_records import GenerationRequest
 from app.ui.chat.params import infer_params
-from app.ui.remote.bridge import chat_messages, chat_params
+from app.ui.remote.bridge import chat_messages, chat_params, estimate_tokens, plan
 
 
 def test_the_view_and_its_summary_are_what_is_sent() -> None:
     turns = (Turn("a", "user", "first"), Turn("b", "assistant", "one"), Turn("c", "user", "second"))
     request = GenerationRequest("r", "s", turns, "Be brief.", window=WindowState("c", "they said one"))
     assert chat_messages(request) == [
-        {"role": "system", "content": "Be brief.\n\nSummary of the earlier conversation: they said one"},
+        {"role": "system", "content": "Be brief.\n\n" + SUMMARY_PREFIX + "they said one"},
         {"role": "user", "content": "second"},
     ]
     assert chat_messages(GenerationRequest("r", "s", turns, ""))[0] == {"role": "user", "content": "first"}
@@ -54,3 +54,18 @@ def test_nobody_listening_is_a_clear_error_not_a_hang() -> None:
     assert isinstance(error, Error) and error.code == "remote_unreachable"
     assert "cannot reach" in error.reason and "Retry" in error.reason
     assert not any(isinstance(e, Done) for e in events)
+
+
+def test_a_long_chat_is_cut_or_summarised_under_its_policy() -> None:
+    turns = tuple(Turn(str(i), "user" if i % 2 == 0 else "assistant", f"turn {i} " + "x" * 600) for i in range(11))
+    request = GenerationRequest("r", "s", turns, "Be brief.")
+    assert estimate_tokens(chat_messages(request)) > 1024
+    cut, report = plan(request, 1024, 64)
+    assert cut.kind == "cut" and report.kind == "cut" and report.start_id == turns[cut.start].id
+    assert estimate_tokens(chat_messages(request, cut.start, "")) <= report.limit
+    assert chat_messages(request, cut.start, "")[-1]["content"].startswith("turn 10 ")
+    summarise = GenerationRequest("r", "s", turns, "Be brief.", policy=OverflowPolicy.SUMMARISE)
+    chosen, report = plan(summarise, 1024, 64)
+    assert chosen.kind == "summarise" and report.summarise_ids == tuple(t.id for t in turns[: chosen.start])
+    stop = GenerationRequest("r", "s", turns, "Be brief.", policy=OverflowPolicy.STOP)
+    assert plan(stop, 1024, 64)[1].kind == "full"
