@@ -12,12 +12,14 @@ TitleOf = Callable[[str], str | None]
 """Conversation id → its title (None when unknown)."""
 
 MISS_WORDS = {
-    "nothing_shared": "nothing saved matched",
+    "nothing_shared": "nothing saved started the same way",
     "evicted": "its saved copy had been removed to make room",
-    "other_identity": "the saved copies are for another model or other settings",
-    "corrupt": "its saved copy was damaged",
+    "other_identity": "what was saved is for another model, adapter set or context setting",
+    "corrupt": "its saved copy was damaged, so it was not used",
     "too_short": "the shared start was too short to be worth loading",
 }
+"""Why nothing was reused (``Reuse.miss_reason``), in words — for the reply line here and the
+Cache dashboard's request list (``app.ui.cache.reuse_words``) alike."""
 
 
 def reuse_words(stats: ReplyStats, conversation_id: str = "", title_of: TitleOf | None = None) -> str:

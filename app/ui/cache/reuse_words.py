@@ -10,17 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from app.conversation.wording import MISS_WORDS
 from app.engine.events import Reuse
 
 TitleOf = Callable[[str], str | None]
-
-MISS_WORDS = {
-    "nothing_shared": "nothing saved started the same way",
-    "evicted": "its saved copy had been removed to make room",
-    "other_identity": "what was saved is for another model, adapter set or context setting",
-    "corrupt": "its saved copy was damaged, so it was not used",
-    "too_short": "the shared start was too short to be worth loading",
-}
 
 
 def reuse_words(
