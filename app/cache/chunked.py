@@ -1,8 +1,9 @@
 """Chunked rows (KVC v2, ``app.cache.kvc2``): a save becomes the chunks its chain does not
 have yet plus a manifest; a restore reads a chain's chunks back into one per-seq state.
 
-A save, on the writer thread with the store's ``io_lock`` held: the row's chain is
-attached in the catalog first (so the chunks it will share count this row and no
+A save, on the writer thread with the store's ``io_lock`` held: the row's chain is laid
+over the chunks already stored (``ChunkIndex.plan``: a branch inside a chunk uses its head)
+and attached in the catalog first (so the chunks it will share count this row and no
 eviction can take them), then the chunks no stored chunk serves are cut from the payload
 (``seqstate.split``), room is made for their bytes and the manifest's, all of them are
 published in one batch (chunks before the manifest; one directory fsync), the new chunks
@@ -39,7 +40,8 @@ log = logging.getLogger(__name__)
 
 
 def links_for(row_tokens_le: bytes, root: bytes, chunk_size: int) -> list[Link]:
-    """The chain a token string needs: one link per ``chunk_size`` tokens."""
+    """A token string's chain on the fixed grid: one link per ``chunk_size`` tokens (what
+    ``ChunkIndex.plan`` gives when nothing is stored yet)."""
     links: list[Link] = []
     parent = root
     step = chunk_size * 4
@@ -103,10 +105,11 @@ class ChunkedRows:
     def write(self, job: SaveJob) -> Row | None:
         """Store ``job`` as chunks and a manifest; the published row, or None."""
         c = self.chunk_size
-        links = links_for(job.tokens_le, root_of(job, c), c)
+        root = root_of(job, c)
         row: Row | None = None
         with self._io_lock:
             with self._catalog.lock:
+                links = self._catalog.chunks.plan(root, job.tokens_le, c)
                 had_chain = self._catalog.chunks.has_row(job.key)  # a damaged row saved again
                 self._catalog.chunks.attach(job.key, links)  # a reservation: see the docstring
                 missing = [ln for ln in links if self._catalog.chunks.resolve(ln) is None]
@@ -219,7 +222,7 @@ class ChunkedRows:
             return Restored(None, 0)
         try:
             for _ in range(3):
-                pieces, covered, corrupt, retry = self._read_chain(row.key, n)
+                pieces, covered, corrupt, retry = self._read_chain(row, n)
                 if not retry:
                     break
         finally:
@@ -227,16 +230,22 @@ class ChunkedRows:
         m = min(n, covered)
         if m <= 0:
             return Restored(None, 0, corrupt)
-        return Restored(seqstate.concat(pieces, n_cells=m), m, corrupt)
+        payloads = [p for p, _ in pieces]
+        return Restored(seqstate.concat(payloads, n_cells=m, keep=[k for _, k in pieces]), m, corrupt)
 
-    def _read_chain(self, row_key: bytes, n: int) -> tuple[list[Buffer], int, bool, bool]:
-        """Read the chunks covering ``n`` tokens: (payloads, cells covered, corrupt, retry)."""
+    def _read_chain(self, row: Row, n: int) -> tuple[list[tuple[Buffer, int]], int, bool, bool]:
+        """Read the chunks covering ``n`` tokens: ((payload, cells it serves) each, cells
+        covered, corrupt, retry).
+
+        Each chunk serves the row from its start to the next link's start (the row may
+        branch off inside it: only its head is used), the last one up to ``n``."""
         with self._catalog.lock:
-            chain = [self._catalog.chunks.get(k) for k in self._catalog.chunks.chain(row_key)]
+            chain = [self._catalog.chunks.get(k) for k in self._catalog.chunks.chain(row.key)]
             needed = [(c.key, c.tier, c.start) for c in chain if c is not None and c.start < n]
-        pieces: list[Buffer] = []
+        ends = [start for _, _, start in needed[1:]] + [n]
+        pieces: list[tuple[Buffer, int]] = []
         covered = 0
-        for key, tier, start in needed:
+        for (key, tier, start), end in zip(needed, ends, strict=True):
             if tier is None or start != covered:
                 # a lost link (found damaged earlier, or gone with the RAM tier): what precedes
                 # it is all that can be restored; a miss here says "corrupt"
@@ -255,8 +264,14 @@ class ChunkedRows:
                 with self._io_lock:
                     self._evictor.drop_chunk(key, exc)
                 return pieces, covered, True, False
-            pieces.append(payload)
-            covered = start + header.n
+            used = min(header.n, end - start)
+            if header.tokens_le[: 4 * used] != row.tokens_le[4 * start : 4 * (start + used)]:
+                # NOTE: never seen; the chain is built from these very tokens. Checked anyway
+                # (a byte compare) because serving another prefix's KV would be silent.
+                log.error("chunk %s does not hold row %s's tokens", key.hex()[:12], row.key.hex()[:12])
+                return pieces, covered, True, False
+            pieces.append((payload, used))
+            covered = start + used
         return pieces, covered, False, False
 
     # -- verification ------------------------------------------------------------------------

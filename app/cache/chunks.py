@@ -4,8 +4,11 @@ sorted by their tokens — the chunk tree.
 
 Rules it keeps:
 
-* A row's **chain** is the chunk keys it uses, one per ``C``-token step of its tokens; the
-  last may be a stored chunk *longer* than the row's tail (cut on restore).
+* A row's **chain** is the chunk keys it uses, in position order: each chunk starts where
+  the row's previous link ends, and any of them may be a stored chunk *longer* than the
+  row's step (cut on restore): a row that branches off inside a chunk uses the head of
+  that chunk and continues below the branch point (``plan``), so a shared prefix is stored
+  once whatever its length.
 * Under one parent no chunk's tokens are a prefix of another's: ``put`` lets a new chunk
   **supersede** every stored or missing sibling it extends, moving their rows over to it and
   handing the old ones back for deletion.
@@ -23,6 +26,8 @@ import bisect
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from app.cache.kvc2 import chunk_key
+from app.cache.prefix import common_prefix_bytes
 from app.cache.tiers import TIERS
 
 
@@ -103,6 +108,52 @@ class ChunkIndex:
                 return chunk
             i += 1
         return None
+
+    def best_child(self, parent: bytes, tokens_le: bytes) -> tuple[Chunk | None, int]:
+        """The stored chunk under ``parent`` sharing the most leading tokens with
+        ``tokens_le``, and how many it shares (0: none)."""
+        kids = self._children.get(parent)
+        if not kids:
+            return None, 0
+        # Sorted strings: the common prefix with ``tokens_le`` only shrinks moving away
+        # from its insertion point, so the first stored chunk on each side is that side's best.
+        i = bisect.bisect_left(kids, (tokens_le, b""))
+        best: Chunk | None = None
+        shared = 0
+        for order in (range(i, len(kids)), range(i - 1, -1, -1)):
+            for j in order:
+                chunk = self._chunks[kids[j][1]]
+                if chunk.is_stored:
+                    n = common_prefix_bytes(chunk.tokens_le, tokens_le)
+                    if n > shared:
+                        best, shared = chunk, n
+                    break
+        return best, shared
+
+    def plan(self, root: bytes, tokens_le: bytes, chunk_size: int) -> list[Link]:
+        """The chain a token string needs, laid over the chunks already stored.
+
+        Walking down from ``root``, each step takes the stored child sharing the most
+        tokens with what is left: all of it when the row contains it; only its head when
+        the row branches off inside it (the next link then starts at the branch point, a
+        chunk keyed by that head); and when nothing is shared, or the best is a partial
+        chunk the row extends, a new ``chunk_size`` step (which supersedes that partial).
+        The links not served by a stored chunk are the chunks a save writes.
+        """
+        links: list[Link] = []
+        parent, pos, step = root, 0, chunk_size * 4
+        while pos < len(tokens_le):
+            rest = tokens_le[pos:]
+            best, n = self.best_child(parent, rest)
+            full = best is not None and n == best.n
+            if best is None or (full and best.n < chunk_size and n < len(rest) // 4):
+                take = rest[:step]
+            else:
+                take = rest[: 4 * n]
+            key = chunk_key(parent, take)
+            links.append(Link(key, parent, pos // 4, take))
+            parent, pos = key, pos + len(take)
+        return links
 
     def resolve(self, link: Link) -> Chunk | None:
         """The stored chunk that serves ``link``: its exact key, else one extending it."""

@@ -1,27 +1,37 @@
 """KVC v2: chunked, content-addressed KV storage. A saved prefix is a **row** (a small
 manifest naming its tokens) over a **chain** of fixed-size token **chunks**, each stored once.
 
-Chains. Positions are cut every ``C`` tokens (the chunk size, ``CHUNK_TOKENS``): chunk ``j``
-holds the KV cells of positions ``[j·C, min((j+1)·C, n))``. Every chunk is keyed by a
-chained hash, so equal prefixes give equal keys whatever row they came from::
+Chains. A row's tokens are laid over chunks of at most ``C`` tokens (the chunk size,
+``CHUNK_TOKENS``), each holding the KV cells of the positions it covers. Every chunk is
+keyed by a chained hash of what precedes it and its own tokens::
 
     root     = sha256("hearth-kvc2-root" ‖ fingerprint[32] ‖ quant byte[1] ‖ ctx hash[32]
                       ‖ u32 C)                         the model/adapter/context identity
-    key(j)   = sha256(key(j-1) ‖ tokens of chunk j as u32 LE)     key(-1) = root
+    key      = sha256(parent key ‖ the chunk's tokens as u32 LE)     first parent = root
 
-    row tokens   t0 ............ t127 | t128 ........... t255 | t256 .. t300
-    chunks       [ key0: full, 128   ] [ key1: full, 128     ] [ key2: 45 ]   ← partial tail
-                   parent = root         parent = key0           parent = key1
+With nothing stored, a row is cut every ``C`` tokens (the grid; only its last chunk may be
+partial). A later row is laid over what is stored (``ChunkIndex.plan``): it uses every
+stored chunk it contains, and where it branches off *inside* a stored chunk it uses that
+chunk's head (cut on restore) and continues with a chunk starting at the branch point,
+whose parent is the key the head would have on its own::
 
-A chunk's key covers all tokens up to its end, so a key names one exact prefix: two
-conversations sharing a 300-token system prompt share ``key0`` and ``key1`` (stored once)
-and branch below. Only the last chunk of a chain may be partial. A row needs, for its tail,
-any stored chunk under the right parent whose tokens *start with* the tail's tokens (it is
-cut on restore), so a full chunk written later **supersedes** a partial one it extends:
-the rows move over to it and the partial is deleted. Under one parent no stored chunk is a
-prefix of another. Restoring ``n`` tokens reads the chain's chunks, checks each one's CRC
-and key, concatenates their per-seq states into one (``seqstate.concat``), cuts it to ``n``
-cells and loads it once.
+    chat 1    t0 ......... t127 | s128 .. s199 a200 ...... a255 | a256 ..
+              [ K0: 128, root  ] [ K1: 128, parent K0          ] [ ...
+    chat 2    t0 ......... t127 | s128 .. s199 | b200 ......... b327 | ..
+              uses K0            uses K1's head  [ K2: 128, parent = sha256(K0 ‖ s128..s199),
+                                 (72 cells)        start 200 ]
+
+So a shared system prompt, a regenerated reply or an edited message is stored once whatever
+its length: a branch costs only its own tokens. A chunk's key covers all tokens up to its
+end, so a key names one exact prefix, and equal prefixes laid the same way share keys.
+A row's tail needs any stored chunk under the right parent whose tokens *start with* the
+tail's tokens (cut on restore), so a longer chunk written later **supersedes** a partial
+one it extends (a turn extending a partial tail writes a full step from the partial's
+start): the rows move over to it and the partial is deleted. Under one parent no stored
+chunk is a prefix of another. Restoring ``n`` tokens reads the chain's chunks, checks
+each one's CRC, key and tokens, concatenates the cells each serves (``seqstate.concat``)
+up to ``n`` and loads the result once. At start-up each row's chain is laid over the
+indexed chunks the same way.
 
 A chunk file, ``<hex key>.kvch`` (all integers little-endian)::
 
@@ -36,7 +46,7 @@ A chunk file, ``<hex key>.kvch`` (all integers little-endian)::
         16     8  u64 N = payload length
         24     4  u32 CRC32C of the payload
         28     4  u32 C = chunk size of the chain
-        32     4  u32 start = position of the first cell (a multiple of C)
+        32     4  u32 start = position of the first cell
         36     4  u32 n = cells (= tokens) in this chunk, 1..C
         40     8  u64 created (unix seconds)
         48    32  fingerprint (effective: base model + adapters)
@@ -216,7 +226,7 @@ def parse_chunk_header(head: bytes, total_size: int, expected_key: bytes) -> Chu
         raise CorruptBlob("chunk header CRC32C mismatch")
     if size != CHUNK_FIXED + 4 * n or size + n_payload != total_size:
         raise CorruptBlob("chunk sizes do not add up")
-    if not 0 < n <= chunk_size or start % chunk_size:
+    if not 0 < n <= chunk_size:
         raise CorruptBlob(f"implausible chunk: {n} tokens at {start}, chunk size {chunk_size}")
     tokens_le = bytes(head[CHUNK_FIXED:size])
     quant = quant_name(qbyte)

@@ -287,30 +287,42 @@ def split(buf: Buffer, bounds: Sequence[int], *, n_stream: int = 1) -> list[byte
     return [_assemble(view, st, [(a, b)], n_stream) for a, b in zip(bounds, bounds[1:], strict=False)]
 
 
-def concat(parts: Sequence[Buffer], *, n_stream: int = 1, n_cells: int | None = None) -> bytes:
+def concat(
+    parts: Sequence[Buffer],
+    *,
+    n_stream: int = 1,
+    n_cells: int | None = None,
+    keep: Sequence[int] | None = None,
+) -> bytes:
     """One state from pieces whose cells follow each other (positions 0..n-1 overall);
-    with ``n_cells``, only the first ``n_cells`` of them (a cut, without a second copy)."""
+    with ``n_cells``, only the first ``n_cells`` of them (a cut, without a second copy);
+    with ``keep``, only the first ``keep[i]`` cells of piece ``i`` (a chunk a row branches
+    off inside of: the next piece continues after its head)."""
     if not parts:
         raise ValueError("nothing to concatenate")
+    if keep is not None and (len(keep) != len(parts) or min(keep) < 0):
+        raise ValueError(f"bad cell counts {list(keep)} for {len(parts)} pieces")
     views = [memoryview(p).cast("B") for p in parts]
     states = [parse(v) for v in views]
+    counts = [st.n_cells for st in states] if keep is None else [min(k, st.n_cells) for k, st in zip(keep, states, strict=True)]
     layout = states[0].layout
     expected = 0
-    for v, st in zip(views, states, strict=True):
+    for v, st, k in zip(views, states, counts, strict=True):
         if st.n_cells and st.layout != layout:
             raise UnknownLayout("the pieces have different layouts")
-        pos = positions(v, st)
-        if not (pos == np.arange(expected, expected + st.n_cells, dtype=np.int32)).all():
+        pos = positions(v, st)[:k]
+        if not (pos == np.arange(expected, expected + k, dtype=np.int32)).all():
             raise UnknownLayout(f"a piece does not continue at position {expected}")
-        expected += st.n_cells
-    if n_cells is None or n_cells >= expected:
+        expected += k
+    if keep is None and (n_cells is None or n_cells >= expected):
         return _assemble_many(views, states, n_stream)
-    if n_cells < 0:
+    if n_cells is not None and n_cells < 0:
         raise ValueError(f"cannot keep {n_cells} cells")
+    total = expected if n_cells is None else min(n_cells, expected)
     ranges, start = [], 0
-    for st in states:
-        ranges.append((0, max(0, min(st.n_cells, n_cells - start))))
-        start += st.n_cells
+    for k in counts:
+        ranges.append((0, max(0, min(k, total - start))))
+        start += k
     return _assemble_many(views, states, n_stream, ranges)
 
 

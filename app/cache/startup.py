@@ -1,6 +1,7 @@
 """Opening a cache directory: remove what interrupted writes left, then apply the plan
 ``reconcile`` makes — index the chunks (a chunk another one extends is superseded on the
-way), index the rows and attach each chunked row to its chain, delete the files and
+way), index the rows and attach each chunked row to its chain (laid over the indexed chunks
+as a save lays it, ``ChunkIndex.plan``), delete the files and
 database entries the plan drops, and delete chunks no row uses.
 
 NOTE: an unused chunk younger than ``ORPHAN_GRACE_S`` is kept: another process on the same
@@ -15,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 
 from app.cache.catalog import Catalog
-from app.cache.chunked import links_for, root_of
+from app.cache.chunked import root_of
 from app.cache.chunks import Chunk
 from app.cache.counters import Counters
 from app.cache.eviction import Evictor
@@ -51,7 +52,8 @@ def open_files(
                 continue
             c = row.chunk_size or CHUNK_TOKENS
             own = plan.own_sizes.get(row.key, 0)
-            catalog.add(row, own_size=own, links=links_for(row.tokens_le, root_of(row, c), c))
+            links = catalog.chunks.plan(root_of(row, c), row.tokens_le, c)
+            catalog.add(row, own_size=own, links=links)
             chain = [catalog.chunks.get(k) for k in catalog.chunks.chain(row.key)]
             shown = own + sum(ch.size for ch in chain if ch is not None)
             if shown != row.size:

@@ -128,6 +128,46 @@ def test_a_shared_head_is_stored_once_in_real_states(tmp_path: Path, backend: Ll
             assert row is not None and store.load(row) == pack(backend, conv)
 
 
+def test_chats_branching_inside_a_chunk_share_its_head(tmp_path: Path, backend: LlamaBackend) -> None:
+    """A system prompt ending inside a chunk: the later chats use the head of the first
+    chat's chunk instead of storing it again; every row still restores byte for byte, a
+    prompt branching off restores exactly its shared cells, and a flipped bit in the chunk
+    whose head they all share makes every one of them fall back, never serve it."""
+    system = text_tokens(backend, 200, "System")  # 128 + 72 of the next chunk
+    convs = [system + text_tokens(backend, 100, f"Chat {i}") for i in range(3)]
+    meta = meta_of(backend)
+    unique = {tuple(c[: i + 1]) for c in convs for i in range(len(c))}
+    with CacheStore(tmp_path / "d", ram_file_dir=tmp_path / "shm") as store:
+        for conv in convs:
+            save(store, backend, conv)
+        kv = tmp_path / "d" / "kv"
+        cells = 0
+        for path in kv.glob("*" + kvc2.CHUNK_SUFFIX):
+            data = path.read_bytes()
+            cells += kvc2.parse_chunk_header(data, len(data), bytes.fromhex(path.stem)).n
+        assert cells == len(unique)  # each distinct prefix once
+        for conv in convs:
+            row = store.lookup_exact(meta, conv)
+            assert row is not None and store.load(row) == pack(backend, conv)
+        prompt = convs[1][:230] + text_tokens(backend, 20, "Edited")
+        hit = store.find(meta, prompt)
+        assert isinstance(hit, Found) and hit.n == 230
+        assert hit.payload == seqstate.cut(pack(backend, convs[1]), 230)
+        assert_same(warm(backend, hit, prompt), cold(backend, prompt))
+        root = kvc2.chain_root(meta.fingerprint, meta.quant_type, meta.ctx_params_hash, 128)
+        first_chat = b"".join(t.to_bytes(4, "little") for t in convs[0])
+        path = kv / kvc2.chunk_name(kvc2.chain_keys(root, first_chat, 128)[1])
+        data = bytearray(path.read_bytes())
+        data[len(data) // 2] ^= 0x01
+        path.write_bytes(bytes(data))
+        report = store.verify()
+        assert report.removed == (path.stem,) and report.rows_damaged == 3
+        for conv in convs:
+            hit = store.find(meta, conv)
+            assert isinstance(hit, Found) and hit.n == 128  # the undamaged first chunk only
+            assert_same(warm(backend, hit, conv), cold(backend, conv))
+
+
 def test_a_damaged_shared_chunk_is_never_served(tmp_path: Path, backend: LlamaBackend) -> None:
     system = text_tokens(backend, 256, "System")
     convs = [system + text_tokens(backend, 60, f"Chat {i}") for i in range(2)]

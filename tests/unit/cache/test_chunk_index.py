@@ -96,6 +96,41 @@ def test_a_missing_chunk_stays_indexed_while_rows_use_it_and_is_filled_again() -
     assert idx.get(a[0].key).rows == {b"A"} and idx.usage("disk") == 200  # type: ignore[union-attr]
 
 
+def test_plan_branches_inside_a_chunk_instead_of_storing_its_head_again() -> None:
+    idx = ChunkIndex()
+    a = links([1, 2, 3, 4, 5, 6, 7, 8, 9, 10])  # [1..4] [5..8] [9, 10]
+    for ln in a:
+        idx.put(stored(ln))
+    idx.attach(b"A", a)
+    b = idx.plan(ROOT, encode_tokens([1, 2, 3, 4, 5, 6, 99, 98, 97, 96, 95]), C)
+    assert [(ln.start, len(ln.tokens_le) // 4) for ln in b] == [(0, 4), (4, 2), (6, 4), (10, 1)]
+    assert b[0].key == a[0].key and b[1].parent == a[0].key
+    assert b[2].parent == kvc2.chunk_key(a[0].key, encode_tokens([5, 6]))  # below the branch point
+    assert idx.resolve(b[1]).key == a[1].key  # type: ignore[union-attr]  # the head of [5..8]
+    assert [ln for ln in b if idx.resolve(ln) is None] == b[2:]  # only B's own tokens are new
+    idx.attach(b"B", b)
+    assert idx.chain(b"B")[:2] == idx.chain(b"A")[:2]
+    # a row extending a stored partial chunk gets a full step, which supersedes it
+    c = idx.plan(ROOT, encode_tokens([1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]), C)
+    assert [(ln.start, len(ln.tokens_le) // 4) for ln in c] == [(0, 4), (4, 4), (8, 4)]
+    assert idx.resolve(c[2]) is None
+    # with nothing stored, the plan is the fixed grid
+    assert ChunkIndex().plan(ROOT, encode_tokens(list(range(11))), C) == links(list(range(11)))
+
+
+def test_best_child_skips_missing_chunks_on_both_sides() -> None:
+    idx = ChunkIndex()
+    rows = [[1, 2, 3, 4], [1, 2, 5, 6], [1, 7, 7, 7], [2, 2, 2, 2]]
+    ls = [links(r)[0] for r in rows]
+    for ln in ls:
+        idx.put(stored(ln))
+    idx.attach(b"R", [ls[1]])
+    idx.mark_missing(ls[1].key)  # kept while R uses it, but nothing to read
+    best, n = idx.best_child(ROOT, encode_tokens([1, 2, 5, 9]))
+    assert best is not None and (best.key, n) == (ls[0].key, 2)
+    assert idx.best_child(ROOT, encode_tokens([3])) == (None, 0)
+
+
 def test_prefix_index_finds_the_longest_common_prefix_at_a_neighbour() -> None:
     rng = random.Random(3)
     idx = PrefixIndex()

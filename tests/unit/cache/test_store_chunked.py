@@ -141,6 +141,57 @@ def test_a_full_chunk_supersedes_the_partial_tail_of_an_earlier_turn(small: Cach
         assert found(small, tokens).n == len(tokens)
 
 
+def stored_chunk_tokens(store: CacheStore, tier: str = "disk") -> list[int]:
+    """How many tokens each chunk file on ``tier`` holds (read from the files themselves)."""
+    out = []
+    for path in files(store, kvc2.CHUNK_SUFFIX, tier):
+        data = path.read_bytes()
+        out.append(kvc2.parse_chunk_header(data, len(data), bytes.fromhex(path.stem)).n)
+    return out
+
+
+def test_branches_inside_chunks_store_every_token_once(open_store: Callable[..., CacheStore]) -> None:
+    """Chats on a system prompt that ends inside a chunk, a regenerate and an edit branching
+    inside chunks, a turn extending a partial tail: every distinct prefix is stored once."""
+    store = open_store(chunk_tokens=4)
+    head = [7, 8, 9, 10, 11, 12]  # ends two tokens into the second chunk
+    saved: list[list[int]] = []
+    for chat in range(4):
+        conv = list(head)
+        for turn in range(3):
+            conv = conv + [1000 * chat + 10 * turn + i for i in range(5)]
+            saved.append(conv)
+    regenerate = saved[1][:-2] + [55, 56, 57]  # a reply regenerated from inside its chunk
+    edit = saved[4][:8] + [66, 67, 68, 69, 70]  # an edited user message
+    saved += [regenerate, edit]
+    for conv in saved:
+        put(store, conv)
+    unique = {tuple(conv[: i + 1]) for conv in saved for i in range(len(conv))}
+    assert sum(stored_chunk_tokens(store)) == len(unique)
+    on_disk = files(store, kvc2.CHUNK_SUFFIX) + files(store, kvc2.ROW_SUFFIX)
+    assert store.tier_usage()["disk"][0] == sum(p.stat().st_size for p in on_disk)
+    for conv in saved:  # every row restores exactly, also cut at every length
+        row = store.lookup_exact(META, conv)
+        assert row is not None and store.load(row) == state_for(conv)
+        for n in range(2, len(conv)):
+            assert found(store, conv[:n] + [4242]).n == n
+    store.close()
+    store = open_store(chunk_tokens=4)  # a restart lays the same chains over the same files
+    assert sum(stored_chunk_tokens(store)) == len(unique)
+    for conv in saved:
+        assert found(store, conv).n == len(conv)
+    assert store.counters()["chunks_orphaned"] == 0
+
+
+def test_a_row_extended_turn_by_turn_keeps_at_most_one_partial_chunk(small: CacheStore) -> None:
+    conv = list(range(300, 303))
+    for turn in range(8):
+        conv = conv + [400 + 10 * turn + i for i in range(turn % 3 + 1)]
+        put(small, conv)
+        sizes = stored_chunk_tokens(small)
+        assert sum(sizes) == len(conv) and sum(n < 4 for n in sizes) <= 1
+
+
 def test_quotas_count_unique_bytes_and_evict_by_reference(open_store: Callable[..., CacheStore]) -> None:
     store = open_store(chunk_tokens=4)
     base = list(range(1, 13))  # three full chunks every row shares
