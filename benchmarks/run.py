@@ -17,6 +17,7 @@ def _scenarios(path: str, args: argparse.Namespace) -> dict[str, Callable[[], Re
     from benchmarks.scenarios_cache import b3_restart, b4_saves, b5_prefix
     from benchmarks.scenarios_chat import b2_chats
     from benchmarks.scenarios_decode import b1_decode, b1e_end_to_end
+    from benchmarks.scenarios_disk import b8d_disk
     from benchmarks.scenarios_kvlayout import kv_layout
     from benchmarks.scenarios_memory import b7_memory
     from benchmarks.scenarios_reuse import b8_reuse
@@ -31,6 +32,7 @@ def _scenarios(path: str, args: argparse.Namespace) -> dict[str, Callable[[], Re
         "B5": lambda: b5_prefix(),
         "B7": lambda: _in_fresh_process(b7_memory, path),
         "B8": lambda: b8_reuse(path, args.llama_server),
+        "B8d": lambda: b8d_disk(path),
         "B9": lambda: b9_agent_trace(path, args.llama_server),
         "KV": lambda: kv_layout(path),
     }
