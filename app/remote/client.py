@@ -27,6 +27,8 @@ log = logging.getLogger(__name__)
 
 EventCallback = Callable[[Event], None]
 
+CONNECT_TIMEOUT_S = 10.0
+
 
 class RemoteError(Exception):
     def __init__(self, message: str, *, status: int = 0, code: str = "remote_error") -> None:
@@ -111,8 +113,14 @@ class RemoteStream:
         usage: dict[str, Any] = {}
         reason = "stop"
         try:
-            self._conn = conn = self._client._connection(self._client.timeout)
-            if self._cancelled.is_set():  # cancelled before the connection existed
+            # NOTE: connect with a short timeout (a host that drops packets would otherwise hold
+            # the reply — and Stop, which cannot interrupt a connect — for minutes), then read
+            # with the long one (a big prompt on a busy server takes a while to start).
+            self._conn = conn = self._client._connection(CONNECT_TIMEOUT_S)
+            conn.connect()
+            if conn.sock is not None:
+                conn.sock.settimeout(self._client.timeout)
+            if self._cancelled.is_set():  # cancelled while connecting
                 raise OSError("cancelled")
             conn.request("POST", self._client._path + "/chat/completions", json.dumps(self._body),
                          self._client._headers())

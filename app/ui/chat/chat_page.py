@@ -190,7 +190,7 @@ class ChatPage(QWidget):
         try:
             picker.clear()
             if current and current not in loaded:
-                picker.addItem(f"{current} (not loaded)", current)
+                picker.addItem(f"{self.controller.models.label(current)} (not loaded)", current)
             for model_id in loaded:
                 picker.addItem(self.controller.models.label(model_id), model_id)
             if not current and not loaded:

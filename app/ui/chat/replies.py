@@ -19,6 +19,7 @@ from PySide6.QtCore import QObject, Signal
 
 from app.conversation.state import ConversationState, SessionState
 from app.conversation.window import Turn, WindowState
+from app.remote.endpoint import is_remote_id
 from app.storage import Message, Storage, StorageError
 from app.ui.bridge_records import GenerationRequest, StreamUpdate, SummaryRequest, WindowReport
 from app.ui.bridges import ModelBridges
@@ -271,10 +272,7 @@ class ReplyRunner(QObject):
         """The model is being unloaded: its bridge is gone, so its replies end here."""
         for cid, live in list(self._live.items()):
             if live.model_id == model_id:
-                self._finish_failed(
-                    cid, live, f"the model {model_id} was unloaded while it was replying. "
-                    "Load a model and press Retry."
-                )
+                self._finish_failed(cid, live, _released_text(model_id, self.models.label(model_id)))
 
     def _end(self, cid: str, live: LiveReply) -> None:
         self._live.pop(cid, None)
@@ -295,6 +293,12 @@ class ReplyRunner(QObject):
                 self.state.save_window(cid, window)
         except StorageError as exc:
             self.error_raised.emit(f"Could not save where the model's view starts: {exc}")
+
+
+def _released_text(model_id: str, label: str) -> str:
+    if is_remote_id(model_id):  # removed in the Library, or its address/key changed
+        return f"the remote model {label} was removed or changed while it was replying. Press Retry."
+    return f"the model {model_id} was unloaded while it was replying. Load a model and press Retry."
 
 
 def _not_loaded(model_id: str, loaded: list[str]) -> str:

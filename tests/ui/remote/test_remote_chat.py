@@ -216,6 +216,18 @@ def test_stop_hangs_up_and_the_server_stops_generating(make_window: Any, qtbot: 
     record = remote.get("/hearth/status")["recent"][-1]
     assert record["state"] == "cancelled" and record["completion_tokens"] < 900
 
+    # The endpoint is removed in the Library while a reply streams: a clear error, the
+    # message kept, and the picker says the chat's model is gone.
+    type_and_send(qtbot, window, "another long story please")
+    qtbot.waitUntil(lambda: bool(getattr(controller.live_reply(cid), "text", "")) or cid in controller.failed,
+                    timeout=TIMEOUT_MS)
+    registry.remove(endpoint.model_id)
+    qtbot.waitUntil(lambda: cid in controller.failed, timeout=10_000)
+    assert "removed or changed while it was replying" in controller.failed[cid]
+    assert controller.branch(cid)[-1].content == "another long story please"
+    assert window.chat_page.model_picker.currentText().endswith("(not loaded)")
+    wait_until(lambda: not remote.get("/hearth/status")["requests"])  # the server stopped too
+
 
 def test_a_chat_longer_than_the_remote_context_is_summarised_to_fit(
     make_window: Any, qtbot: Any, remote: Served
