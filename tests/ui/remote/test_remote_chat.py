@@ -262,3 +262,23 @@ def test_a_chat_longer_than_the_remote_context_is_summarised_to_fit(
     shown = [m.id for m in controller.branch(conv.id)]
     assert shown.index(view.start_id) > 0
     screenshot(window, "chat-remote-model-summarised")
+
+
+def test_remote_models_and_a_chats_choice_survive_a_restart(make_window: Any, qtbot: Any) -> None:
+    window = make_window(sampling=SAMPLING)
+    registry = window.models.registry
+    assert registry is not None
+    endpoint = RemoteEndpoint("http://192.0.2.7:8642/v1", "big-model", name="GPU box", context_size=32768)
+    registry.add(endpoint)
+    window.chat_page.new_conversation()
+    cid = current_id(window)
+    pick(window, endpoint.model_id)
+    window.close()
+
+    again = make_window(sampling=SAMPLING)
+    assert again.models.get(endpoint.model_id) is not None
+    assert again.controller.default_model_id == "tiny"  # the local model stays the default
+    again.chat_page.open_conversation(cid)
+    assert again.controller.model_of(cid) == endpoint.model_id
+    assert again.chat_page.model_picker.currentText() == "GPU box · remote"
+    assert again.status_model.text() == "● GPU box · remote"
