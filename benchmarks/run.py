@@ -18,6 +18,7 @@ def _scenarios(path: str, args: argparse.Namespace) -> dict[str, Callable[[], Re
     from benchmarks.scenarios_chat import b2_chats
     from benchmarks.scenarios_decode import b1_decode, b1e_end_to_end
     from benchmarks.scenarios_disk import b8d_disk
+    from benchmarks.scenarios_gui import b6_gui
     from benchmarks.scenarios_kvlayout import kv_layout
     from benchmarks.scenarios_memory import b7_memory
     from benchmarks.scenarios_reuse import b8_reuse
@@ -30,6 +31,7 @@ def _scenarios(path: str, args: argparse.Namespace) -> dict[str, Callable[[], Re
         "B3": lambda: b3_restart(path),
         "B4": lambda: b4_saves(path),
         "B5": lambda: b5_prefix(),
+        "B6": lambda: _in_fresh_process(b6_gui, path),
         "B7": lambda: _in_fresh_process(b7_memory, path),
         "B8": lambda: b8_reuse(path, args.llama_server),
         "B8d": lambda: b8d_disk(path),
@@ -39,8 +41,9 @@ def _scenarios(path: str, args: argparse.Namespace) -> dict[str, Callable[[], Re
 
 
 def _in_fresh_process(fn: Callable[[str], Result], path: str) -> Result:
-    """B7 measures RSS: run it in a new interpreter, so the baseline is the model alone and not
-    whatever the scenarios before it left in this process's heap."""
+    """B7 measures RSS and B6 the GUI thread: run them in a new interpreter, so the baseline is
+    the model alone (not whatever the scenarios before it left in this process's heap) and the
+    Qt application is set up offscreen before Qt is imported."""
     import multiprocessing
 
     with multiprocessing.get_context("spawn").Pool(1) as pool:

@@ -91,6 +91,9 @@ class StreamUpdate:
     prefill: tuple[int, int] | None = None
     """The latest (done, total) prompt tokens read, while the prompt is being read."""
     window: WindowReport | None = None
+    waited_since: float = 0.0
+    """``time.perf_counter()`` when this update's oldest event reached the bridge (0 when it
+    has none): ``hearth bench`` B6 measures how long text takes to reach the screen from it."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -68,6 +69,8 @@ class _Live:
     events: list[Event] = field(default_factory=list)
     generated: list[int] = field(default_factory=list)
     finished: bool = False
+    oldest_at: float = 0.0
+    """``perf_counter()`` when the oldest event not yet flushed arrived."""
 
 
 class _BridgeWorker(QObject):
@@ -241,6 +244,8 @@ class _BridgeWorker(QObject):
             with self._lock:
                 live = None if self._closed else self._live.get(request_id)
                 if live is not None:
+                    if not live.events:
+                        live.oldest_at = time.perf_counter()
                     live.events.append(event)
 
         return on_event
@@ -338,6 +343,7 @@ class _BridgeWorker(QObject):
             session,
             prefill,
             window,
+            live.oldest_at,
         )
 
     def _remember_session(self, live: _Live, stats: Stats) -> SessionState | None:

@@ -105,3 +105,21 @@ def test_an_engine_error_becomes_an_update(qtbot, fake):
         bridge.submit(GenerationRequest("r", "s", (Turn("m0", "user", "x"),), ""))
     assert blocker.args[0].error == "decode failed"
     bridge.shutdown()
+
+
+def test_each_update_says_when_its_oldest_event_reached_the_bridge(qtbot, fake):
+    """``waited_since`` is what ``hearth bench`` B6 measures text-on-screen latency from."""
+    import time
+
+    engine, model = fake
+    bridge = EngineBridge(model, "fake")
+    updates: list[StreamUpdate] = []
+    bridge.update_received.connect(lambda u: updates.append((time.perf_counter(), u)))
+    before = time.perf_counter()
+    bridge.submit(GenerationRequest("r", "s", (Turn("m0", "user", "hello"),), ""))
+    qtbot.waitUntil(lambda: any(u.done for _t, u in updates), timeout=10_000)
+    texts = [(t, u) for t, u in updates if u.text]
+    assert texts
+    for received, update in texts:
+        assert before <= update.waited_since <= received
+    bridge.shutdown()
