@@ -51,10 +51,16 @@ def test_switching_branches_keeps_the_switcher_in_view(make_window, qtbot):
 
     qtbot.mouseClick(switcher.prev_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: page.message_widgets()[fork].message_id == first_a, timeout=5_000)
-    qtbot.wait(50)  # the scroll is restored after the rebuilt page is laid out
     new_switcher = page.message_widgets()[fork].switcher
     assert new_switcher is not None and new_switcher.label.text() == "1/2"
-    after = new_switcher.mapTo(page.viewport(), QPoint(0, 0)).y()
-    assert abs(after - before) <= 2, (before, after)
-    assert 0 <= after <= page.viewport().height() - new_switcher.height()
+
+    def after() -> int:
+        return new_switcher.mapTo(page.viewport(), QPoint(0, 0)).y()
+
+    # The scroll is restored once the rebuilt page is laid out: wait for it (however long
+    # a loaded machine takes), not a fixed 50 ms.
+    qtbot.waitUntil(lambda: abs(after() - before) <= 2, timeout=5_000)
+    qtbot.wait(50)
+    assert abs(after() - before) <= 2, (before, after())  # and it stays there
+    assert 0 <= after() <= page.viewport().height() - new_switcher.height()
     screenshot(window, "chat-branch-switched")

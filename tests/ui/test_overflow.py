@@ -34,8 +34,14 @@ def message(i: int) -> str:
             f"counted twice this year, once in spring and once in late autumn, by two teams.")
 
 
-def push_until_cut(qtbot, window, cid: str, *, turns: int = 14) -> tuple[int, WindowState]:
-    """Send notes until the model's view of the chat moves; return that turn and the view."""
+def push_until_cut(
+    qtbot, window, cid: str, *, turns: int = 14, warned: bool = True
+) -> tuple[int, WindowState]:
+    """Send notes until the model's view of the chat moves; return that turn and the view.
+
+    ``warned``: the meter must have turned amber on an earlier turn (with the tiny model's
+    short replies a turn is small enough for that; SmolLM2's longer turns can step from
+    "ok" straight past the limit)."""
     controller = window.controller
     levels = []
     for i in range(turns):
@@ -46,7 +52,8 @@ def push_until_cut(qtbot, window, cid: str, *, turns: int = 14) -> tuple[int, Wi
         levels.append(window.chat_page.composer.meter.level)
         after = controller.window(cid)
         if after != before:
-            assert "near" in levels, levels  # the meter warned before the view moved
+            if warned:
+                assert "near" in levels, levels  # the meter warned before the view moved
             return i, after
     raise AssertionError(f"the view never moved in {turns} turns")
 
@@ -238,7 +245,7 @@ def test_a_long_chat_on_smollm2_is_summarised_in_words(make_window, qtbot, smoll
     window.chat_page.new_conversation()
     cid = current_id(window)
     window.chat_page.settings_panel.overflow.choose(OverflowPolicy.SUMMARISE)
-    turn, view = push_until_cut(qtbot, window, cid)
+    turn, view = push_until_cut(qtbot, window, cid, warned=False)
     assert view.summary and any(c.isalpha() for c in view.summary)
     page = chat_view(window).page()
     qtbot.waitUntil(lambda: page.divider is not None and page.divider.y() > 0, timeout=5_000)
