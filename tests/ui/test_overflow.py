@@ -6,7 +6,7 @@ turns the model kept."""
 from __future__ import annotations
 
 import pytest
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QPoint, Qt
 from PySide6.QtWidgets import QLabel
 
 from app.conversation.window import OverflowPolicy, WindowState
@@ -56,6 +56,20 @@ def push_until_cut(
                 assert "near" in levels, levels  # the meter warned before the view moved
             return i, after
     raise AssertionError(f"the view never moved in {turns} turns")
+
+
+def show_divider(qtbot, page) -> None:
+    """Scroll so the divider is in view for the screenshot (a late layout pass may still move
+    the page, so scroll again until it is there)."""
+
+    def shown() -> bool:
+        page.verticalScrollBar().setValue(max(0, page.divider.y() - 160))
+        y = page.divider.mapTo(page.viewport(), QPoint(0, 0)).y()
+        return 0 <= y < page.viewport().height() - page.divider.height()
+
+    qtbot.waitUntil(shown, timeout=5_000)
+    qtbot.wait(100)
+    qtbot.waitUntil(shown, timeout=5_000)
 
 
 def fresh_chat_reply(qtbot, window, cid: str, window_state: WindowState, cut_turn_user_id: str) -> str:
@@ -119,8 +133,7 @@ def test_drop_oldest_keeps_answering_with_a_divider_and_a_fresh_chats_reply(make
     meter = window.chat_page.composer.meter
     assert meter.text().endswith("/ 512 tokens")
     qtbot.waitUntil(lambda: page.divider.y() > 0, timeout=5_000)
-    page.verticalScrollBar().setValue(max(0, page.divider.y() - 160))  # show the divider
-    qtbot.wait(50)
+    show_divider(qtbot, page)
     screenshot(window, "chat-overflow-divider")
 
     # Two more turns: the view stays where it is (each turn extends what the engine holds).
@@ -249,8 +262,7 @@ def test_a_long_chat_on_smollm2_is_summarised_in_words(make_window, qtbot, smoll
     assert view.summary and any(c.isalpha() for c in view.summary)
     page = chat_view(window).page()
     qtbot.waitUntil(lambda: page.divider is not None and page.divider.y() > 0, timeout=5_000)
-    page.verticalScrollBar().setValue(max(0, page.divider.y() - 160))
-    qtbot.wait(50)
+    show_divider(qtbot, page)
     screenshot(window, "chat-overflow-summary-smollm2")
     type_and_send(qtbot, window, "What did I ask you to keep in mind?")
     wait_idle(qtbot, window, cid)
