@@ -214,3 +214,35 @@ def test_unload_while_the_bridge_tokenizes(make_window, qtbot, data_dir, tiny_mo
         retry(qtbot, window)
     qtbot.waitUntil(lambda: window.controller.branch(cid)[-1].role == "assistant",
                     timeout=REPLY_TIMEOUT_MS)
+
+
+def test_library_settings_are_what_the_default_model_runs_with(make_window, qtbot, data_dir, tiny_model_path):
+    """The Library's load settings for the default model are the ones it starts with (it
+    always started at 4,096 while the form showed another size), and the form, the composer
+    meter and the engine agree after a restart."""
+    from app.ui.models.settings import (
+        SETTINGS_FILE,
+        JsonSettingsStore,
+        LoadSettings,
+        save_settings_for,
+    )
+
+    path = library_model(data_dir, tiny_model_path, "default-tiny")
+    store = JsonSettingsStore(data_dir / SETTINGS_FILE)
+    save_settings_for(store, path, LoadSettings(n_ctx=768, n_seq_max=2, n_batch=128, n_threads=2))
+    for _start in range(2):  # a first start and a restart on the same data dir
+        window = make_window(model_path=path, model_id="default-tiny", model_options=None,
+                             work_areas=True)
+        model = window.engine.get_model("default-tiny")
+        assert (model.config.n_ctx, model.config.n_seq_max, model.config.n_batch) == (768, 2, 128)
+        window.chat_page.new_conversation()
+        type_and_send(qtbot, window, "hello")
+        wait_idle(qtbot, window, current_id(window))
+        assert window.controller.branch(current_id(window))[-1].role == "assistant"
+        assert window.chat_page.composer.meter.text().endswith("/ 768 tokens")
+        window.show_library()
+        mm = window.model_manager
+        manager_idle(qtbot, window)
+        qtbot.waitUntil(lambda mm=mm: mm.library_page.select_path(path), timeout=10_000)
+        assert (mm.library_page.n_ctx.value(), mm.library_page.n_seq_max.value()) == (768, 2)
+        window.close()
