@@ -140,11 +140,11 @@ class Catalog:
             return row, self.chunks.detach(key)
 
     def is_damaged(self, key: bytes) -> bool:
-        """A chunked row one of whose chunks is lost (it restores only up to there)."""
+        """A chunked row whose chain does not serve all its tokens (a chunk lost or found
+        damaged: it restores only up to there)."""
         with self.lock:
-            return any(
-                (c := self.chunks.get(k)) is None or not c.is_stored for k in self.chunks.chain(key)
-            )
+            row = self.index.get(key)
+            return row is not None and row.format == 2 and self.chunks.served(key, row.tokens_le) < row.n_tokens
 
     def own_size(self, key: bytes) -> int:
         with self.lock:

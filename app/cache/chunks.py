@@ -162,6 +162,23 @@ class ChunkIndex:
             return exact
         return self.covering(link.parent, link.tokens_le)
 
+    def served(self, row_key: bytes, tokens_le: bytes) -> int:
+        """How many of a row's leading tokens its chain serves soundly: each link stored,
+        starting where the previous one ends, and holding the row's tokens."""
+        keys = self._chains.get(row_key, ())
+        chain = [self._chunks.get(k) for k in keys]
+        covered = 0
+        for i, chunk in enumerate(chain):
+            if chunk is None or not chunk.is_stored or chunk.start != covered:
+                break
+            nxt = chain[i + 1] if i + 1 < len(chain) else None
+            end = nxt.start if nxt is not None else len(tokens_le) // 4
+            used = min(chunk.n, end - covered)
+            if used <= 0 or chunk.tokens_le[: 4 * used] != tokens_le[4 * covered : 4 * (covered + used)]:
+                break
+            covered += used
+        return covered
+
     # -- changing the set of chunks ------------------------------------------------------
 
     def put(self, chunk: Chunk) -> list[Chunk]:

@@ -1,5 +1,6 @@
 """``CacheStore.verify``: re-check every file the cache holds — v1 blobs, v2 manifests and
-v2 chunks (both CRCs and the key) — deleting what fails.
+v2 chunks (both CRCs and the key) — deleting what fails, then every chunked row's chain
+(each link stored, following the previous one, holding the row's tokens).
 
 A bad blob or manifest takes its row with it. A bad chunk is dropped and every row that
 shares it keeps what precedes it: those rows restore up to the damage and the rest is
@@ -77,14 +78,7 @@ def verify_all(
                     removed.append(chunk.key.hex())
     if progress:
         progress(len(rows), len(rows))
-    damaged = 0
-    with catalog.lock:
-        for row in catalog.rows():
-            if row.format == 2 and any(
-                (c := catalog.chunks.get(k)) is None or not c.is_stored
-                for k in catalog.chunks.chain(row.key)
-            ):
-                damaged += 1
+    damaged = sum(catalog.is_damaged(row.key) for row in catalog.rows())  # chains: see is_damaged
     return VerifyReport(
         checked=len(rows), ok=len(rows) - bad_rows - damaged, removed=tuple(removed),
         chunks_checked=len(checked), rows_damaged=damaged,

@@ -162,3 +162,20 @@ def test_prefix_index_remove_and_tombstone_budget() -> None:
         tomb.add("ns", encode_tokens([i] * 5), bytes([i]))
     assert tomb.best("ns", encode_tokens([0] * 5))[0] == 0  # aged out
     assert tomb.best("ns", encode_tokens([2] * 9))[0] == 5
+
+
+def test_served_counts_what_a_chain_really_holds_for_its_row() -> None:
+    idx = ChunkIndex()
+    a = links([1, 2, 3, 4, 5, 6, 7, 8, 9, 10])
+    for ln in a:
+        idx.put(stored(ln))
+    idx.attach(b"A", a)
+    row_b = encode_tokens([1, 2, 3, 4, 5, 6, 99, 98])
+    b = idx.plan(ROOT, row_b, C)
+    idx.put(stored(b[2]))
+    idx.attach(b"B", b)
+    assert idx.served(b"A", encode_tokens(list(range(1, 11)))) == 10
+    assert idx.served(b"B", row_b) == 8  # 4 + the head (2) of A's second chunk + its own 2
+    assert idx.served(b"B", encode_tokens([1, 2, 3, 4, 5, 0, 99, 98])) == 4  # other tokens: not served
+    idx.mark_missing(a[1].key)  # the shared chunk is lost: both stop before it
+    assert idx.served(b"A", encode_tokens(list(range(1, 11)))) == 4 and idx.served(b"B", row_b) == 4
