@@ -13,6 +13,10 @@ re-sends the conversation) — then compares:
 * **unique**: the distinct prefixes of everything saved × bytes per token (B8's yardstick).
 
 Goal (issue 13): v2 ≤ ⅓ of whole rows.
+
+NOTE: measured 2026-12-01 on this 2-core machine under load (SmolLM2-135M Q4_1, q8_0 K/V,
+12,252 B a token; ~15 min): 80 rows of 43,374 tokens in all — whole rows 507 MiB, KVC v2
+75.3 MiB = 0.149 × (1.004 × the unique tokens: 59 chunks, 80 manifests).
 """
 
 from __future__ import annotations
