@@ -242,7 +242,7 @@ class ChunkedRows:
         with self._catalog.lock:
             chain = [self._catalog.chunks.get(k) for k in self._catalog.chunks.chain(row.key)]
             needed = [(c.key, c.tier, c.start) for c in chain if c is not None and c.start < n]
-        ends = [start for _, _, start in needed[1:]] + [n]
+        ends = [start for _, _, start in needed[1:]] + [n] if needed else []  # [] (evicted meanwhile)
         pieces: list[tuple[Buffer, int]] = []
         covered = 0
         for (key, tier, start), end in zip(needed, ends, strict=True):

@@ -432,3 +432,15 @@ def test_a_row_whose_first_chunk_was_lost_misses_as_corrupt(open_store: Callable
     first.write_bytes(b"damaged")
     assert store.find(META, conv) == NotFound("corrupt", 10)  # found damaged now
     assert store.find(META, conv) == NotFound("corrupt", 10)  # and still said later
+
+
+def test_a_restore_whose_chain_went_away_under_it_restores_nothing(small: CacheStore) -> None:
+    """A row deleted between its load pin and the chain read (seen under threads): nothing
+    to read is a plain empty restore, not an error."""
+    tokens = list(range(700, 711))
+    row = small.get(put(small, tokens))  # type: ignore[arg-type]
+    assert row is not None
+    with small._catalog.lock:
+        small._catalog.chunks.detach(row.key)
+    got = small._chunked.restore(row, len(tokens))
+    assert (got.payload, got.n) == (None, 0)
