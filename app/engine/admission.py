@@ -268,7 +268,7 @@ class Admitter:
             if touched:
                 self._pool.quarantine(route.seq_id)
             else:
-                self._pool.free.appendleft(route.seq_id)  # untouched: first in line again
+                self._pool.put_free(route.seq_id)  # untouched: free as it was
         elif touched and adm.options.session_id is not None:
             self._pool.unpin(adm.options.session_id)  # the session's KV is no longer known
             self._pool.quarantine(route.seq_id)

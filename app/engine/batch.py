@@ -75,7 +75,9 @@ def build_ops(
 ) -> list[Op]:
     """One tick: a decode row per decoding request, then prefill slices."""
     reqs = list(requests)
-    decoders = [r for r in reqs if r.wants_decode]
+    # Rows in seq-id order: llama.cpp puts only consecutive, increasing seq ids in one ubatch
+    # (one KV stream per seq), see SeqPool.take.
+    decoders = sorted((r for r in reqs if r.wants_decode), key=lambda r: r.seq_id)
     if len(decoders) > n_batch:
         raise NBatchTooSmall(
             f"{len(decoders)} decoding sequences do not fit in n_batch={n_batch}; "

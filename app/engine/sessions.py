@@ -2,7 +2,7 @@
 
 Every seq id ``0 .. n_seq_max-1`` is at any time in exactly one place: running a request
 (the scheduler's request table), pinned by an idle sticky session (``sessions``, least
-recently used first), or ``free`` (FIFO). A finished request's seq is cleared as it is given
+recently used first), or ``free`` (lowest id first, see ``take``). A finished request's seq is cleared as it is given
 back: each seq has a KV stream of its own (``kv_unified = false``), so freeing its cells can
 never reorder another seq's cells. ``clear_for_use`` empties a seq before a new request fills it.
 
@@ -13,8 +13,9 @@ first. No path loses a seq.
 
 from __future__ import annotations
 
+import bisect
 import logging
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 
@@ -37,15 +38,23 @@ class SeqPool:
     def __init__(self, backend: Backend, n_seq_max: int) -> None:
         self._backend = backend
         self.n_seq_max = n_seq_max
-        self.free: deque[int] = deque(range(n_seq_max))
+        self.free: list[int] = list(range(n_seq_max))  # kept sorted
         self.stale: set[int] = set()
         self.sessions: OrderedDict[str, Session] = OrderedDict()
 
     # ------------------------------------------------------------------ free seqs
 
     def take(self) -> int | None:
-        """The free seq that waited longest, or None. Clear it with ``clear_for_use``."""
-        return self.free.popleft() if self.free else None
+        """The lowest free seq id, or None. Clear it with ``clear_for_use``.
+
+        NOTE: with one KV stream per seq, llama.cpp puts only consecutive, increasing seq ids
+        into one ubatch (``llama_batch_allocr::split_equal``, sequential); running seqs with
+        ids packed from 0 (and rows in seq order, ``batch.build_ops``) keep a decode tick to
+        one ubatch. Taking the seq that waited longest instead scrambled the ids after the
+        first round of requests and split an 8-stream decode into several ubatches: B1 at
+        N = 8 fell to 0.79 × the raw loop.
+        """
+        return self.free.pop(0) if self.free else None
 
     def peek(self) -> int | None:
         return self.free[0] if self.free else None
@@ -63,12 +72,15 @@ class SeqPool:
         except BaseException:
             self.quarantine(seq_id)
             raise
-        self.free.append(seq_id)
+        self.put_free(seq_id)
+
+    def put_free(self, seq_id: int) -> None:
+        bisect.insort(self.free, seq_id)
 
     def quarantine(self, seq_id: int) -> None:
         """Return a seq whose cells are unknown (a native call failed): cleared before reuse."""
         self.stale.add(seq_id)
-        self.free.append(seq_id)
+        self.put_free(seq_id)
 
     def clear_stale(self) -> None:
         """Idle: clear the seqs whose cells are unknown (a native call failed on them).
@@ -106,7 +118,7 @@ class SeqPool:
             log.exception("clearing session %r's seq %d failed", sid, session.seq_id)
             self.quarantine(session.seq_id)
             return
-        self.free.append(session.seq_id)
+        self.put_free(session.seq_id)
 
     def lru_idle(self, busy: Collection[int]) -> str | None:
         """The least recently used session whose seq is not running a request."""

@@ -223,3 +223,25 @@ def test_every_token_streams_before_the_decode_that_pushes_it():
     assert [s[0] for s in seen] == [ord("o"), ord("k"), 0]
     assert all(decoded == started - 1 for _, decoded, started in seen)
     assert isinstance(h.outcome(ref), Done)
+
+
+
+def test_seqs_are_taken_lowest_first_and_decode_rows_are_in_seq_order():
+    """With one KV stream per seq, llama.cpp puts only consecutive, increasing seq ids in one
+    ubatch: after requests end in any order, the next ones still get seqs 0, 1, 2, … and a
+    tick's decode rows are in seq order."""
+    h = make(StubBackend(n_seq_max=3))
+    h.admit("aa", response_tokens=3)
+    h.admit("bb", response_tokens=1)
+    h.admit("cc", response_tokens=2)
+    h.run()  # they end on seq 1, then 2, then 0 (a FIFO pool hands them out in that order)
+    later = [h.admit(p, response_tokens=6) for p in ("dd", "ee", "ff")]
+    assert h.running() == {0: later[0], 1: later[1], 2: later[2]}
+    h.tick()
+    assert h.tick() == [["decode", 0, 1], ["decode", 1, 1], ["decode", 2, 1]]
+    h.sch.cancel(later[1])  # seq 1 frees while 0 and 2 run on
+    again = h.admit("gg", response_tokens=6)
+    assert h.running()[1] == again
+    h.tick()  # its prefill
+    rows = [row for row in h.tick() if row[0] == "decode"]
+    assert [seq for _kind, seq, _n in rows] == [0, 1, 2]  # not in admission order (0, 2, 1)
