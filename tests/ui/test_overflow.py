@@ -58,6 +58,15 @@ def push_until_cut(
     raise AssertionError(f"the view never moved in {turns} turns")
 
 
+def chat_under(make_window, policy: OverflowPolicy):
+    """A window on the tiny model with a 512-token context, and a new chat under ``policy``."""
+    window = make_window(model_options=dict(SMALL))
+    window.chat_page.new_conversation()
+    cid = current_id(window)
+    window.chat_page.settings_panel.overflow.choose(policy)
+    return window, cid
+
+
 def show_divider(qtbot, page) -> None:
     """Scroll so the divider is in view for the screenshot (a late layout pass may still move
     the page, so scroll again until it is there)."""
@@ -148,10 +157,7 @@ def test_drop_oldest_keeps_answering_with_a_divider_and_a_fresh_chats_reply(make
 
 
 def test_summarise_replaces_the_oldest_turns_with_the_models_summary(make_window, qtbot):
-    window = make_window(model_options=dict(SMALL))
-    window.chat_page.new_conversation()
-    cid = current_id(window)
-    window.chat_page.settings_panel.overflow.choose(OverflowPolicy.SUMMARISE)
+    window, cid = chat_under(make_window, OverflowPolicy.SUMMARISE)
     assert window.controller.policy(cid) is OverflowPolicy.SUMMARISE
     turn, view = push_until_cut(qtbot, window, cid)
     assert view.start_id is not None and view.summary  # the model wrote it
@@ -169,10 +175,7 @@ def test_summarise_replaces_the_oldest_turns_with_the_models_summary(make_window
 
 
 def test_stop_at_the_limit_says_so_and_another_policy_unblocks_it(make_window, qtbot):
-    window = make_window(model_options=dict(SMALL))
-    window.chat_page.new_conversation()
-    cid = current_id(window)
-    window.chat_page.settings_panel.overflow.choose(OverflowPolicy.STOP)
+    window, cid = chat_under(make_window, OverflowPolicy.STOP)
     controller = window.controller
     for i in range(14):
         type_and_send(qtbot, window, message(i))

@@ -9,11 +9,9 @@ kept, and Retry works once things are fixed.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QLabel, QPushButton
 
@@ -25,21 +23,11 @@ from app.ui.remote.panel import RemoteModelsPanel
 from tests.integration.server.conftest import Served, start_server, wait_until
 from tests.ui.conftest import ASCII_GRAMMAR
 from tests.ui.helpers import chat_view, current_id, stop_button, type_and_send, wait_idle
+from tests.ui.remote.conftest import KEY
 from tests.ui.screens import screenshot
 
-KEY = "remote-chat-key"
 SAMPLING = SamplingSettings(temperature=0.0, max_tokens=16, grammar=ASCII_GRAMMAR)
 TIMEOUT_MS = 120_000
-
-
-@pytest.fixture
-def remote(tiny_model_path: Path, tmp_path: Path) -> Iterator[Served]:
-    (tmp_path / "server").mkdir()
-    server = start_server(tiny_model_path, tmp_path / "server", "--ctx", "1024", api_key=KEY)
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 def expected_reply(remote: Served, window: MainWindow, cid: str) -> str:

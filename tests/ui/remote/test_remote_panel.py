@@ -2,30 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 from PySide6.QtCore import Qt
 
 from app.remote.registry import RemoteRegistry
 from app.storage import Storage, database_path
 from app.ui.remote.panel import RemoteModelsPanel
-from tests.integration.server.conftest import Served, start_server
+from tests.integration.server.conftest import Served
+from tests.ui.remote.conftest import KEY
 from tests.ui.screens import screenshot
-
-KEY = "ui-remote-key"
-
-
-@pytest.fixture
-def remote(tiny_model_path: Path, tmp_path: Path) -> Iterator[Served]:
-    (tmp_path / "server").mkdir()
-    server = start_server(tiny_model_path, tmp_path / "server", "--ctx", "1024", api_key=KEY)
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 def test_add_fetch_and_remove_a_remote_model(qtbot: Any, remote: Served, tmp_path: Path) -> None:
