@@ -214,7 +214,10 @@ class ModelManager(QWidget):
         def done(_r: object) -> None:
             if path is not None:
                 self.catalog.update(path, busy=None, model_id=None)
-            self.adapters_page.refresh_models()
+            # A library scan that landed while the engine was unloading marked the row as
+            # loaded (and ``path`` was unknown if the scan had not landed before): read the
+            # engine again so the row can be loaded once more.
+            self.sync_loaded()
             self.model_unloaded.emit(model_id)
 
         def failed(e: Exception) -> None:

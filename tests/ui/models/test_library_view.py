@@ -182,3 +182,38 @@ def test_follows_a_theme_switch(qtbot, make_manager):
     qtbot.waitUntil(lambda: DARK.sidebar in mm.styleSheet())
     apply_theme(QApplication.instance(), "light")
     qtbot.waitUntil(lambda: LIGHT.sidebar in mm.styleSheet())
+
+
+def test_an_unload_racing_a_library_scan_leaves_the_model_loadable(
+    qtbot, make_manager, models_dir, tiny_model_path, engine
+):
+    """The scan landed while the engine was still unloading (so it listed the model as
+    loaded), and the unload began before the scan had listed the file: the row was left
+    'loaded', with Load disabled for good (seen once in a full run of the chat journeys)."""
+    import threading
+
+    a = _link(tiny_model_path, models_dir / "a-Q8_0.gguf")
+    mm = make_manager()
+    qtbot.waitUntil(lambda: mm.library_page.select_path(a), timeout=10_000)
+    lib = mm.library_page
+    lib.n_ctx.setValue(512)
+    with qtbot.waitSignal(mm.model_loaded, timeout=60_000):
+        qtbot.mouseClick(lib.load_button, LEFT)
+    entries = list(mm.library.scan())
+    mm.catalog.reset([], {})  # the start-up scan has not landed yet
+    gate = threading.Event()
+    unload = engine.unload
+
+    def slow_unload(model_id):
+        gate.wait(30)
+        return unload(model_id)
+
+    engine.unload = slow_unload
+    (model_id,) = [m.id for m in engine.list_models()]
+    with qtbot.waitSignal(mm.model_unloaded, timeout=60_000):
+        mm.unload_model(model_id)  # its row is unknown: the catalog is empty
+        mm._on_scanned(entries)  # the scan lands while the engine still holds the model
+        gate.set()
+    assert engine.list_models() == []
+    assert lib.select_path(a)
+    qtbot.waitUntil(lib.load_button.isEnabled, timeout=10_000)
