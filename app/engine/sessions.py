@@ -2,9 +2,9 @@
 
 Every seq id ``0 .. n_seq_max-1`` is at any time in exactly one place: running a request
 (the scheduler's request table), pinned by an idle sticky session (``sessions``, least
-recently used first), or ``free`` (lowest id first, see ``take``). A finished request's seq is cleared as it is given
-back: each seq has a KV stream of its own (``kv_unified = false``), so freeing its cells can
-never reorder another seq's cells. ``clear_for_use`` empties a seq before a new request fills it.
+recently used first), or ``free`` (lowest id first, see ``take``). A finished request's seq
+is cleared as it is given back: each seq has a KV stream of its own (``kv_unified = false``),
+so freeing its cells can never reorder another seq's cells. ``clear_for_use`` empties a seq before a new request fills it.
 
 A native call that fails while a seq is given back leaves the seq's cells unknown; the seq
 is then kept as ``stale`` (``quarantine``), so its next user — or the idle loop — clears it
@@ -75,6 +75,7 @@ class SeqPool:
         self.put_free(seq_id)
 
     def put_free(self, seq_id: int) -> None:
+        """A seq back on the free list, which stays sorted (``take`` hands out the lowest)."""
         bisect.insort(self.free, seq_id)
 
     def quarantine(self, seq_id: int) -> None:
