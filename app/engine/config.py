@@ -110,7 +110,15 @@ class ModelConfig:
     batching tried was bit-identical, and the KV is about half the size. ``"f16"`` remains a
     choice, documented as not bit-exact across batch shapes. Each sequence also has a KV
     stream of its own (``kv_unified = false`` in the backend), so its cells are always in
-    position order."""
+    position order.
+    NOTE (2026-12-01): the tiled and split-KV paths need K and V both f16/f32 of one type, so
+    q8_0 K + f16 V also stays on the one-chunk path, and it is much faster there (no V
+    dequantizing per cell: prefill of 2,000 tokens 0.71x, 20 tokens after 2,000 0.63x, a tick
+    of 4 x 700-token streams 0.81x the time of q8_0 K+V; every prefill chunking and
+    decode-vs-prefill bit-identical on SmolLM2). It is not the default because an f16 V is
+    not batch-invariant: on the tiny test model a seq decoded next to seqs of other lengths
+    moved its logits (every quantized V tried, q8_0/q4_0/q5_0 with q8_0/q4_0/f16 K, did not),
+    and the cause in llama.cpp is not found yet."""
     thinking_signing_key: bytes | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
 

@@ -111,3 +111,29 @@ def test_smollm2_shaped_lora_changes_output_and_scale_zero_restores(smol, foreig
     finally:
         smol.free_adapter(adapter)
     assert greedy(smol, 0, prompt, 10) == base
+
+
+def test_default_kv_types_give_the_same_logits_however_the_prompt_is_run(smollm2_path):
+    """The default KV cell types (q8_0 K and V) keep llama.cpp's CPU flash-attention kernel on
+    its one-chunk path for every ubatch shape: a 560-token prompt prefilled in one batch, in
+    chunks of 128, 64 or 7, or prefilled to 460 and then fed one token a tick (as decode rows
+    are, past the 512 cells where f16 K+V would switch to split-KV) ends on bit-identical
+    logits. With f16 K and V these differ (tiled vs one-chunk vs split-KV accumulation)."""
+    from app.engine.llama_backend import LlamaBackend
+
+    with LlamaBackend(str(smollm2_path), n_ctx_per_seq=1024, n_seq_max=2, n_batch=512, n_threads=2) as backend:
+        assert (backend.type_k, backend.type_v) == ("q8_0", "q8_0")
+        prompt = backend.tokenize(" ".join(PROMPTS) * 12)[:560]
+        assert len(prompt) == 560
+
+        def run(chunk: int | None, one_by_one_from: int | None = None):
+            backend.seq_rm(1)
+            head = prompt if one_by_one_from is None else prompt[:one_by_one_from]
+            prefill(backend, 1, head, chunk=chunk)
+            for pos in range(len(head), len(prompt)):
+                backend.step([PrefillOp(1, (prompt[pos],), pos, True)])
+            return backend.seq_logits(1)
+
+        whole = run(512)  # one ubatch of 512 rows, then 48
+        for how, logits in [("128", run(128)), ("64", run(64)), ("7", run(7)), ("one by one", run(128, 460))]:
+            assert np.array_equal(whole, logits), (how, float(np.abs(whole - logits).max()))
