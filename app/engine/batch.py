@@ -8,8 +8,9 @@ Beyond the seed, ``PrefillBudget`` decides how many prefilling requests get a sl
 tick (the rules and their measurements are ``ModelConfig``'s NOTEs on
 ``prefill_seqs_per_tick`` and ``decode_ticks_between_prefills``):
 
-* a burst whose prompts all end in this tick, while nothing streams: every one of them, so
-  their replies start together and decode in full batches;
+* a burst whose prompts all end in this tick, while nothing streams, and whose tick costs
+  no more than one prefill chunk of a fresh prompt (``_burst_fits_one_tick``): every one of
+  them, so their replies start together and decode in full batches;
 * while replies stream: a decode-only tick after each prefill tick
   (``decode_ticks_between_prefills``), then ``prefill_seqs_per_tick``, shortest remaining
   prefill first (``None``: every prefilling request in admission order, the seed's rule).
@@ -53,7 +54,7 @@ class PrefillBudget:
 
     def max_prefill_seqs(self, reqs: Collection[Request], config: ModelConfig) -> int | None:
         streaming = any(r.wants_decode for r in reqs)
-        if not streaming and _prompts_fit_one_tick(reqs, config):
+        if not streaming and _burst_fits_one_tick(reqs, config):
             return None
         if streaming and self.decode_ticks_since_prefill < config.decode_ticks_between_prefills:
             return 0  # streaming replies get a decode-only tick first
@@ -108,14 +109,38 @@ def build_ops(
     return ops
 
 
-def _prompts_fit_one_tick(reqs: Iterable[Request], config: ModelConfig) -> bool:
-    """Would every prefilling request finish its prompt in one tick (chunk cap, n_batch)?"""
+CELLS_PER_TOKEN_OF_WORK = 1000
+"""A prompt token attending to this many cells costs about as much again as the token itself.
+NOTE: measured on the bare backend (SmolLM2, 2 threads, default q8_0 K+V, docs/benchmarks.md
+"KV"): prefill of 512 tokens 2.1 s, of 2,000 tokens 13.8 s, 20 tokens after 2,000 0.23 s,
+i.e. about 3.1 ms a token plus 3.8 ms per 1,000 cells it attends to (f16 K+V: 0.9 ms)."""
+
+
+def _burst_fits_one_tick(reqs: Iterable[Request], config: ModelConfig) -> bool:
+    """Would every prefilling request finish its prompt in one tick (chunk cap, n_batch), and
+    would that tick cost no more than one prefill chunk of a fresh prompt?
+
+    Co-batched prompts all wait for the whole tick, and on a CPU a tick's time is the sum of
+    its tokens' work, so co-batching saves only the per-tick overhead (~5 ms) while each first
+    token waits for the others' prompts. That is worth it for a burst of short fresh prompts
+    (replies that start together decode in full batches), not for follow-ups deep in long
+    conversations: two agents' 23- and 47-token turns after 2,200 tokens took 1.02 s together
+    where the shorter alone takes 0.28 s (B9). Those go one at a time, shortest first.
+    """
     chunk = config.chunk_size
+    budget = _work(chunk if chunk is not None else config.n_batch, 0)
     total = 0
+    work = 0.0
     for r in reqs:
         if r.prefill_cursor and not r.finishing:
             n = len(r.prefill_cursor)
             if chunk is not None and n > chunk:
                 return False
             total += n
-    return total <= config.n_batch
+            work += _work(n, r.num_computed_tokens)
+    return total <= config.n_batch and work <= budget
+
+
+def _work(n: int, n_past: int) -> float:
+    """What prefilling ``n`` tokens after ``n_past`` costs, in tokens of a fresh prompt."""
+    return n * (1 + (n_past + n / 2) / CELLS_PER_TOKEN_OF_WORK)

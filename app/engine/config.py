@@ -81,8 +81,10 @@ class ModelConfig:
     prefill_seqs_per_tick: int | None = 1
     """Beyond the seed: while replies are streaming, how many prefilling requests get a slice
     in one tick, the shortest remaining prefill first (``None``: every prefilling request, the
-    seed's rule, SPEC §2). A burst that arrives while nothing streams is prefilled together,
-    so its replies decode in full batches from the first tick.
+    seed's rule, SPEC §2). A burst of short prompts that arrives while nothing streams is
+    prefilled together, so its replies decode in full batches from the first tick; a burst
+    whose tick would cost more than one chunk of a fresh prompt (follow-ups deep in long
+    conversations) goes one at a time too (``app.engine.batch``).
     NOTE: on a CPU a tick costs about 5 ms + 3.9 ms per token (SmolLM2, 2 threads), so
     co-batching prefills saves almost nothing while it makes every first token wait for the
     others' prompts: four 20-token turns in one tick take 363 ms, one at a time 85 ms each."""

@@ -37,6 +37,22 @@ def test_a_burst_is_prefilled_in_one_tick_then_decodes_together():
     assert h.tick() == [["decode", 0, 1], ["decode", 1, 1], ["decode", 2, 1]]
 
 
+def test_a_burst_of_follow_ups_deep_in_long_chats_goes_one_at_a_time_shortest_first():
+    # Each turn fits one tick, but attending to 2,000 cells makes co-batching them cost more
+    # than a chunk of a fresh prompt: the shorter turn is not held behind the longer one.
+    h = make(StubBackend(n_seq_max=2), n_batch=512, n_ctx=4096)
+    for name in "ab":
+        h.admit(name * 2000, session_id=name, response_tokens=1)
+    h.run()
+    held = {name: h.sch.pool.sessions[name] for name in "ab"}
+    longer = " a longer follow-up turn, with a pasted log line or two" * 2
+    h.admit(held["a"].tokens + tok(longer), session_id="a")
+    h.admit(held["b"].tokens + tok(" short"), session_id="b")
+    assert h.tick() == [["prefill", held["b"].seq_id, len(" short")]]
+    assert [op[0] for op in h.tick()] == ["decode"]  # b's first token, then a's turn
+    assert ["prefill", held["a"].seq_id, len(longer)] in h.tick()
+
+
 def test_pending_admissions_start_first_in_first_out():
     h = make(StubBackend(n_seq_max=1))
     refs = [h.admit(f"prompt {i}", response_tokens=2) for i in range(4)]
