@@ -117,10 +117,11 @@ class ModelConfig:
     q8_0 K + f16 V also stays on the one-chunk path, and it is much faster there (no V
     dequantizing per cell: prefill of 2,000 tokens 0.71x, 20 tokens after 2,000 0.63x, a tick
     of 4 x 700-token streams 0.81x the time of q8_0 K+V; every prefill chunking and
-    decode-vs-prefill bit-identical on SmolLM2). It is not the default because an f16 V is
-    not batch-invariant: on the tiny test model a seq decoded next to seqs of other lengths
-    moved its logits (every quantized V tried, q8_0/q4_0/q5_0 with q8_0/q4_0/f16 K, did not),
-    and the cause in llama.cpp is not found yet."""
+    decode-vs-prefill bit-identical on SmolLM2). It is not the default: issue 12 decided q8_0
+    K+V, and on the tiny test model a seq decoded next to seqs of other lengths moved its
+    logits with an f16 V. The cause is that model's f32 layer weights, whose K/V projections
+    differ with the ubatch's row count before attention (with Q8_0 layer weights it never
+    differed); a q8_0 V rounds that away (docs/benchmarks.md, "KV cell types")."""
     thinking_signing_key: bytes | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
 
