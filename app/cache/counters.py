@@ -18,6 +18,9 @@ EXTRA_COUNTERS = (
     "rows_dropped_missing", "rows_reregistered", "db_errors", "internal_errors",
     "chunks_reregistered", "chunks_orphaned", "rows_converted",
     "hits_live",  # a request started from another live seq's cells
+    # Prompt tokens of the requests counted as a hit or a miss, and how many of them were
+    # reused instead of prefilled: the token-weighted hit rate (app.conversation.accounting).
+    "prompt_tokens", "prompt_tokens_reused",
 )  # fmt: skip
 
 

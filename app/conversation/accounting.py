@@ -6,6 +6,10 @@ A request that started from KV computed before — restored from the cache (``hi
 another live sequence — is a hit; one that read its whole prompt is a miss. Every counter
 named ``hits_*`` counts, so a new reuse path the engine adds is a hit here without an edit.
 
+A request that reused 24 of its 768 prompt tokens is a hit all the same, so beside the
+share of requests every place also shows the share of prompt *tokens* that were reused
+instead of read (``prompt_tokens_reused`` / ``prompt_tokens``): "tokens reused: 92 %".
+
 The totals are the cache store's *lifetime* counters: this process's plus those saved in
 the cache's SQLite database when earlier sessions closed, so the figures survive restarts.
 """
@@ -31,11 +35,18 @@ def is_hit_counter(name: str) -> bool:
 class HitTotals:
     hits: int = 0
     misses: int = 0
+    prompt_tokens: int = 0
+    tokens_reused: int = 0
 
     @classmethod
     def from_counters(cls, counters: Mapping[str, int]) -> HitTotals:
         hits = sum(int(v) for k, v in counters.items() if is_hit_counter(k))
-        return cls(hits, int(counters.get("misses", 0)))
+        return cls(
+            hits,
+            int(counters.get("misses", 0)),
+            int(counters.get("prompt_tokens", 0)),
+            int(counters.get("prompt_tokens_reused", 0)),
+        )
 
     @property
     def requests(self) -> int:
@@ -46,9 +57,36 @@ class HitTotals:
         """Share of requests that were hits; None before the first request."""
         return self.hits / self.requests if self.requests else None
 
+    @property
+    def token_rate(self) -> float | None:
+        """Share of prompt tokens that were reused instead of read; None before any."""
+        return self.tokens_reused / self.prompt_tokens if self.prompt_tokens else None
+
     def percent_text(self) -> str:
-        rate = self.rate
-        return "–" if rate is None else f"{rate * 100:.0f} %"
+        return _percent(self.rate)
+
+    def token_percent_text(self) -> str:
+        return _percent(self.token_rate)
+
+    def summary(self) -> str:
+        """The one line every place shows: "hits 80 % of 25 requests · tokens reused: 92 %"."""
+        if not self.requests:
+            return "no requests yet"
+        return (f"hits {self.percent_text()} of {self.requests:,} requests · "
+                f"tokens reused: {self.token_percent_text()}")
+
+    def explanation(self) -> str:
+        """What the two figures mean, for a tooltip."""
+        return (
+            f"{self.hits:,} of {self.requests:,} requests started from memory already computed "
+            "(still held for their chat, shared with a running chat, or restored from the "
+            f"cache); {self.tokens_reused:,} of their {self.prompt_tokens:,} prompt tokens "
+            "were reused instead of read again. Since the cache was created."
+        )
+
+
+def _percent(rate: float | None) -> str:
+    return "–" if rate is None else f"{rate * 100:.0f} %"
 
 
 class HitAccount:

@@ -117,6 +117,13 @@ class Admitter:
         """Bumped whenever the adapter set or a scale changes."""
         self.last_hit: LastCacheHit | None = None
 
+    def count_prompt(self, req: Request) -> None:
+        """A request ends: if admission counted it as a hit or a miss, count its prompt
+        tokens and how many were reused (the token-weighted hit rate beside the hits)."""
+        reuse = req.cache.reuse
+        if reuse.source != "none" or reuse.miss_reason is not None:
+            self._cache.count_prompt(req.num_prompt_tokens, reuse.tokens_reused)
+
     # ------------------------------------------------------------------ admit / dispatch
 
     def admit(self, adm: Admission) -> None:

@@ -77,6 +77,11 @@ class CacheHooks(Protocol):
         """A request started from another live seq's cells (a hit, like the cache's)."""
         ...
 
+    def count_prompt(self, num_prompt: int, num_reused: int) -> None:
+        """A request that was counted as a hit or a miss ended: its prompt tokens, and how
+        many of them were reused (the token-weighted hit rate)."""
+        ...
+
     def count_load(self, ns: int) -> None: ...
 
     def save(
@@ -118,6 +123,9 @@ class NullCache:
         pass
 
     def count_live(self) -> None:
+        pass
+
+    def count_prompt(self, num_prompt: int, num_reused: int) -> None:
         pass
 
     def count_load(self, ns: int) -> None:
@@ -201,6 +209,10 @@ class StoreCache:
 
     def count_live(self) -> None:
         self.store.count("hits_live")
+
+    def count_prompt(self, num_prompt: int, num_reused: int) -> None:
+        self.store.count("prompt_tokens", num_prompt)
+        self.store.count("prompt_tokens_reused", num_reused)
 
     def count_load(self, ns: int) -> None:
         self.store.count("load_total_ns", ns)

@@ -85,6 +85,7 @@ class Finisher:
         if req.ended:
             return
         req.ended = True
+        self._admission.count_prompt(req)
         self.recent_reuse.append(ReuseRecord(
             req.options.session_id, req.num_prompt_tokens, req.cache.reuse, req.cache.hit_kind, time.time()
         ))  # fmt: skip

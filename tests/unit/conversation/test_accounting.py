@@ -31,3 +31,36 @@ def test_lifetime_totals_survive_a_restart_of_the_real_store(tmp_path):
     third = CacheStore(tmp_path / "cache")
     assert HitAccount(third).totals() == HitTotals(4, 1)
     third.close()
+
+
+def test_token_weighted_rate():
+    totals = HitTotals.from_counters(
+        {"hits_sticky": 1, "misses": 1, "prompt_tokens": 800, "prompt_tokens_reused": 24}
+    )
+    assert totals.rate == 0.5 and totals.token_rate == 0.03
+    assert totals.summary() == "hits 50 % of 2 requests · tokens reused: 3 %"
+    assert HitTotals().summary() == "no requests yet" and HitTotals().token_percent_text() == "–"
+
+
+def test_the_engine_counts_prompt_tokens_and_the_reused_ones(tmp_path, tiny_model_path):
+    """Real llama.cpp: a cold turn, then a sticky follow-up; the counters hold each request's
+    prompt tokens and exactly the tokens its ``Reuse`` record says were reused, and survive
+    a restart."""
+    from app.engine import Engine, ModelConfig
+
+    config = ModelConfig(path=str(tiny_model_path), n_ctx=512, n_seq_max=2, n_batch=128)
+    engine = Engine(tmp_path / "data")
+    model = engine.load_model("m", config)
+    first = model.tokenize("The harbour lanterns were counted twice this year. " * 3)
+    stats1 = model.infer(first, session_id="chat", response_tokens=4).result()
+    follow = first + model.tokenize(" And the gulls?")
+    stats2 = model.infer(follow, session_id="chat", response_tokens=4).result()
+    assert stats1.reuse.tokens_reused == 0 and stats2.reuse.tokens_reused > 0
+    totals = HitAccount(engine.cache).totals()
+    assert totals.prompt_tokens == stats1.prompt_tokens + stats2.prompt_tokens
+    assert totals.tokens_reused == stats2.reuse.tokens_reused
+    assert (totals.hits, totals.misses) == (1, 1)
+    engine.close()
+    again = Engine(tmp_path / "data")
+    assert HitAccount(again.cache).totals() == totals
+    again.close()
