@@ -16,6 +16,8 @@ from typing import Any
 import openai
 import pytest
 
+from tests.helpers import waiting
+
 ROOT = Path(__file__).resolve().parents[3]
 
 
@@ -86,12 +88,6 @@ def served(tiny_model_path: Path, tmp_path_factory: pytest.TempPathFactory) -> I
 
 
 def wait_until(check: Any, timeout: float = 60.0, every: float = 0.05) -> Any:
-    """Poll ``check()`` until it returns something truthy (a deadline, not a timing assertion)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout} s (last value {value!r})")
-        time.sleep(every)
+    """Poll ``check()`` until it returns something truthy (a deadline, not a timing assertion);
+    ``tests.helpers.waiting.wait_until`` with a deadline long enough for a server round trip."""
+    return waiting.wait_until(check, timeout, every)

@@ -73,13 +73,18 @@ class Harness:
             return []
         return [describe(op) for op in self.sampled[-1]]
 
+    def tick_while(self, busy: Callable[[], object], max_ticks: int = 1000) -> list[list[list[Any]]]:
+        """Tick while ``busy()`` holds; each tick's rows. Fails (never loops forever) when it
+        still holds after ``max_ticks`` ticks."""
+        rows: list[list[list[Any]]] = []
+        while busy():
+            assert len(rows) < max_ticks, "the scheduler did not settle"
+            rows.append(self.tick())
+        return rows
+
     def run(self, max_ticks: int = 1000) -> int:
         """Tick until nothing runs; how many ticks that took."""
-        n = 0
-        while self.sch.is_busy():
-            assert n < max_ticks, "the scheduler did not settle"
-            self.tick()
-            n += 1
+        n = len(self.tick_while(self.sch.is_busy, max_ticks))
         self.sch.on_idle()
         return n
 

@@ -9,7 +9,6 @@ Also the thread-safety of what other threads read (item 11): published snapshots
 from __future__ import annotations
 
 import threading
-import time
 from types import MappingProxyType
 from typing import Any
 
@@ -19,6 +18,7 @@ from app.engine import Engine, ModelConfig
 from app.engine.errors import EngineError, NotFound, SchedulerDied
 from app.engine.events import Done, Error
 from tests.helpers.stub_backend import FaultyBackend, StubBackend
+from tests.helpers.waiting import wait_until
 
 WAIT = 10.0  # seconds: only a guard against a hang, never a measurement
 
@@ -83,9 +83,7 @@ def test_a_failing_idle_clean_up_is_logged_and_the_model_keeps_serving(engine):
     with pytest.raises(EngineError):
         model.complete("short", response_tokens=1)  # ends while long runs: its seq goes stale
     assert long_.result(timeout=WAIT).completion_tokens == 30
-    deadline = time.time() + WAIT
-    while stub.raised.count("seq_rm") < 2 and time.time() < deadline:
-        time.sleep(0.002)
+    wait_until(lambda: stub.raised.count("seq_rm") == 2, WAIT, what="the idle clean-up's seq_rm")
     assert stub.raised == ["seq_rm", "seq_rm"]  # the idle clean-up hit it too
     for i in range(3):  # seq 1 still holds cells; it is cleared before reuse
         assert len(model.complete(f"next {i}", response_tokens=2).generated) == 2
@@ -95,8 +93,7 @@ def test_a_dead_loop_fails_everything_at_once_and_forever(engine):
     _, model, _ = engine(StubBackend(n_seq_max=1, step_delay=0.002))
     running = model.infer(tok("running"), response_tokens=10_000)
     waiting = model.infer(tok("waiting"), response_tokens=5)
-    while model.snapshot().pending_len != 1:
-        time.sleep(0.002)
+    wait_until(lambda: model.snapshot().pending_len == 1, WAIT, what="one request queued")
 
     def die() -> None:
         raise KeyboardInterrupt  # not an Exception: no phase guard catches it
@@ -137,8 +134,7 @@ def test_unload_while_streaming_ends_the_stream_with_one_error(engine):
     eng, model, _ = engine(StubBackend(step_delay=0.002))
     events: list[Any] = []
     stream = model.infer(tok("go"), response_tokens=10_000, on_event=events.append)
-    while not model.snapshot().num_tokens_generated:
-        time.sleep(0.002)
+    wait_until(lambda: model.snapshot().num_tokens_generated, WAIT, what="a first token")
     eng.unload("m")
     with pytest.raises(EngineError) as err:
         stream.result(timeout=WAIT)

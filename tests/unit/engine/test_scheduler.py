@@ -32,6 +32,7 @@ from app.engine.events import (
     ToolCallEnd,
 )
 from tests.helpers.stub_backend import StubBackend
+from tests.helpers.waiting import wait_until
 
 
 @pytest.fixture
@@ -78,10 +79,7 @@ def test_fifo_done_order_with_one_seq(make_model):
     for i in range(1, 4):
         s = model.infer(tok(f"prompt {i}"), response_tokens=5, on_event=on(i))
         streams.append(s)
-    deadline = time.time() + 10
-    while model.snapshot().pending_len != 3 and time.time() < deadline:
-        time.sleep(0.002)
-    assert model.snapshot().pending_len == 3
+    wait_until(lambda: model.snapshot().pending_len == 3, what="three requests queued")
     streams[0].cancel()
     # One seq: each request must wait for the previous one; done order == submit order.
     done_at = []
@@ -100,10 +98,7 @@ def test_queued_admits_dispatch_when_a_seq_frees(make_model):
     model, stub = make_model(StubBackend(n_seq_max=1, step_delay=0.01))
     first = model.infer(tok("first"), response_tokens=20)
     second = model.infer(tok("second"), response_tokens=3)
-    deadline = time.time() + 5
-    while model.snapshot().pending_len != 1 and time.time() < deadline:
-        time.sleep(0.005)
-    assert model.snapshot().pending_len == 1
+    wait_until(lambda: model.snapshot().pending_len == 1, what="the second request queued")
     assert first.result(timeout=10).completion_tokens == 20
     stats = second.result(timeout=10)
     assert stats.completion_tokens == 3
@@ -113,8 +108,7 @@ def test_queued_admits_dispatch_when_a_seq_frees(make_model):
 def test_batches_decode_rows_whole_and_slices_prefill(make_model):
     model, stub = make_model(StubBackend(n_seq_max=2, step_delay=0.002), n_batch=8, prefill_chunk_size=4)
     a = model.infer(tok("x"), response_tokens=30)
-    while not model.snapshot().num_tokens_generated:
-        time.sleep(0.001)
+    wait_until(lambda: model.snapshot().num_tokens_generated, what="a first token")
     b = model.infer(tok("a longer prompt here"), response_tokens=2)
     a.result(timeout=10)
     b.result(timeout=10)
@@ -170,8 +164,7 @@ def test_every_token_gets_a_token_id_event(make_model):
 def test_cancel(make_model):
     model, stub = make_model(StubBackend(n_seq_max=1, step_delay=0.005))
     s = model.infer(tok("go"), response_tokens=10_000)
-    while model.snapshot().num_tokens_generated < 3:
-        time.sleep(0.002)
+    wait_until(lambda: model.snapshot().num_tokens_generated >= 3, what="three tokens")
     s.cancel()
     stats = s.result(timeout=10)
     assert stats.cancelled and stats.finish_reason == "cancelled"
@@ -369,9 +362,7 @@ def test_n_batch_too_small(make_model, tmp_path):
 def test_n_batch_too_small_at_tick_fails_instead_of_stalling(make_model):
     model, stub = make_model(StubBackend(n_seq_max=3, step_delay=0.002), n_batch=3)
     streams = [model.infer(tok(f"p{i}"), response_tokens=300) for i in range(3)]
-    deadline = time.time() + 5
-    while sum(s.state == "generating" for s in model.snapshot().slots) < 3 and time.time() < deadline:
-        time.sleep(0.001)
+    wait_until(lambda: sum(s.state == "generating" for s in model.snapshot().slots) == 3, what="three decoders")
     # three decoders now outnumber the budget (the config is frozen: the scheduler gets a new one)
     model.scheduler.config = dataclasses.replace(model.scheduler.config, n_batch=2)
     results = []
@@ -412,16 +403,12 @@ def test_status_and_model_info(make_model):
     model, _ = make_model(StubBackend(n_seq_max=2, step_delay=0.005))
     assert model.status() == "idle"
     s = model.infer(tok("go"), response_tokens=500)
-    deadline = time.time() + 5
-    while model.status() != "generating" and time.time() < deadline:
-        time.sleep(0.002)
-    assert model.status() == "generating"
+    wait_until(lambda: model.status() == "generating", what="status generating")
     info = model.model_info()
     assert info.n_seq_max == 2 and info.available_seqs == 1 and info.backend == "stub"
     s.cancel()
     s.result(timeout=10)
-    time.sleep(0.05)
-    assert model.status() == "idle"
+    wait_until(lambda: model.status() == "idle", what="status idle after the cancel")
     assert model.model_info().last_cache_hit.kind == "cold"
 
 
@@ -527,12 +514,11 @@ def test_a_token_streams_before_the_decode_that_pushes_it(make_model):
 def test_one_prefill_per_tick_shortest_first(make_model):
     model, stub = make_model(StubBackend(n_seq_max=3, step_delay=0.002), n_batch=64, prefill_chunk_size=8)
     streaming = model.infer(tok("x"), response_tokens=60)
-    while not model.snapshot().num_tokens_generated:
-        time.sleep(0.001)
+    wait_until(lambda: model.snapshot().num_tokens_generated, what="a first token")
     first_tick = len(stub.steps)
     long_ = model.infer(tok("a long prompt that takes several chunks to prefill"), response_tokens=2)
-    while not any(isinstance(o, PrefillOp) for s in stub.steps[first_tick:] for o in s):
-        time.sleep(0.001)
+    wait_until(lambda: any(isinstance(o, PrefillOp) for s in stub.steps[first_tick:] for o in s),
+               what="the long prompt's first chunk")  # fmt: skip
     short = model.infer(tok("hi?"), response_tokens=2)
     long_.result(timeout=10)
     short.result(timeout=10)
@@ -575,8 +561,7 @@ def test_a_decode_tick_between_prefill_ticks_while_streaming(make_model, gap):
         StubBackend(n_seq_max=4, step_delay=0.002), n_batch=64, prefill_chunk_size=4, decode_ticks_between_prefills=gap
     )
     streaming = model.infer(tok("x"), response_tokens=40)
-    while not model.snapshot().num_tokens_generated:
-        time.sleep(0.001)
+    wait_until(lambda: model.snapshot().num_tokens_generated, what="a first token")
     prompts = [model.infer(tok(f"prompt number {i}"), response_tokens=2) for i in range(2)]
     for s in [streaming, *prompts]:
         s.result(timeout=10)
@@ -644,8 +629,7 @@ def test_a_burst_at_an_idle_engine_is_prefilled_in_one_tick(make_model):
     senders = [threading.Thread(target=send, args=(i,)) for i in range(4)]
     for t in senders:
         t.start()
-    while model.scheduler.loop.inbox.qsize() < 4:
-        time.sleep(0.001)
+    wait_until(lambda: model.scheduler.loop.inbox.qsize() == 4, what="four calls queued")
     gate.set()
     for t in senders:
         t.join(timeout=10)
@@ -660,8 +644,7 @@ def test_a_burst_at_an_idle_engine_is_prefilled_in_one_tick(make_model):
 def test_a_short_prompt_is_not_held_behind_a_long_one_when_nothing_streams(make_model):
     model, stub = make_model(StubBackend(n_seq_max=2, step_delay=0.002), n_batch=64, prefill_chunk_size=8)
     long_ = model.infer(tok("a long prompt that takes several chunks to prefill"), response_tokens=1)
-    while not stub.steps:
-        time.sleep(0.001)
+    wait_until(lambda: stub.steps, what="the long prompt's first tick")
     short = model.complete("hi?", response_tokens=1)
     long_.result(timeout=10)
     prefills = [[o for o in step if isinstance(o, PrefillOp)] for step in stub.steps]

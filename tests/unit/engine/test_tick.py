@@ -135,8 +135,7 @@ def test_sticky_turn_prefills_only_its_suffix_on_the_sessions_seq():
     h = make(StubBackend(n_seq_max=2, script={"U1>": "r1"}))
     h.admit("other", response_tokens=100)  # seq 0 stays busy
     h.admit("U1>", session_id="c", response_tokens=10)
-    while h.sch.pool.session("c") is None:
-        h.tick()
+    h.tick_while(lambda: h.sch.pool.session("c") is None)
     stored = h.sch.pool.sessions["c"].tokens
     assert (h.sch.pool.sessions["c"].seq_id, stored) == (1, tok("U1>r1") + [0])
     b = h.admit(stored + tok(" U2>"), session_id="c")
@@ -198,9 +197,7 @@ def test_a_waiting_request_takes_the_shared_head_once_the_donor_holds_it():
     a = h.admit(HEAD + "A?")
     b = h.admit(HEAD + "B?")
     assert h.sch.reqs[1].share_from == (a, len(HEAD))
-    rows = []
-    while h.sch.reqs[1].share_from is not None:
-        rows.append(h.tick())
+    rows = h.tick_while(lambda: h.sch.reqs[1].share_from is not None)
     # Only the donor prefills: its 58 tokens in chunks of 16, then b shares the head.
     assert rows == [[["prefill", 0, 16]]] * 3 + [[["prefill", 0, 10]]]
     assert h.stub.kv[1] == tok(HEAD)  # shared, not prefilled
