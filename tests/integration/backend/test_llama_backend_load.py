@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import math
 
+import llama_cpp
 import pytest
 
 from app.engine.backend import PrefillOp, SamplingParams
@@ -182,8 +184,32 @@ def test_out_of_range_seq_ids_are_invalid_requests(tiny):
             call()
 
 
-def test_close_is_idempotent(make_backend):
+def test_close_is_idempotent(monkeypatch, make_backend, tiny_lora_path):
+    """close() frees every native handle exactly once (both contexts and the adapters before
+    the model), and a second close() frees nothing: a double free would crash llama.cpp.
+    (``monkeypatch`` first: it stays in place through the factory's closing of the backend.)"""
+    freed: list[tuple[str, int | None]] = []
+
+    def recording(name: str):
+        real = getattr(llama_cpp, name)
+
+        def free(handle):
+            entry = (name, ctypes.cast(handle, ctypes.c_void_p).value)
+            if entry not in freed:  # a second free is recorded, not done: it would crash
+                real(handle)
+            freed.append(entry)
+
+        return free
+
+    for name in ("llama_free", "llama_model_free", "llama_adapter_lora_free"):
+        monkeypatch.setattr(llama_cpp, name, recording(name))
     backend = make_backend()
-    backend.embed([1, 2, 3])
+    backend.embed([1, 2, 3])  # the embeddings context, made on first use
+    adapter = backend.load_adapter(str(tiny_lora_path))
     backend.close()
+    kinds = [name for name, _ in freed]
+    assert sorted(kinds) == ["llama_adapter_lora_free", "llama_free", "llama_free", "llama_model_free"]
+    assert kinds[-1] == "llama_model_free" and len(set(freed)) == 4  # each handle once, model last
+    assert adapter.is_closed
     backend.close()
+    assert len(freed) == 4  # nothing freed twice
