@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 
 from PySide6.QtCore import QObject
 
@@ -53,15 +52,25 @@ def test_failures_reach_on_error_or_the_log(qtbot, caplog):
 def test_a_destroyed_runner_cancels_its_tasks(qtbot):
     owner = QObject()
     runner = TaskRunner(parent=owner)
+    executor = runner._executor
     delivered: list[int] = []
-    release = threading.Event()
-    task = runner.run(lambda: release.wait(5) and 1, on_done=delivered.append)
+    started, release = threading.Event(), threading.Event()
+
+    def work() -> int:
+        started.set()
+        return 1 if release.wait(5) else 0
+
+    task = runner.run(work, on_done=delivered.append)
+    qtbot.waitUntil(started.is_set, timeout=5_000)  # the worker runs when its owner dies
     owner.deleteLater()
     qtbot.waitUntil(task.cancelled, timeout=5_000)
     release.set()
-    time.sleep(0.05)
-    qtbot.wait(50)
-    assert delivered == []
+    executor.shutdown(wait=True)  # the worker has returned: a delivery, if any, is on its way
+    # A live runner's result comes back the same way, started after that one returned: once
+    # it has arrived, a late delivery from the destroyed runner would have arrived too.
+    TaskRunner().run(lambda: 2, on_done=delivered.append)
+    qtbot.waitUntil(lambda: 2 in delivered, timeout=5_000)
+    assert delivered == [2]
 
 
 def test_spawn_logs_an_unhandled_exception(qtbot, caplog):
