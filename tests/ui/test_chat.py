@@ -40,9 +40,11 @@ def test_contract_widgets_exist(make_window, qtbot):
     assert type(window.model_manager).__name__ == "ModelManager"
     assert type(window.cache_dashboard).__name__ == "CacheDashboard"
     assert not window.banner.isVisible(), window.banner.text()
-    for key in ("models", "cache", "chat"):
+    areas = {"models": window.model_manager, "cache": window.cache_dashboard, "chat": window.chat_page}
+    for key, area in areas.items():
         qtbot.mouseClick(window.nav_buttons[key], Qt.MouseButton.LeftButton)
-        qtbot.wait(50)
+        qtbot.waitUntil(area.isVisible, timeout=5_000)  # the rail button shows its area
+        assert window.stack.currentWidget() is area and window.nav_buttons[key].isChecked()
 
 
 def test_enter_sends_and_reply_streams_into_chat_view(make_window, qtbot):

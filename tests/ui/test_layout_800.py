@@ -60,27 +60,41 @@ def test_the_window_fits_800_pixels(make_window, qtbot, scheme):
     dash = window.cache_dashboard
     window.nav_buttons["cache"].click()
     dash.select_tab(1)
-    qtbot.wait(100)
     scroll_view = dash.tiers_panel.parentWidget().parentWidget()  # the scroll area's viewport
-    for row in dash.tiers_panel.rows.values():
-        assert _inside(row.apply, scroll_view), row.tier
-        assert _draws_arrow(row.unit), row.tier
+
+    def tier_rows_fit() -> None:
+        assert dash.tiers_panel.rows
+        for row in dash.tiers_panel.rows.values():
+            assert _inside(row.apply, scroll_view), row.tier
+            assert _draws_arrow(row.unit), row.tier
+
+    # Each check waits for the layout that the click starts (however long a loaded machine
+    # takes) and fails with its own message when it is never met.
+    qtbot.waitUntil(tier_rows_fit, timeout=5_000)
     screenshot(window, f"layout-800-cache-space-{scheme}")
     dash.select_tab(0)
-    qtbot.wait(100)
-    for box in dash.rows_panel.findChildren(QComboBox):
-        if box.isVisible():
+
+    def combo_boxes_draw_arrows() -> None:
+        boxes = [box for box in dash.rows_panel.findChildren(QComboBox) if box.isVisible()]
+        assert boxes
+        for box in boxes:
             assert _draws_arrow(box), box.objectName()
+
+    qtbot.waitUntil(combo_boxes_draw_arrows, timeout=5_000)
     screenshot(window, f"layout-800-cache-rows-{scheme}")
 
     # Models › Library: the table keeps most of the width, the card stays whole.
     window.nav_buttons["models"].click()
     lib = window.model_manager.library_page
-    qtbot.wait(100)
     card = lib.details_card
-    assert 240 <= card.width() <= 300
-    assert lib.table.width() > card.width()
-    assert _inside(card, window.model_manager)
+
+    def library_fits() -> None:
+        assert lib.isVisible()
+        assert 240 <= card.width() <= 300, card.width()
+        assert lib.table.width() > card.width()
+        assert _inside(card, window.model_manager)
+
+    qtbot.waitUntil(library_fits, timeout=5_000)
     screenshot(window, f"layout-800-models-{scheme}")
 
 

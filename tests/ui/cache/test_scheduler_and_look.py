@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import Any
 
+from PySide6.QtGui import QImage
 from PySide6.QtWidgets import QApplication
 
 from app.ui import theme
@@ -45,26 +47,49 @@ def test_monitor_shows_two_busy_slots(engine: Any, tiny_model_path: Any, make_da
     qtbot.waitUntil(lambda: panel.slot_states("tiny").count("pinned") == 2, timeout=5000)
 
 
-def test_screenshots_light_and_dark(engine: Any, make_dashboard: Any, qtbot: Any) -> None:
-    """Many rows and all tabs, in the app's light and dark themes (look at them)."""
+def test_screenshots_light_and_dark(engine: Any, make_dashboard: Any, qtbot: Any, tmp_path: Any,
+                                    monkeypatch: Any) -> None:
+    """Many rows and all tabs, in the app's light and dark themes (look at them): each tab is
+    drawn in the scheme's own colours and shows the rows (the tree once it is built)."""
+    if not os.environ.get("HEARTH_SCREENSHOT_DIR"):
+        monkeypatch.setenv("HEARTH_SCREENSHOT_DIR", str(tmp_path))
     app = QApplication.instance()
     fill_index(engine.cache, 300)
     try:
-        for scheme in ("light", "dark"):
+        for scheme, colors in (("light", theme.LIGHT), ("dark", theme.DARK)):
             theme.apply_theme(app, scheme)
             dash = make_dashboard(engine)
-            for _ in range(3):
-                dash.sample()
-            screenshot(dash, f"cache-{scheme}-table")
-            dash.select_tab(TAB_SPACE)
-            screenshot(dash, f"cache-{scheme}-space")
-            dash.select_tab(TAB_TREE)
-            dash.tree_panel.model_box.setCurrentText("beta")
-            screenshot(dash, f"cache-{scheme}-tree")
+            _look_at_every_tab(qtbot, dash, scheme, colors)
             dash.shutdown()
     finally:
         theme.apply_theme(app, "light")
         app.setStyleSheet("")
+
+
+def _look_at_every_tab(qtbot: Any, dash: Any, scheme: str, colors: theme.Colors) -> None:
+    for _ in range(3):
+        dash.sample()
+    assert dash.rows_panel.count_label.text() == "300 entries"
+    _look(dash, f"cache-{scheme}-table", colors)
+    dash.select_tab(TAB_SPACE)
+    assert all(row.usage.text() for row in dash.tiers_panel.rows.values())
+    _look(dash, f"cache-{scheme}-space", colors)
+    dash.select_tab(TAB_TREE)
+    dash.tree_panel.model_box.setCurrentText("beta")
+    # The tree is built off the GUI thread: wait for it, then look.
+    qtbot.waitUntil(lambda: dash.tree_panel.summary.text().startswith("100 saved points"), timeout=10_000)
+    assert dash.tree_panel.model.rowCount() > 0
+    _look(dash, f"cache-{scheme}-tree", colors)
+
+
+def _look(dash: Any, name: str, colors: theme.Colors) -> None:
+    """Save the screenshot and check it is drawn in ``colors``: the window background."""
+    path = screenshot(dash, name)
+    assert path is not None
+    image = QImage(str(path))
+    assert image.width() == dash.width() and image.height() == dash.height()
+    # The top-left corner is the dashboard's own background, outside every card.
+    assert image.pixelColor(2, 2).name() == colors.window, (name, image.pixelColor(2, 2).name())
 
 
 def test_models_loaded_and_unloaded_while_open(engine: Any, tiny_model_path: Any, make_dashboard: Any, qtbot: Any) -> None:
