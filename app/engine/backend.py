@@ -117,7 +117,12 @@ class Backend(Protocol):
         ...
 
     def new_sampler(self, params: SamplingParams) -> Any:
-        """Build a sampler chain; raises GrammarFailed for a malformed grammar."""
+        """Build a sampler chain; ``InvalidGrammar`` for a grammar ``check_grammar`` refuses."""
+        ...
+
+    def check_grammar(self, grammar: str) -> None:
+        """``InvalidGrammar`` unless llama.cpp can parse *and follow* ``grammar`` with this
+        vocabulary (``app.engine.grammar_check``); any thread may call it."""
         ...
 
     def free_sampler(self, sampler: Any) -> None: ...

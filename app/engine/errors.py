@@ -45,6 +45,11 @@ class InvalidRequest(EngineError):
     code = "invalid_request"
 
 
+class InvalidGrammar(InvalidRequest):
+    """A grammar llama.cpp could not parse or could not follow (``app.engine.grammar_check``):
+    refused before it reaches llama.cpp, which aborts the process on the second kind."""
+
+
 class InvalidConfig(InvalidRequest, ValueError):
     """A ``ModelConfig`` that cannot work; also a ``ValueError`` for older callers."""
 

@@ -47,6 +47,7 @@ from app.engine.errors import (
     NBatchTooSmall,
     NotSupported,
 )
+from app.engine.grammar_check import check_grammar
 from app.engine.llama_embed import EMBED_MAX_TOKENS, embed
 from app.engine.llama_handles import KV_TYPES, Batch, LoraAdapter, ctx_params, load_model
 from app.engine.llama_info import ctx_params_hash, read_info
@@ -302,7 +303,12 @@ class LlamaBackend(SeqKv):
     # ----------------------------------------------------------------- samplers
 
     def new_sampler(self, params: SamplingParams) -> SamplerChain:
+        if params.grammar:
+            self.check_grammar(params.grammar)  # remembered: free after the caller's check
         return build_chain(self._vocab, params)
+
+    def check_grammar(self, grammar: str) -> None:
+        check_grammar(grammar, self.vocab)
 
     def free_sampler(self, sampler: Any) -> None:
         if isinstance(sampler, SamplerChain):

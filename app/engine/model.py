@@ -170,6 +170,10 @@ class Model:
     ) -> Admission:
         self._check_open()
         options = parse_options(opts, default_tokens)
+        grammar = options.sampling.grammar
+        if grammar:
+            # Before llama.cpp sees it: it aborts the process on a grammar it cannot follow.
+            self._with_vocab(lambda: self.backend.check_grammar(grammar))
         prompt = check_tokens(tokens, self.backend.info.n_vocab)
         return Admission(next(_refs) if ref is None else ref, mode, prompt, options, emit)
 

@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from app.engine import Model
-from app.engine.errors import EngineError
+from app.engine.errors import EngineError, InvalidGrammar
 from app.engine.events import Done, Error, Event, Stats, Token, TokenId, ToolCallDelta
 from app.server.activity import RequestRecord
 from app.server.errors import ApiError, from_engine
@@ -23,8 +23,10 @@ from app.server.state import ServerState
 
 class Generation:
     def __init__(self, state: ServerState, record: RequestRecord, model: Model, tokens: Sequence[int],
-                 options: dict[str, Any]) -> None:
+                 options: dict[str, Any], *, grammar_param: str = "grammar") -> None:
         self.state = state
+        self.grammar_param = grammar_param
+        """The request field the grammar came from (named in a refusal)."""
         self.record = record
         self.model = model
         self.tokens = list(tokens)
@@ -42,10 +44,15 @@ class Generation:
         try:
             await self.run.start(self.model, self.tokens, **self.options)
         except EngineError as exc:
-            api = from_engine(exc)
+            api = self._grammar_error(exc) if isinstance(exc, InvalidGrammar) else from_engine(exc)
             self.state.activity.finish(self.record.id, "error", status=api.status, error=api.message)
             raise api from exc
         self.state.running.add(self)
+
+    def _grammar_error(self, exc: InvalidGrammar) -> ApiError:
+        """The engine refused the grammar before llama.cpp saw it: a 400 naming the field."""
+        param = self.grammar_param
+        return ApiError(400, f"Invalid value for '{param}': {exc.message}", param=param, code="invalid_grammar")
 
     async def events(self) -> AsyncIterator[Event]:
         async for event in self.run.events():

@@ -39,6 +39,8 @@ class ChatPrompt:
     tokens: list[int]
     grammar: str | None
     tool_mode: ToolMode
+    grammar_param: str = "grammar"
+    """Where the grammar came from: ``grammar``, ``tools`` or ``response_format.json_schema.schema``."""
 
 
 def tool_mode(request: ChatRequest, chat_template: str | None) -> ToolMode:
@@ -60,21 +62,24 @@ def build_chat_prompt(
         messages = _generic(request, memo) if mode == "generic" else [_plain(m) for m in request.messages]
         tools = None
     tokens = model.apply_chat_template({"messages": messages, "tools": tools})
-    return ChatPrompt(memo.align(tokens), _grammar(request, mode, tool_markers), mode)
+    grammar, param = _grammar(request, mode, tool_markers)
+    return ChatPrompt(memo.align(tokens), grammar, mode, param)
 
 
-def _grammar(request: ChatRequest, mode: ToolMode, markers: Markers | None) -> str | None:
+def _grammar(request: ChatRequest, mode: ToolMode, markers: Markers | None) -> tuple[str | None, str]:
+    """The reply's grammar and the field it comes from. The engine checks it before llama.cpp
+    sees it (``app.engine.grammar_check``); a refusal names that field."""
     if request.sampling.grammar:
-        return request.sampling.grammar
+        return request.sampling.grammar, "grammar"
     if request.tools and request.tool_choice == "required":
         pair = (markers.open, markers.close) if mode == "native" and markers else (TOOL_OPEN, TOOL_CLOSE)
-        return tool_call_grammar(request.tools, request.tool_name, pair)
+        return tool_call_grammar(request.tools, request.tool_name, pair), "tools"
     if request.format_kind == "json_object":
-        return JSON_OBJECT_GRAMMAR
+        return JSON_OBJECT_GRAMMAR, "response_format"
     if request.format_kind == "json_schema":
         assert request.json_schema is not None
-        return json_schema_grammar(request.json_schema)
-    return None
+        return json_schema_grammar(request.json_schema), "response_format.json_schema.schema"
+    return None, "grammar"
 
 
 def _plain(m: Message) -> dict[str, Any]:

@@ -41,7 +41,7 @@ async def chat_completions(request: Request) -> Response:
     state.check_prompt(model, len(prompt.tokens))
     record = state.begin(request, "chat", req.model, stream=req.stream, prefix="chatcmpl")
     opts = engine_options(model, prompt.tokens, req.sampling.max_tokens, req.sampling.engine_options(), prompt.grammar)
-    gen = Generation(state, record, model, prompt.tokens, opts)
+    gen = Generation(state, record, model, prompt.tokens, opts, grammar_param=prompt.grammar_param)
     await gen.start()
     reply = ChatReply(req.tools, prompt.tool_mode, memo, calls_allowed=req.tool_choice != "none")
     if req.stream:

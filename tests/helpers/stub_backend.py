@@ -26,7 +26,7 @@ from app.engine.backend import (
     SamplingParams,
     StepResult,
 )
-from app.engine.errors import GrammarFailed
+from app.engine.grammar_check import check_grammar
 
 EOG = 0
 
@@ -126,9 +126,12 @@ class StubBackend:
         return ord("a") + (sum(seq[-3:]) * 7 + len(seq)) % 26
 
     # -- samplers
+    def check_grammar(self, grammar: str) -> None:
+        check_grammar(grammar, None)  # the real parser and checks, without a vocabulary
+
     def new_sampler(self, params: SamplingParams) -> Any:
-        if params.grammar is not None and "root" not in params.grammar:
-            raise GrammarFailed("grammar has no root rule")
+        if params.grammar is not None:
+            self.check_grammar(params.grammar)
         self.samplers_alive += 1
         self.samplers.append(StubSampler(params))
         return self.samplers[-1]

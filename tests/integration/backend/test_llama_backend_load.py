@@ -11,7 +11,7 @@ import pytest
 
 from app.engine.backend import PrefillOp, SamplingParams
 from app.engine.chat_template import render_chat_template
-from app.engine.errors import GrammarFailed, InvalidRequest, ModelLoadFailed
+from app.engine.errors import InvalidGrammar, InvalidRequest, ModelLoadFailed
 from app.engine.llama_backend import LlamaBackend
 from tests.integration.backend.driver import decode, prefill
 
@@ -71,10 +71,10 @@ def test_quantized_v_cache_without_flash_attn_is_refused(tiny_model_path):
 
 
 @pytest.mark.parametrize("grammar", ['root ::= ("yes"', "root ::= [a-", "start ::= \"x\"", "root ::= undefined_rule"])
-def test_malformed_grammar_raises_grammar_failed(tiny, grammar):
-    with pytest.raises(GrammarFailed) as err:
+def test_malformed_grammar_is_refused_before_llama_cpp(tiny, grammar):
+    with pytest.raises(InvalidGrammar) as err:
         tiny.new_sampler(SamplingParams(grammar=grammar))
-    assert err.value.code == "grammar_failed"
+    assert err.value.code == "invalid_request"
 
 
 def test_grammar_constrains_output(tiny):

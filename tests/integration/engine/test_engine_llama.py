@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from app.engine import Engine, ModelConfig
-from app.engine.errors import ContextOverflow, EngineError, GrammarFailed, ModelLoadFailed
+from app.engine.errors import ContextOverflow, EngineError, InvalidGrammar, ModelLoadFailed
 from app.engine.events import Done, TokenId
 
 
@@ -124,9 +124,9 @@ def test_prompt_longer_than_context_and_bad_grammar(engine, tiny_model_path):
     with pytest.raises(ContextOverflow) as err:
         model.infer(model.tokenize("word " * 100))
     assert err.value.code == "context_overflow"
-    with pytest.raises(GrammarFailed) as gerr:
+    with pytest.raises(InvalidGrammar, match="does not parse") as gerr:
         model.infer(model.tokenize("x"), grammar='root ::= "unterminated')
-    assert gerr.value.code == "grammar_failed"
+    assert gerr.value.code == "invalid_request"
     # Other requests were never disturbed.
     assert busy.result(timeout=60).completion_tokens >= 1
     assert model.complete("ok", response_tokens=2).finish_reason in ("length", "stop")

@@ -15,7 +15,7 @@ from app.engine.errors import (
     Busy,
     ContextOverflow,
     EngineError,
-    GrammarFailed,
+    InvalidGrammar,
     InvalidRequest,
     NBatchTooSmall,
     NoSession,
@@ -386,9 +386,9 @@ def test_context_overflow_and_engine_keeps_serving(make_model):
 
 def test_bad_grammar_and_bad_options(make_model):
     model, stub = make_model()
-    with pytest.raises(GrammarFailed) as err:
+    with pytest.raises(InvalidGrammar, match="does not parse") as err:
         model.infer(tok("x"), grammar="not a grammar")
-    assert err.value.code == "grammar_failed"
+    assert err.value.code == "invalid_request"
     with pytest.raises(InvalidRequest):
         model.infer(tok("x"), temperature=-1)
     with pytest.raises(InvalidRequest):
