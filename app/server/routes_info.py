@@ -97,6 +97,7 @@ async def status(request: Request) -> dict[str, Any]:
         snap = state.provider.get_model(info.id).snapshot()
         models.append({
             "id": info.id, "phase": snap.phase, "pending": snap.pending_len,
+            "tokens_generated": snap.num_tokens_generated,
             "slots": [dataclasses.asdict(s) for s in snap.slots],
         })  # fmt: skip
     live = [dataclasses.asdict(r) for r in state.activity.live()]

@@ -99,8 +99,9 @@ def test_foreign_host_header_is_refused(served: Served) -> None:
 
 def test_no_cors_headers_by_default(served: Served) -> None:
     req = urllib.request.Request(served.base_url + "/models", headers={"Origin": "https://evil.example"})
-    with urllib.request.urlopen(req, timeout=30) as resp:
-        assert resp.headers.get("access-control-allow-origin") is None
+    with pytest.raises(urllib.error.HTTPError) as err:  # a page's request is refused outright (issue 26)
+        urllib.request.urlopen(req, timeout=30)
+    assert err.value.code == 403 and err.value.headers.get("access-control-allow-origin") is None
 
 
 def test_api_key_is_required_and_checked(tiny_model_path: Path, tmp_path: Path) -> None:
