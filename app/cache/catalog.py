@@ -139,6 +139,15 @@ class Catalog:
                 self.tombstones.add(row.namespace, row.tokens_le, row.key)
             return row, self.chunks.detach(key)
 
+    def served(self, key: bytes) -> int | None:
+        """How many of a row's tokens its files still serve (all, for a whole-row blob);
+        None for an unknown row."""
+        with self.lock:
+            row = self.index.get(key)
+            if row is None:
+                return None
+            return self.chunks.served(key, row.tokens_le) if row.format == 2 else row.n_tokens
+
     def is_damaged(self, key: bytes) -> bool:
         """A chunked row whose chain does not serve all its tokens (a chunk lost or found
         damaged: it restores only up to there)."""

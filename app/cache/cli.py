@@ -73,16 +73,18 @@ def cmd_ls(
     model_id: str | None = None,
     ram_file_dir: Path | None = None,
 ) -> int:
-    """One line per entry: key prefix, model, tokens, size, tier, reason, age, hits."""
+    """One line per entry: key prefix, model, tokens, size, tier, reason, age, hits. A row
+    that lost a chunk shows the tokens it still restores, as ``restored/total``."""
     with _open(data_dir, ram_file_dir) as store:
         rows = sorted(store.rows(model_id), key=lambda r: r.last_used, reverse=True)
+        served = {r.key: store.served_tokens(r.key) for r in rows}
     now = time.time()
     header = ("KEY", "MODEL", "TOKENS", "SIZE", "TIER", "REASON", "AGE", "HITS", "PIN")
     lines = [header] + [
         (
             r.key.hex()[:12],
             r.model_id or "-",
-            str(r.n_tokens),
+            _tokens(r.n_tokens, served[r.key]),
             human_bytes(r.size),
             r.tier,
             r.save_reason,
@@ -97,7 +99,14 @@ def cmd_ls(
         out.write("  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip())
         out.write("\n")
     out.write(f"{len(rows)} entries\n")
+    partial = sum(1 for r in rows if served[r.key] not in (None, r.n_tokens))
+    if partial:
+        out.write(f"{partial} of them lost a chunk: they restore only the tokens shown before the '/'\n")
     return 0
+
+
+def _tokens(n_tokens: int, served: int | None) -> str:
+    return str(n_tokens) if served is None or served >= n_tokens else f"{served}/{n_tokens}"
 
 
 def _write_usage(store: CacheStore, out: TextIO) -> None:

@@ -17,6 +17,9 @@ EXTRA_COUNTERS = (
     "save_errors", "saves_rejected", "loads", "blob_read_ns", "temp_files_removed",
     "rows_dropped_missing", "rows_reregistered", "db_errors", "internal_errors",
     "chunks_reregistered", "chunks_orphaned", "rows_converted",
+    # Start-up: database rows and chunks whose values were damaged (dropped, their files
+    # registered again); chunked rows none of whose chunks is left (dropped).
+    "rows_dropped_damaged", "chunks_dropped_damaged", "rows_dropped_no_chunks",
     "hits_live",  # a request started from another live seq's cells
     # Prompt tokens of the requests counted as a hit or a miss, and how many of them were
     # reused instead of prefilled: the token-weighted hit rate (app.conversation.accounting).

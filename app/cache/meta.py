@@ -103,7 +103,13 @@ ROW_FIELDS = tuple(c.name for c in CacheRow.__table__.columns)
 CHUNK_FIELDS = tuple(c.name for c in CacheChunk.__table__.columns)
 
 
+def _text(raw: bytes) -> str:
+    """TEXT values as ``str`` even when damaged: a bad byte must cost its row, not the read."""
+    return raw.decode("utf-8", "replace")
+
+
 def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+    dbapi_conn.text_factory = _text
     cur = dbapi_conn.cursor()
     cur.execute("PRAGMA journal_mode=WAL")
     cur.execute("PRAGMA synchronous=NORMAL")
@@ -129,7 +135,7 @@ class MetaDB:
         try:
             self._engine, self._sessions = self._open()
             return
-        except (SQLAlchemyError, OSError) as exc:
+        except (SQLAlchemyError, OSError, ValueError) as exc:  # ValueError: undecodable schema text
             first = exc
         if environment_kind(first) in (None, "damaged"):
             log.warning("cache database %s is damaged (%s); moving it aside", path, first)
@@ -138,7 +144,7 @@ class MetaDB:
             try:
                 self._engine, self._sessions = self._open()
                 return
-            except (SQLAlchemyError, OSError) as exc:
+            except (SQLAlchemyError, OSError, ValueError) as exc:
                 first = exc
         log.error("cache database %s cannot be written (%s); using memory", path, first)
         self.unusable = first
@@ -184,15 +190,35 @@ class MetaDB:
                     with contextlib.suppress(OSError):
                         src.unlink(missing_ok=True)
 
+    def start_over(self, why: BaseException) -> None:
+        """The file opened but its tables cannot be read through: move it aside and start an
+        empty database (the store then re-registers every file)."""
+        log.warning("cache database %s is damaged (%s); moving it aside", self.path, why)
+        self._engine.dispose()
+        self.rebuilt = True
+        if not self.in_memory:
+            self._move_aside()
+        try:
+            self._engine, self._sessions = self._open()
+        except (SQLAlchemyError, OSError, ValueError) as exc:
+            self.unusable = exc
+            self.in_memory = True
+            self._engine, self._sessions = self._open()
+
     def close(self) -> None:
         self._engine.dispose()
 
     # -- rows ---------------------------------------------------------------------------
 
     def all_rows(self) -> list[dict[str, Any]]:
+        """Every row's stored values, *as stored* (no type conversion): a damaged value is
+        the caller's to judge (``app.cache.reconcile``), not a failure of the whole read."""
+        return self._raw(CacheRow.__tablename__, ROW_FIELDS)
+
+    def _raw(self, table: str, fields: tuple[str, ...]) -> list[dict[str, Any]]:
         with self._sessions() as s:
-            rows = s.scalars(select(CacheRow)).all()
-            return [{f: getattr(r, f) for f in ROW_FIELDS} for r in rows]
+            result = s.execute(text(f"SELECT {', '.join(fields)} FROM {table}"))  # noqa: S608 — our names
+            return [dict(zip(fields, values, strict=True)) for values in result]
 
     def put(self, fields: dict[str, Any]) -> None:
         """Insert or replace a row."""
@@ -224,9 +250,8 @@ class MetaDB:
     # -- chunks -------------------------------------------------------------------------
 
     def all_chunks(self) -> list[dict[str, Any]]:
-        with self._sessions() as s:
-            rows = s.scalars(select(CacheChunk)).all()
-            return [{f: getattr(r, f) for f in CHUNK_FIELDS} for r in rows]
+        """Every chunk's stored values, as stored (see ``all_rows``)."""
+        return self._raw(CacheChunk.__tablename__, CHUNK_FIELDS)
 
     def put_chunks(self, chunks: Iterable[dict[str, Any]]) -> None:
         with self._sessions.begin() as s:
@@ -246,8 +271,13 @@ class MetaDB:
     # -- counters -----------------------------------------------------------------------
 
     def counters(self) -> dict[str, int]:
-        with self._sessions() as s:
-            return {c.name: c.value for c in s.scalars(select(Counter)).all()}
+        """The lifetime totals; a damaged entry (not a name and an integer) is left out."""
+        out: dict[str, int] = {}
+        for fields in self._raw(Counter.__tablename__, ("name", "value")):
+            name, value = fields["name"], fields["value"]
+            if isinstance(name, str) and isinstance(value, int) and not isinstance(value, bool):
+                out[name] = value
+        return out
 
     def add_counters(self, deltas: dict[str, int]) -> None:
         with self._sessions.begin() as s:
@@ -257,8 +287,8 @@ class MetaDB:
                 row = s.get(Counter, name)
                 if row is None:
                     s.add(Counter(name=name, value=delta))
-                else:
-                    row.value += delta
+                else:  # a damaged total (not an integer) starts again from this delta
+                    row.value = (row.value if isinstance(row.value, int) else 0) + delta
 
 
 def _add_missing_columns(engine: Engine) -> None:
@@ -266,7 +296,13 @@ def _add_missing_columns(engine: Engine) -> None:
     model's server default): older databases keep their rows."""
     with engine.begin() as conn:
         for table in Base.metadata.sorted_tables:
-            have = {r[1] for r in conn.execute(text(f"PRAGMA table_info({table.name})"))}
+            info = list(conn.execute(text(f"PRAGMA table_info({table.name})")))
+            have = {r[1] for r in info}
+            for _cid, name, _kind, notnull, default, pk in info:
+                if name not in table.columns and notnull and default is None and not pk:
+                    # NOTE: a flipped byte in the schema text renamed "fingerprint" to
+                    # "finggrprint": every insert then failed its NOT NULL constraint.
+                    raise SQLAlchemyError(f"unknown required column {table.name}.{name}")
             for column in table.columns:
                 if column.name in have:
                     continue

@@ -11,7 +11,13 @@ to delete — unreadable headers, files naming another key, stale copies left by
 interrupted move. It touches no store state and deletes nothing itself.
 
 Header checks only: full CRC checks happen when a row is loaded (or in ``verify``), so
-start-up stays fast with gigabytes of blobs. Temp files of interrupted writes are the
+start-up stays fast with gigabytes of blobs. The database's own values are checked instead:
+a row or chunk whose values are not of their type, or whose key is not the hash of what it
+describes (``make_key`` over fingerprint, quant, context hash and tokens; a chunk's over its
+parent and tokens), was damaged on disk. It is dropped and counted (``rows_dropped_damaged``,
+``chunks_dropped_damaged``), and its file, if any, registered again from its header — so one
+bad byte in the database costs at most a pin, never a start, and never serves one prompt's
+KV for another's. Values outside the key (hits, times, the preview) are shown as stored. Temp files of interrupted writes are the
 tiers' business (``FileTier.remove_temp_files``), removed by the store before this runs;
 chunks no row uses are the store's to delete once their rows are attached.
 """
@@ -25,7 +31,7 @@ from typing import Any
 
 from app.cache import kvc, kvc2
 from app.cache.chunks import Chunk
-from app.cache.keys import encode_tokens
+from app.cache.keys import KEY_LEN, encode_tokens, make_key
 from app.cache.meta import STATUS_AVAILABLE, MetaDB, chunk_from_fields, row_from_fields
 from app.cache.rows import Row, make_row
 from app.cache.tiers import BLOB_SUFFIX, FileTier, name_key, read_blob_prefix
@@ -103,6 +109,8 @@ def reconcile(tiers: Mapping[str, FileTier], db: MetaDB) -> Reconciled:
         db_rows, db_chunks = db.all_rows(), db.all_chunks()
     except Exception as exc:  # any failure to read is a database to rebuild, never a crash
         log.error("cache database unreadable (%s); rebuilding from the files", exc)
+        db.start_over(exc)
+        out.count("db_rebuilt")
     for fields in db_rows:
         _check_db_row(tiers, fields, out)
     for fields in db_chunks:
@@ -126,13 +134,75 @@ def _file_name(fields: dict[str, Any], key: bytes) -> str:
     return kvc2.row_name(key) if fields.get("format") == 2 else kvc_name(key)
 
 
+MAX_CHUNK_TOKENS = (1 << 20) - 1
+"""The largest chunk size a manifest may name (``kvc2.parse_row``)."""
+
+_ROW_TYPES: dict[str, type | tuple[type, ...]] = {
+    "key": str, "model_id": str, "fingerprint": str, "quant_type": str, "ctx_hash": str, "n_tokens": int,
+    "tokens": bytes, "tier": str, "location": str, "size": int, "checksum": int, "save_reason": str,
+    "context_size": int, "prompt_preview": str, "created": (int, float), "last_used": (int, float), "hits": int,
+    "status": str, "pinned": int, "session_id": (str, type(None)), "format": int, "chunk_size": int,
+}  # fmt: skip
+_CHUNK_TYPES: dict[str, type | tuple[type, ...]] = {
+    "key": str, "parent": str, "start": int, "chunk_size": int, "tokens": bytes, "tier": str, "size": int,
+    "created": (int, float),
+}  # fmt: skip
+
+
+def _check_types(fields: dict[str, Any], types: dict[str, type | tuple[type, ...]]) -> None:
+    for name, kind in types.items():
+        value = fields.get(name)
+        if not isinstance(value, kind) or isinstance(value, bool):
+            raise ValueError(f"{name} is a {type(value).__name__}")
+        if isinstance(value, int | float) and not 0 <= value < 2**62:
+            raise ValueError(f"{name} is out of range")
+
+
+def _hash(value: str) -> bytes:
+    if len(value) != 2 * KEY_LEN:
+        raise ValueError("a hash that is not 64 hex digits")
+    return bytes.fromhex(value)
+
+
+def sound_row(fields: dict[str, Any]) -> Row:
+    """The database row as a ``Row``, or ``ValueError`` when it was damaged (see above)."""
+    _check_types(fields, _ROW_TYPES)
+    key = _hash(fields["key"])
+    tokens = fields["tokens"]
+    if len(tokens) % 4 or fields["n_tokens"] != len(tokens) // 4 or fields["format"] not in (1, 2):
+        raise ValueError("its token count or format is impossible")
+    if make_key(_hash(fields["fingerprint"]), fields["quant_type"], _hash(fields["ctx_hash"]), tokens) != key:
+        raise ValueError("its key is not the hash of its model, settings and tokens")
+    if fields["format"] == 2 and not 0 < fields["chunk_size"] <= MAX_CHUNK_TOKENS:
+        raise ValueError("a chunked row without a chunk size")
+    return row_from_fields(fields)
+
+
+def sound_chunk(fields: dict[str, Any]) -> Chunk:
+    """The database chunk as a ``Chunk``, or ``ValueError`` when it was damaged."""
+    _check_types(fields, _CHUNK_TYPES)
+    tokens = fields["tokens"]
+    if len(tokens) % 4 or not 0 < fields["chunk_size"] <= MAX_CHUNK_TOKENS:
+        raise ValueError("its token count or chunk size is impossible")
+    if kvc2.chunk_key(_hash(fields["parent"]), tokens) != _hash(fields["key"]):
+        raise ValueError("its key is not the hash of its parent and tokens")
+    return chunk_from_fields(fields)
+
+
+def _damaged(fields: dict[str, Any], what: str, exc: Exception, out: Reconciled) -> None:
+    log.warning("dropping a damaged cache database %s (%s); its file is registered again", what, exc)
+    out.count(f"{what}s_dropped_damaged")
+
+
 def _check_db_row(tiers: Mapping[str, FileTier], fields: dict[str, Any], out: Reconciled) -> None:
-    home = tiers.get(fields["tier"])
     try:
-        key = bytes.fromhex(fields["key"])
-    except ValueError:
-        out.drop_keys.append(fields["key"])
+        row = sound_row(fields)
+    except (ValueError, TypeError) as exc:
+        _damaged(fields, "row", exc, out)
+        out.drop_keys.append(fields.get("key"))  # type: ignore[arg-type]  # as stored, to match it
         return
+    key = row.key
+    home = tiers.get(row.tier)
     name = _file_name(fields, key)
     size = home.size_of(name) if home is not None else None
     if home is None or size is None:
@@ -141,7 +211,7 @@ def _check_db_row(tiers: Mapping[str, FileTier], fields: dict[str, Any], out: Re
         out.drop_keys.append(fields["key"])
         return
     if fields["status"] == STATUS_AVAILABLE:
-        out.rows[key] = replace(row_from_fields(fields), location=home.location(name))
+        out.rows[key] = replace(row, location=home.location(name), size=size)
         if fields.get("format") == 2:
             out.own_sizes[key] = size
         return
@@ -160,12 +230,18 @@ def _check_db_row(tiers: Mapping[str, FileTier], fields: dict[str, Any], out: Re
 
 
 def _check_db_chunk(tiers: Mapping[str, FileTier], fields: dict[str, Any], out: Reconciled) -> None:
-    home = tiers.get(fields["tier"])
-    if home is None or home.size_of(fields["key"] + kvc2.CHUNK_SUFFIX) is None:
+    try:
+        chunk = sound_chunk(fields)
+    except (ValueError, TypeError) as exc:
+        _damaged(fields, "chunk", exc, out)
+        out.drop_chunks.append(fields.get("key"))  # type: ignore[arg-type]
+        return
+    home = tiers.get(chunk.tier or "")
+    size = home.size_of(kvc2.chunk_name(chunk.key)) if home is not None else None
+    if home is None or size is None:
         out.drop_chunks.append(fields["key"])
         return
-    chunk = chunk_from_fields(fields)
-    out.chunks[chunk.key] = chunk
+    out.chunks[chunk.key] = replace(chunk, size=size)
 
 
 def _v1_row(tier: FileTier, key: bytes) -> tuple[Row, int | None]:

@@ -2,7 +2,9 @@
 ``reconcile`` makes — index the chunks (a chunk another one extends is superseded on the
 way), index the rows and attach each chunked row to its chain (laid over the indexed chunks
 as a save lays it, ``ChunkIndex.plan``), delete the files and
-database entries the plan drops, and delete chunks no row uses.
+database entries the plan drops, drop chunked rows whose first chunk is gone (they would
+restore nothing: ``rows_dropped_no_chunks``; a row that lost a later chunk keeps its head and
+is listed as damaged), and delete chunks no row uses.
 
 NOTE: an unused chunk younger than ``ORPHAN_GRACE_S`` is kept: another process on the same
 data dir (the GUI while ``hearth cache ls`` runs) may be between a save's chunks and its
@@ -11,6 +13,7 @@ manifest. It is collected at a later start-up.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Mapping
 from dataclasses import replace
@@ -25,6 +28,8 @@ from app.cache.kvc2 import CHUNK_TOKENS
 from app.cache.meta import MetaDB
 from app.cache.reconcile import reconcile
 from app.cache.tiers import FileTier
+
+log = logging.getLogger(__name__)
 
 ORPHAN_GRACE_S = 60.0
 
@@ -58,6 +63,7 @@ def open_files(
             shown = own + sum(ch.size for ch in chain if ch is not None)
             if shown != row.size:
                 catalog.add(replace(row, size=shown))
+        hollow = [r for r in plan.rows.values() if r.format == 2 and catalog.served(r.key) == 0]
         cutoff = time.time() - ORPHAN_GRACE_S
         for chunk in catalog.chunks.unused():
             if chunk.created < cutoff and catalog.chunks.discard_unused(chunk.key) is not None:
@@ -69,3 +75,7 @@ def open_files(
     journal.call("reconciling the database", db.delete_chunks, plan.drop_chunks)
     journal.put_many(plan.put_rows)
     journal.put_chunks(c for c in plan.put_chunks if c.key not in {g.key for g in gone})
+    for row in hollow:  # NOTE: before, such a row stayed listed and every lookup of it missed
+        log.warning("dropping cache row %s: none of its chunks is left", row.key.hex())
+        evictor.remove(row)
+        counters.add("rows_dropped_no_chunks")

@@ -338,6 +338,11 @@ class CacheStore:
         usage = self._catalog.usage_all()
         return {t: (usage[t], self._evictor.quotas[t]) for t in TIERS}
 
+    def served_tokens(self, key: bytes) -> int | None:
+        """How many of a row's tokens its files still restore (fewer than ``n_tokens`` after
+        a chunk was lost); None for an unknown row."""
+        return self._catalog.served(key)
+
     def rows(self, model_id: str | None = None) -> list[Row]:
         """Snapshots of every row (published, then in-flight ones with status ``writing``)."""
         with self._lock:

@@ -2,9 +2,10 @@
 v2 chunks (both CRCs and the key) — deleting what fails, then every chunked row's chain
 (each link stored, following the previous one, holding the row's tokens).
 
-A bad blob or manifest takes its row with it. A bad chunk is dropped and every row that
-shares it keeps what precedes it: those rows restore up to the damage and the rest is
-prefilled (``rows_damaged``), and the next save of the same tokens stores the chunk again.
+A bad blob or manifest takes its row with it. A bad or missing chunk is dropped and every row
+that shares it keeps what precedes it: those rows restore up to the damage and the rest is
+prefilled (``rows_damaged``), and the next save of the same tokens stores the chunk again. A
+row left with nothing to restore (its first chunk gone) is removed (``rows_dropped_no_chunks``).
 Nothing damaged is ever served.
 """
 
@@ -78,6 +79,13 @@ def verify_all(
                     removed.append(chunk.key.hex())
     if progress:
         progress(len(rows), len(rows))
+    for row in catalog.rows():
+        if row.format == 2 and catalog.served(row.key) == 0:
+            with io_lock:
+                evictor.remove(row)
+            counters.add("rows_dropped_no_chunks")
+            removed.append(row.key.hex())
+            bad_rows += 1
     damaged = sum(catalog.is_damaged(row.key) for row in catalog.rows())  # chains: see is_damaged
     return VerifyReport(
         checked=len(rows), ok=len(rows) - bad_rows - damaged, removed=tuple(removed),
