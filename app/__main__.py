@@ -119,6 +119,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--template-worker"]:  # the bundle's chat-template worker (app.engine.chat_template)
+        from app.jinja_sandbox import main as template_worker
+
+        return template_worker(argv[1:])
     parser = build_parser()
     # `hearth bench` hands its own options to benchmarks.run; every other command is strict.
     args, extra = parser.parse_known_args(argv)

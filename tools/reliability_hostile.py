@@ -67,8 +67,10 @@ def hostile_hub_names(scratch: Path) -> Trial:
 def hostile_templates(scratch: Path) -> Trial:
     from tests.unit.engine.test_chat_template import _CHILD, HOSTILE, MESSAGES
 
-    t = Trial("hostile chat templates (loops, repetition, widths, recursion, escapes)",
-              "InvalidRequest, bounded in steps, time and memory; never a hang or a raw error")
+    t = Trial("hostile chat templates (loops, repetition, widths, recursion, escapes, a GIL-holding "
+              "C call, huge ints, ~ doubling)",
+              "InvalidRequest within 5 s and 512 MiB (a worker process, killed past them); never a hang "
+              "or a raw error")
     proc = subprocess.run([sys.executable, "-c", _CHILD], input=json.dumps([HOSTILE, MESSAGES]),
                           capture_output=True, text=True, cwd=ROOT, timeout=len(HOSTILE) * 61,
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
@@ -79,7 +81,8 @@ def hostile_templates(scratch: Path) -> Trial:
         t.trials += 1
         if results.get(name) != "InvalidRequest":
             t.fail(f"{name}: {results.get(name)}")
-    t.notes.append("run in a child with a 1 GiB address-space cap and a 60 s alarm per template")
+    t.notes.append("run in a child with a 1 GiB address-space cap and a 60 s alarm per template; "
+                   "each render in a worker process capped at 512 MiB and killed after 5.5 s")
     return t
 
 

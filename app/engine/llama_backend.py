@@ -23,7 +23,6 @@ from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from typing import Any, cast
 
-import jinja2
 import llama_cpp
 import numpy as np
 
@@ -38,6 +37,7 @@ from app.engine.backend import (
     StepResult,
 )
 from app.engine.chat_template import CHATML_TEMPLATE, render_chat_template
+from app.engine.chat_template import prewarm as prewarm_templates
 from app.engine.errors import (
     ContextOverflow,
     DecodeFailed,
@@ -104,7 +104,7 @@ class LlamaBackend(SeqKv):
         self._embed_ctx: Any = None
         self._embed_batch: Batch | None = None
         self._rows: dict[int, int] = {}
-        self._template_cache: dict[str, jinja2.Template] = {}
+        prewarm_templates()  # a worker ready before the first render (app.engine.chat_template)
         try:
             self._load(n_gpu_layers)
             self.info = read_info(
@@ -340,7 +340,7 @@ class LlamaBackend(SeqKv):
         source = self.info.chat_template or CHATML_TEMPLATE
         return render_chat_template(
             source, messages, bos_token=self.info.bos_token, eos_token=self.info.eos_token,
-            add_generation_prompt=add_generation_prompt, tools=tools, cache=self._template_cache,
+            add_generation_prompt=add_generation_prompt, tools=tools,
         )
 
     # ----------------------------------------------------------------- embeddings

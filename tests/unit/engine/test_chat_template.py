@@ -21,8 +21,9 @@ from pathlib import Path
 import gguf
 import pytest
 
-from app.engine.chat_template import CHATML_TEMPLATE, MAX_RENDER_STEPS, render_chat_template
+from app.engine.chat_template import CHATML_TEMPLATE, render_chat_template
 from app.engine.errors import InvalidRequest
+from app.jinja_sandbox import MAX_RENDER_STEPS
 
 MESSAGES = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello!"}]
 
@@ -62,6 +63,13 @@ HOSTILE = {
     "syntax": "{% if %}",
     "raise_exception": "{{ raise_exception('no') }}",
     "huge source": "{# " + "x" * (2 * 1024 * 1024) + " #}",
+    # issue 26: one C call holding the GIL, huge ints, doubling with ~, a replace filter blow-up
+    "sum holds the GIL": "{{ ([[0]*1000]*100000)|sum(start=[])|length }}",
+    "power of a power": "{{ ((2**4096)**4096)**4096 }}",
+    "int squaring": "{% set ns = namespace(n=3) %}{% for i in range(64) %}{% set ns.n = ns.n * ns.n %}{% endfor %}",
+    "tilde doubling": "{% set ns = namespace(s='a') %}{% for i in range(64) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}",
+    "macro doubling": "{% macro d(s, n) %}{% if n %}{{ d(s ~ s, n - 1) }}{% endif %}{% endmacro %}{{ d('a', 64) }}",
+    "replace filter": "{{ ('a' * 40000)|replace('a', 'b' * 40000) }}",
 }
 
 
