@@ -99,6 +99,20 @@ class RemoteFile:
     quant: str | None
     blob_id: str | None = None  # git sha1 of the blob (the check for non-LFS files)
 
+    @property
+    def is_verifiable(self) -> bool:
+        """The listing gave a checksum (LFS sha256 or git blob sha1); without one only the
+        size can be checked, and a wrong file of the right size would be accepted."""
+        return bool(self.sha256 or self.blob_id)
+
+
+@dataclass(frozen=True, slots=True)
+class Downloaded:
+    """A finished download: where it is, and whether its checksum was checked."""
+
+    path: Path
+    verified: bool
+
 
 @dataclass(frozen=True, slots=True)
 class PartialDownload:
@@ -247,7 +261,20 @@ class HubClient:
         *,
         keep_partial: bool = True,
     ) -> Path:
-        """Download one file into the library and return its path.
+        """``download_checked`` without the verification flag."""
+        return self.download_checked(repo_id, filename, progress, cancel, keep_partial=keep_partial).path
+
+    def download_checked(
+        self,
+        repo_id: str,
+        filename: str,
+        progress: ProgressCallback | None = None,
+        cancel: Cancel = None,
+        *,
+        keep_partial: bool = True,
+    ) -> Downloaded:
+        """Download one file into the library; its path, and whether it was verified (False
+        when the Hub's listing has no checksum for it: then only its size was checked).
 
         Resumes from a partial left by an earlier call (also from another process), checks
         free space before fetching, verifies the sha256 before installing. ``cancel`` is polled
@@ -262,12 +289,15 @@ class HubClient:
             self._active.add(part)
         try:
             remote = self._remote_file(repo_id, filename, cancel)
+            if not remote.is_verifiable:
+                log.warning("%s in %s has no checksum on the Hub: it cannot be verified", filename, repo_id)
             if self._is_installed(remote, dest):
                 log.info("%s already installed at %s", filename, dest)
                 if progress is not None:
                     progress(remote.size or 0, remote.size or 0, 0.0)
-                return dest
-            return self._download(remote, part, dest, progress, cancel, keep_partial)
+                return Downloaded(dest, remote.is_verifiable)
+            path = self._download(remote, part, dest, progress, cancel, keep_partial)
+            return Downloaded(path, remote.is_verifiable)
         finally:
             with self._active_lock:
                 self._active.discard(part)
@@ -632,4 +662,4 @@ def _stored_token() -> str | None:
         return None
 
 
-__all__ = ["HubClient", "HubError", "PartialDownload", "RemoteFile", "RepoInfo"]
+__all__ = ["Downloaded", "HubClient", "HubError", "PartialDownload", "RemoteFile", "RepoInfo"]

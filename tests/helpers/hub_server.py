@@ -19,8 +19,10 @@ cut; later GETs are served normally), ``corrupt`` (other bytes than the advertis
 ``missing`` (404 EntryNotFound from resolve although the file is listed), ``chunk_delay``
 (seconds to sleep per ``chunk_size`` bytes: a slow link), ``fail_first`` (503 to the first N
 GETs), ``ignore_range`` (200 with the whole file to a ranged GET), ``redirect`` (302 to a
-``/cdn/`` URL, as the Hub does for LFS files). ``lfs=False`` serves a plain-git file (no LFS
-sha256; the client checks the git blob sha1). Per repo: ``private`` (401 unless the request
+``/cdn/`` URL, as the Hub does for LFS files), ``listed_checksum=False`` (the listing has no
+sha256 and no blobId: nothing to verify against), ``short_by`` (every GET gets a well-formed
+200 that is that many bytes short of the file, whatever its Range). ``lfs=False`` serves a
+plain-git file (no LFS sha256; the client checks the git blob sha1). Per repo: ``private`` (401 unless the request
 carries ``Authorization: Bearer <token>``). Every request is logged in
 ``server.requests`` and body bytes served per file in ``server.bytes_served``.
 """
@@ -93,6 +95,8 @@ class HubFile:
     fail_first: int = 0  # answer this many GETs with 503 first (a flaky CDN)
     ignore_range: bool = False  # answer ranged GETs with the whole file (200)
     redirect: bool = False  # resolve answers 302 to /cdn/… (as the Hub does for LFS files)
+    listed_checksum: bool = True  # False: the listing gives neither an LFS sha256 nor a blobId
+    short_by: int = 0  # every GET: a complete 200 (Range ignored) that is this many bytes short
     num_drops: int = 0  # how many times the connection was cut
 
     @property
@@ -360,8 +364,9 @@ class _Handler(BaseHTTPRequestHandler):
             s: dict[str, Any] = {"rfilename": name}
             if blobs:
                 s["size"] = len(f.content)
-                s["blobId"] = f.git_sha1
-                if f.lfs:
+                if f.listed_checksum:
+                    s["blobId"] = f.git_sha1
+                if f.lfs and f.listed_checksum:
                     s["lfs"] = {"size": len(f.content), "sha256": f.sha256, "pointerSize": 134}
             siblings.append(s)
         body = self._repo_json(repo, None)
@@ -396,10 +401,13 @@ class _Handler(BaseHTTPRequestHandler):
             return
         body = f.served_bytes()
         total = len(body)
+        if f.short_by and method == "GET":
+            body = body[: max(total - f.short_by, 0)]
+            total = len(body)
         etag = f'"{f.sha256 if f.lfs else f.git_sha1}"'
         start, end = 0, total - 1
         status = 200
-        rng = None if f.ignore_range else self.headers.get("Range")
+        rng = None if f.ignore_range or f.short_by else self.headers.get("Range")
         if rng and method == "GET":
             m = _RANGE_RE.match(rng.strip())
             if not m or (not m[1] and not m[2]):

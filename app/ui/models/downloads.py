@@ -27,7 +27,7 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject, Signal
 
-from app.models.hub import HubClient, HubError
+from app.models.hub import Downloaded, HubClient, HubError
 from app.models.library import quant_from_filename
 from app.ui.aio import gui_loop
 from app.ui.models.format import human_duration, human_rate
@@ -61,6 +61,7 @@ class DownloadItem:
     state: DownloadState = DownloadState.QUEUED
     error: str | None = None
     path: Path | None = None  # the installed file once finished
+    verified: bool = True  # False: the Hub gave no checksum, only the size was checked
     started_at: float = 0.0
 
     @property
@@ -236,22 +237,22 @@ class DownloadManager(QObject):
         def progress(done: int, total: int, rate: float) -> None:  # a worker thread
             loop.call_soon_threadsafe(self._on_job_progressed, item_id, done, total, rate)
 
-        def fetch() -> Path:
+        def fetch() -> Downloaded:
             if cancel.is_set():
                 raise HubError("paused before it started", "cancelled")
             loop.call_soon_threadsafe(self._on_job_started, item_id)
-            return self.hub.download(repo_id, filename, progress=progress, cancel=cancel,
-                                     keep_partial=True)
+            return self.hub.download_checked(repo_id, filename, progress=progress, cancel=cancel,
+                                             keep_partial=True)
 
         try:
-            path = await self.runner.call(fetch)
+            result = await self.runner.call(fetch)
         except HubError as e:
             self._on_job_ended(item_id, None, e)
         except Exception as e:  # noqa: BLE001 - a bug, but shown rather than lost
             log.exception("download of %s failed", filename)
             self._on_job_ended(item_id, None, HubError(f"{type(e).__name__}: {e}", "bug"))
         else:
-            self._on_job_ended(item_id, path, None)
+            self._on_job_ended(item_id, result.path, None, verified=result.verified)
 
     def _on_job_started(self, item_id: int) -> None:
         item = self.get(item_id)
@@ -267,7 +268,8 @@ class DownloadManager(QObject):
         self._replace(replace(item, num_bytes_done=int(done), num_bytes_total=int(total),
                               bytes_per_s=float(rate), state=state))
 
-    def _on_job_ended(self, item_id: int, path: Path | None, error: HubError | None) -> None:
+    def _on_job_ended(self, item_id: int, path: Path | None, error: HubError | None, *,
+                      verified: bool = True) -> None:
         self._cancels.pop(item_id, None)
         item = self.get(item_id)
         if item is None:
@@ -280,7 +282,7 @@ class DownloadManager(QObject):
         if error is None:
             assert path is not None
             done = replace(item, state=DownloadState.FINISHED, path=Path(path), bytes_per_s=0.0,
-                           num_bytes_done=item.num_bytes_total or item.num_bytes_done)
+                           num_bytes_done=item.num_bytes_total or item.num_bytes_done, verified=verified)
             self._replace(done)
             self.download_finished.emit(done)
         elif error.kind == "cancelled":
@@ -330,6 +332,9 @@ def describe(item: DownloadItem) -> str:
         return f"Stopping… {sizes}"
     if item.state == DownloadState.PAUSED:
         return f"Paused · {sizes}"
+    if item.state == DownloadState.FINISHED and not item.verified:
+        return (f"Done · {human_bytes(item.num_bytes_total)} · added to the library, but NOT verified: "
+                "the Hub lists no checksum for this file")
     if item.state == DownloadState.FINISHED:
         return f"Done · {human_bytes(item.num_bytes_total)} · verified and added to the library"
     return f"Failed · {item.error or 'unknown error'}"

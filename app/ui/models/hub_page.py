@@ -253,7 +253,8 @@ class HubPage(QWidget):
         self.download_button.setEnabled(f is not None)
         if f is not None:
             installed = self.hub.installed_path(f.repo_id, f.filename).is_file()
-            sha = f"SHA-256 {f.sha256[:12]}…" if f.sha256 else "no LFS hash (git blob check)"
+            sha = (f"SHA-256 {f.sha256[:12]}…" if f.sha256 else "no LFS hash (git blob check)" if f.blob_id
+                   else "no checksum on the Hub: this file cannot be verified")
             self.file_info.setText(f"{f.filename}\n{human_bytes(f.size)} · {sha}"
                                    + ("\nAlready in your library." if installed else ""))
 
