@@ -46,6 +46,7 @@ from huggingface_hub.utils import (  # type: ignore[attr-defined]  # public, laz
 )
 
 from app.models.hub_files import (
+    NAME_MAX,
     GitBlobHasher,
     Hasher,
     HubError,
@@ -74,6 +75,9 @@ DEFAULT_ENDPOINT = "https://huggingface.co"
 SPACE_MARGIN_BYTES = 1 << 20  # never fill a disk to the last byte
 _PROGRESS_INTERVAL_S = 0.1
 _RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
+MAX_FETCH_FACTOR = 3
+MAX_FETCH_SLACK = 64 << 20
+"""A download gives up after fetching 3 x the file's size + 64 MiB (restarts included)."""
 
 ProgressCallback = Callable[[int, int, float], None]  # (done, total, bytes_per_s)
 Cancel = Callable[[], bool] | threading.Event | None  # polled between chunks
@@ -227,8 +231,14 @@ class HubClient:
         return self.models_dir / repo_dirname(repo_id) / check_filename(filename)
 
     def partial_path(self, repo_id: str, filename: str) -> Path:
+        """``<owner>--<name>--<file>.part``, or a hash of them when that name (with its
+        ``.json.tmp`` sidecar) would pass the 255 bytes a file name may have."""
         flat = str(check_filename(filename)).replace("/", "--")
-        return self.downloads_dir / f"{repo_dirname(repo_id)}--{flat}.part"
+        name = f"{repo_dirname(repo_id)}--{flat}.part"
+        if len(name.encode()) + len(".json.tmp") > NAME_MAX:
+            digest = hashlib.sha256(f"{repo_id}/{filename}".encode()).hexdigest()[:40]
+            name = f"{digest}.part"
+        return self.downloads_dir / name
 
     def list_partials(self) -> list[PartialDownload]:
         """Downloads that can be resumed (e.g. after an app restart), oldest first."""
@@ -281,6 +291,14 @@ class HubClient:
         between chunks; when it fires, ``HubError(kind="cancelled")`` is raised and the partial
         is kept (a pause) unless ``keep_partial`` is false.
         """
+        try:
+            return self._download_checked(repo_id, filename, progress, cancel, keep_partial)
+        except OSError as e:  # a folder where the partial or the model goes, a name too long…
+            raise HubError(f"cannot store {filename} from {repo_id}: {e.strerror or e}"
+                           f"{f' ({e.filename})' if e.filename else ''}", "io") from e
+
+    def _download_checked(self, repo_id: str, filename: str, progress: ProgressCallback | None,
+                          cancel: Cancel, keep_partial: bool) -> Downloaded:
         dest = self.installed_path(repo_id, filename)
         part = self.partial_path(repo_id, filename)
         with self._active_lock:
@@ -358,29 +376,43 @@ class HubClient:
     ) -> Hasher:
         """GET the rest of the file into ``part``; return the hasher that saw every byte.
 
-        Each attempt asks for ``Range: bytes=<have>-``; a cut connection or a 5xx is retried
-        with back-off, and the count of failures restarts whenever bytes arrived.
+        Each attempt asks for ``Range: bytes=<have>-``; a cut connection, a 5xx or a response
+        that ends before the file does is retried with back-off. The count of failures restarts
+        only when the partial grows past its largest size so far, and a download may fetch at
+        most ``MAX_FETCH_FACTOR`` times the file's size in all.
+
+        NOTE: a server answering every GET with a complete 200 a little short of the file (and
+        ignoring Range) made this loop forever: 9,051 GETs and 2.4 GB for a 0.26 MB file in
+        30 s, since a response that ended without an error did not count as a failure.
         """
         total = remote.size or 0
         meter = _Meter(progress, total)
         failures = 0
+        budget = MAX_FETCH_FACTOR * total + MAX_FETCH_SLACK
         with part.open("ab") as f:
-            done = f.tell()
+            done = high = f.tell()
             meter.report(done, force=True)
             while done < total:
                 _raise_if_cancelled(cancel, remote)
-                before = done
                 try:
                     done, hasher = self._fetch_once(url, f, done, remote, hasher, meter, cancel)
+                    if done >= total:
+                        break
+                    err: object = f"the Hub's response ended {total - done:,} bytes before the end of the file"
                 except (_httpx.TransportError, _Retryable) as e:
                     f.flush()
                     done = f.seek(0, os.SEEK_END)
-                    failures = 1 if done > before else failures + 1
-                    if failures > self.max_retries:
-                        raise HubError(
-                            f"the download of {remote.filename} keeps failing ({e}); it is "
-                            "paused and will continue from where it stopped", "network") from e
-                    self._backoff(failures, cancel)
+                    err = e
+                except _httpx.HTTPError as e:  # e.g. TooManyRedirects: retrying will not help
+                    raise _request_error(e, f"{remote.filename} in {remote.repo_id}") from e
+                failures = 1 if done > high else failures + 1
+                high = max(high, done)
+                if failures > self.max_retries or meter.received > budget:
+                    raise HubError(
+                        f"the download of {remote.filename} keeps failing ({err}); gave up after "
+                        f"{failures} tries in a row. It is paused and will continue from where it "
+                        "stopped", "network")
+                self._backoff(failures, cancel)
             meter.report(done, force=True)
         return hasher
 
@@ -419,6 +451,7 @@ class HubClient:
                     raise _disk_error(e, remote) from e
                 hasher.update(chunk)
                 done += len(chunk)
+                meter.received += len(chunk)
                 meter.report(done)
                 if _is_cancelled(cancel):
                     f.flush()
@@ -560,6 +593,11 @@ class HubClient:
                 err: Exception = e
             except _httpx.TransportError as e:
                 err = e
+            except _httpx.HTTPError as e:
+                raise _request_error(e, what) from e
+            except (ValueError, KeyError, TypeError) as e:  # HTML, or JSON of another shape
+                raise HubError(f"the Hub's answer about {what} could not be read (it is not the "
+                               f"Hub's API: is {self.endpoint} a Hugging Face Hub?): {e}", "hub") from e
             failures += 1
             if failures > retries:
                 raise HubError(f"could not reach the Hub at {self.endpoint} ({what}): {err}",
@@ -587,6 +625,7 @@ class _Meter:
         self.last_t = time.monotonic()
         self.last_done: int | None = None
         self.rate = 0.0
+        self.received = 0  # body bytes of every response so far (restarts included)
 
     def report(self, done: int, force: bool = False) -> None:
         if self.progress is None:
@@ -634,6 +673,12 @@ def _disk_error(e: OSError, remote: RemoteFile) -> HubError:
         return HubError(f"the disk filled up while downloading {remote.filename}; free some "
                         "space and resume", "insufficient_space")
     return HubError(f"cannot write the download of {remote.filename}: {e.strerror or e}", "io")
+
+
+def _request_error(e: Exception, what: str) -> HubError:
+    if isinstance(e, _httpx.TooManyRedirects):
+        return HubError(f"the Hub redirected the request for {what} in a loop; try again later", "hub")
+    return HubError(f"the request for {what} failed: {e}", "hub")
 
 
 def _http_error(status: int | None, what: str, has_token: bool | None, e: Exception) -> HubError:

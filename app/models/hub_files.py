@@ -35,6 +35,8 @@ class HubError(Exception):
 # before a trailing newline, and "acme/model\n" used to be accepted.
 _REPO_PART_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,95}")
 _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
+NAME_MAX = 255
+"""Bytes in one file or folder name on Linux, macOS and Windows file systems."""
 
 
 def repo_dirname(repo_id: str) -> str:
@@ -59,6 +61,9 @@ def check_filename(filename: str) -> PurePosixPath:
         or _CONTROL_RE.search(filename) or str(p) != filename or filename != filename.strip()
     ):
         raise HubError(f"invalid file name {filename!r}", "invalid")
+    if any(len(part.encode()) > NAME_MAX for part in p.parts):
+        raise HubError(f"the file name {filename[:40]!r}… is longer than the {NAME_MAX} bytes a file "
+                       "system allows", "invalid")
     return p
 
 

@@ -19,11 +19,12 @@ cut; later GETs are served normally), ``corrupt`` (other bytes than the advertis
 ``missing`` (404 EntryNotFound from resolve although the file is listed), ``chunk_delay``
 (seconds to sleep per ``chunk_size`` bytes: a slow link), ``fail_first`` (503 to the first N
 GETs), ``ignore_range`` (200 with the whole file to a ranged GET), ``redirect`` (302 to a
-``/cdn/`` URL, as the Hub does for LFS files), ``listed_checksum=False`` (the listing has no
+``/cdn/`` URL, as the Hub does for LFS files), ``redirect_loop`` (resolve redirects to itself), ``listed_checksum=False`` (the listing has no
 sha256 and no blobId: nothing to verify against), ``short_by`` (every GET gets a well-formed
 200 that is that many bytes short of the file, whatever its Range). ``lfs=False`` serves a
 plain-git file (no LFS sha256; the client checks the git blob sha1). Per repo: ``private`` (401 unless the request
-carries ``Authorization: Bearer <token>``). Every request is logged in
+carries ``Authorization: Bearer <token>``), ``html_info`` (the repo's info is an HTML page).
+Every request is logged in
 ``server.requests`` and body bytes served per file in ``server.bytes_served``.
 """
 
@@ -97,6 +98,7 @@ class HubFile:
     redirect: bool = False  # resolve answers 302 to /cdn/… (as the Hub does for LFS files)
     listed_checksum: bool = True  # False: the listing gives neither an LFS sha256 nor a blobId
     short_by: int = 0  # every GET: a complete 200 (Range ignored) that is this many bytes short
+    redirect_loop: bool = False  # resolve answers 302 to itself, forever
     num_drops: int = 0  # how many times the connection was cut
 
     @property
@@ -123,6 +125,7 @@ class HubRepo:
     tags: tuple[str, ...] = ("gguf",)
     private: bool = False
     commit: str = ""
+    html_info: bool = False  # the repo's info answers an HTML page (a proxy's or a captive portal's)
 
     def __post_init__(self) -> None:
         if not self.commit:
@@ -354,6 +357,14 @@ class _Handler(BaseHTTPRequestHandler):
             return
         if not self._authorized(repo):
             return
+        if repo.html_info:
+            page = b"<!doctype html><html><body>Please sign in to the network</body></html>"
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(page)))
+            self.end_headers()
+            self.wfile.write(page)
+            return
         if tail and not (len(tail) == 2 and tail[0] == "revision"
                          and tail[1] in ("main", repo.commit)):
             self._error(404, "Revision not found", code="RevisionNotFound")
@@ -391,6 +402,12 @@ class _Handler(BaseHTTPRequestHandler):
         f = repo.files.get(filename)
         if f is None or f.missing:
             self._error(404, "Entry not found", code="EntryNotFound")
+            return
+        if f.redirect_loop:
+            self.send_response(302)
+            self.send_header("Location", self.path)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
             return
         if f.redirect and f.lfs and not cdn:
             self._redirect_to_cdn(repo, filename, f)
