@@ -18,6 +18,7 @@ def _scenarios(path: str, args: argparse.Namespace) -> dict[str, Callable[[], Re
     from benchmarks.scenarios_chat import b2_chats
     from benchmarks.scenarios_decode import b1_decode, b1e_end_to_end
     from benchmarks.scenarios_disk import b8d_disk
+    from benchmarks.scenarios_families import b8_families
     from benchmarks.scenarios_gui import b6_gui
     from benchmarks.scenarios_kvlayout import kv_layout
     from benchmarks.scenarios_memory import b7_memory
@@ -35,6 +36,7 @@ def _scenarios(path: str, args: argparse.Namespace) -> dict[str, Callable[[], Re
         "B7": lambda: _in_fresh_process(b7_memory, path),
         "B8": lambda: b8_reuse(path, args.llama_server),
         "B8d": lambda: b8d_disk(path),
+        "B8f": lambda: b8_families(),
         "B9": lambda: b9_agent_trace(path, args.llama_server),
         "KV": lambda: kv_layout(path),
     }

@@ -174,14 +174,18 @@ def hearth_b8(path: str, data_dir: Path) -> dict[str, Any]:
 
 
 def _bytes_per_token(path: str) -> float:
-    """KV bytes one cell costs in a payload, with Hearth's default KV settings."""
+    """KV bytes one cell costs in a payload, with Hearth's default KV settings (0 for a
+    state ``seqstate`` does not parse: recurrent, hybrid, sliding window — B8f)."""
     from app.engine.backend import PrefillOp
     from app.engine.llama_backend import LlamaBackend
 
     with LlamaBackend(path, n_ctx_per_seq=256, n_seq_max=1, n_batch=64, n_threads=N_THREADS) as backend:
         tokens = tuple(backend.tokenize(SYSTEM)[:32])
         backend.step([PrefillOp(0, tokens, 0, False)])
-        return float(seqstate.parse(backend.kv_pack(0)).bytes_per_cell)
+        try:
+            return float(seqstate.parse(backend.kv_pack(0)).bytes_per_cell)
+        except seqstate.UnknownLayout:
+            return 0.0
 
 
 # --------------------------------------------------------------------------- peers

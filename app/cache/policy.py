@@ -23,6 +23,10 @@ class CachePolicy:
     boundary_trim_tokens: int = 32
     boundary_align_tokens: int = 2048
     session_resume_wait_ms: int = 500
+    checkpoint_interval: int = 1024
+    """For a model whose saved states cannot be cut (recurrent, hybrid, sliding window):
+    a whole-state checkpoint every this many tokens of a long prefill (issue 28; see
+    ``app.engine.checkpoints``). 0: only at the end of each prompt and reply."""
 
     def __post_init__(self) -> None:
         validate(self)
@@ -100,4 +104,5 @@ DESKTOP_POLICY = CachePolicy(
     boundary_trim_tokens=8,
     boundary_align_tokens=64,
     session_resume_wait_ms=500,
+    checkpoint_interval=1024,
 )

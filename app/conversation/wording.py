@@ -17,6 +17,10 @@ MISS_WORDS = {
     "other_identity": "what was saved is for another model, adapter set or context setting",
     "corrupt": "its saved copy was damaged, so it was not used",
     "too_short": "the shared start was too short to be worth loading",
+    "no_checkpoint": (
+        "this model's memory cannot be cut back, and no checkpoint was saved before the point "
+        "where this prompt differs (e.g. inside an edited message)"
+    ),
 }
 """Why nothing was reused (``Reuse.miss_reason``), in words — for the reply line here and the
 Cache dashboard's request list (``app.ui.cache.reuse_words``) alike."""

@@ -31,6 +31,7 @@ from typing import Any
 
 from app.cache.keys import KeyMeta
 from app.cache.prefix import is_prefix
+from app.engine import checkpoints
 from app.engine.backend import Backend
 from app.engine.cache_hooks import CacheHooks
 from app.engine.errors import ContextOverflow, EngineError, InvalidRequest, NoSession, StickyBusy
@@ -116,6 +117,8 @@ class Admitter:
         self.weights_epoch = 0
         """Bumped whenever the adapter set or a scale changes."""
         self.last_hit: LastCacheHit | None = None
+        self._needs_checkpoints = backend.info.memory.needs_checkpoints
+        """Prefills save whole states at checkpoints: the model's states cannot be cut."""
 
     def count_prompt(self, req: Request) -> None:
         """A request ends: if admission counted it as a hit or a miss, count its prompt
@@ -245,12 +248,16 @@ class Admitter:
             if route.path is AdmissionPath.NEW:
                 self._pool.clear_for_use(req.seq_id)
                 self._reuser.start(req, self._cache, self.weights_epoch)
-            elif route.path is AdmissionPath.STICKY and not is_prefix(route.stored, adm.prompt):
+            elif not self._extends(route, adm.prompt):  # a sticky turn that diverges
                 assert adm.options.session_id is not None
                 own = OwnSeq(route.seq_id, route.stored, adm.options.session_id)
                 self._reuser.start(req, self._cache, self.weights_epoch, own)
             else:
                 self._setup_session(req, route)
+            if self._needs_checkpoints and self.meta is not None:
+                req.checkpoints = checkpoints.plan(
+                    req.prompt_tokens, len(req.context_tokens), self._backend.is_eog, self._cache.policy
+                )
         except Exception as exc:
             self._undo_start(adm, route, sampler, touched)
             if isinstance(exc, EngineError):
@@ -279,6 +286,14 @@ class Admitter:
         elif touched and adm.options.session_id is not None:
             self._pool.unpin(adm.options.session_id)  # the session's KV is no longer known
             self._pool.quarantine(route.seq_id)
+
+    def _extends(self, route: Route, prompt: list[int]) -> bool:
+        """Does ``prompt`` extend what the session's seq holds, so that only its new tokens
+        are prefilled? Equal counts only when the seq's last cell can be re-read (fresh
+        logits), which a state that cannot be cut does not allow."""
+        if not is_prefix(route.stored, prompt):
+            return False
+        return len(prompt) > len(route.stored) or self._backend.can_trim(route.seq_id, len(route.stored) - 1)
 
     def _setup_session(self, req: Request, route: Route) -> None:
         """The seq already holds ``route.stored``; prefill only the new tokens."""

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +85,60 @@ class Sampled:
 StepResult = Prefilled | Sampled
 
 
+MemoryKind = Literal["attention", "sliding_window", "recurrent", "hybrid"]
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryCaps:
+    """What a loaded model's memory can do with one sequence's state (issue 28).
+
+    llama.cpp keeps a sequence's past in one of four shapes, and reuse depends on which:
+
+    * ``attention`` — a KV cell per token: a tail can be dropped (``seq_rm``) and a saved
+      state cut to any prefix of its cells (``app.cache.seqstate``). Everything is reusable.
+    * ``sliding_window`` (Gemma 3) — as attention, but some layers keep only the last
+      ``n_swa`` cells in a saved state; with ``swa_full`` (Hearth's setting) the live cells
+      are all kept, so a live seq's tail can be dropped (``Backend.can_trim`` checks the
+      oldest cell held), while a saved state is restored whole only.
+    * ``recurrent`` (Mamba) and ``hybrid`` (LFM2, Granite 4, Qwen3.5: recurrent layers next
+      to attention ones) — a state per sequence that has absorbed every token: it cannot be
+      rolled back to an earlier position (llama.cpp refuses a partial ``seq_rm``), only
+      replaced whole. Reuse comes from whole-state checkpoints.
+
+    The scheduler, the reuse planner and the cache ask these instead of assuming attention.
+    """
+
+    kind: MemoryKind = "attention"
+    cut_states: bool = True
+    """A saved or live state can be cut to its first n cells (a head copied, a row cut)."""
+    trim_tail: bool = True
+    """A live seq's tail can be dropped with ``seq_rm`` (subject to ``Backend.can_trim``)."""
+    n_swa: int = 0
+    """The sliding window, in tokens (0: none)."""
+
+    @property
+    def needs_checkpoints(self) -> bool:
+        """Saved states are restored whole only, so reuse needs them at the points a prompt
+        can come back to (the end of each prompt, every ``checkpoint_interval`` tokens)."""
+        return not self.cut_states
+
+    @property
+    def reuse_words(self) -> str:
+        """What reuse applies, in a user's words (the Library, the Cache dashboard)."""
+        return REUSE_WORDS[self.kind]
+
+
+REUSE_WORDS: dict[str, str] = {
+    "attention": "attention: any shared prefix is reused, cut at any token",
+    "sliding_window": (
+        "sliding window: a chat's own KV is trimmed at any token; saved KV is restored "
+        "from checkpoints at turn boundaries"
+    ),
+    "recurrent": "recurrent: reuse from checkpoints at turn boundaries (a state cannot be cut)",
+    "hybrid": "hybrid (recurrent + attention): reuse from checkpoints at turn boundaries",
+}
+
+
 @dataclass(frozen=True, slots=True)
 class BackendInfo:
     """Static facts about the loaded model, read once at load."""
@@ -101,6 +155,7 @@ class BackendInfo:
     eos_token: str
     vram_estimate_b: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
+    memory: MemoryCaps = field(default_factory=MemoryCaps)
 
 
 class Backend(Protocol):
@@ -132,11 +187,19 @@ class Backend(Protocol):
         ...
 
     def seq_rm(self, seq_id: int, start: int = 0) -> None:
-        """Drop the seq's KV cells from position ``start`` on."""
+        """Drop the seq's KV cells from position ``start`` on; ``NotSupported`` when the memory
+        refuses (a recurrent state): callers ask ``can_trim`` first."""
+        ...
+
+    def can_trim(self, seq_id: int, n_keep: int) -> bool:
+        """Would ``seq_rm(seq_id, n_keep)`` leave exactly the state of the seq's first
+        ``n_keep`` tokens? Always for 0 and for a seq holding at most ``n_keep`` tokens;
+        otherwise it depends on the memory (``info.memory``)."""
         ...
 
     def seq_cp(self, src: int, dst: int, n_tokens: int) -> None:
-        """Make ``dst`` share ``src``'s KV cells for positions ``0 .. n_tokens-1``."""
+        """Make ``dst`` hold ``src``'s state for positions ``0 .. n_tokens-1``. A head
+        shorter than what ``src`` holds needs ``info.memory.cut_states``."""
         ...
 
     def kv_pack(self, seq_id: int) -> bytes | memoryview:

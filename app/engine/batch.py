@@ -96,14 +96,12 @@ def build_ops(
     for r in prefilling:
         if budget <= 0:
             break
-        cap = min(len(r.prefill_cursor), budget)
-        if chunk_size is not None:
-            cap = min(cap, chunk_size)
+        cap = r.next_slice_len(budget if chunk_size is None else min(budget, chunk_size))
         slice_ = tuple(r.prefill_cursor[:cap])
         completes = cap == len(r.prefill_cursor)
         # Logits are needed only after the prompt's very last token, and only when a
         # decode row will sample from them.
-        want_logits = completes and not r.cold_save_remaining and r.mode is not Mode.PREFILL_ONLY
+        want_logits = completes and r.mode is not Mode.PREFILL_ONLY
         ops.append(PrefillOp(r.seq_id, slice_, len(r.context_tokens), want_logits))
         budget -= cap
     return ops

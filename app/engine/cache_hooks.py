@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 SaveReason = Literal["cold", "continued", "finish", "evict", "shutdown"]
-MissReason = Literal["nothing_shared", "evicted", "other_identity", "corrupt", "too_short"]
+MissReason = Literal["nothing_shared", "evicted", "other_identity", "corrupt", "too_short", "no_checkpoint"]
 
 # NOTE: a restore of n cells gives n - 1 reused tokens (the last prompt token is prefilled
 # again for fresh logits), so fewer than 2 shared tokens reuse nothing.

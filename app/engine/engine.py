@@ -39,6 +39,7 @@ def llama_backend_factory(config: ModelConfig, fingerprint_of: Callable[[str], b
         flash_attn=config.flash_attn,
         type_k=config.type_k,
         type_v=config.type_v,
+        swa_full=config.swa_full,
         fingerprint_of=fingerprint_of or file_sha256,
     )
 

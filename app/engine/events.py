@@ -10,7 +10,7 @@ FinishReason = Literal["stop", "length", "cancelled"]
 ReuseSource = Literal["none", "cache", "session", "live"]
 """Where a request's reused KV came from: nothing, a saved cache row, the request's own sticky
 session seq, or another live seq (a running request or an idle session)."""
-MissReason = Literal["nothing_shared", "evicted", "other_identity", "corrupt", "too_short"]
+MissReason = Literal["nothing_shared", "evicted", "other_identity", "corrupt", "too_short", "no_checkpoint"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,6 +165,10 @@ class ModelInfo:
     effective_fingerprint: str
     loaded_at: float
     vram_estimate_b: int
+    memory: str = "attention"
+    """The model's memory type (``MemoryCaps.kind``): attention, sliding_window, recurrent, hybrid."""
+    memory_reuse: str = ""
+    """What reuse applies to it, in a user's words (``MemoryCaps.reuse_words``)."""
 
 
 SlotState = Literal["free", "prefilling", "generating", "pinned"]

@@ -51,7 +51,7 @@ from app.engine.grammar_check import check_grammar
 from app.engine.llama_embed import EMBED_MAX_TOKENS, embed
 from app.engine.llama_handles import KV_TYPES, Batch, LoraAdapter, ctx_params, load_model
 from app.engine.llama_info import ctx_params_hash, read_info
-from app.engine.llama_kv import SeqKv
+from app.engine.llama_kv import SeqKv, memory_caps
 from app.engine.llama_lora import AdapterSet, apply_adapters
 from app.engine.llama_vocab import Vocab
 from app.engine.native_log import detail, init_llama, native_errors
@@ -78,6 +78,7 @@ class LlamaBackend(SeqKv):
         type_k: str = "q8_0",
         type_v: str = "q8_0",
         kv_unified: bool = False,
+        swa_full: bool = True,
         fingerprint_of: Callable[[str], bytes] = file_sha256,
     ) -> None:
         """``fingerprint_of(path)`` gives the file's sha256; the engine passes its
@@ -96,6 +97,7 @@ class LlamaBackend(SeqKv):
         self.n_threads = n_threads or max(1, min(os.cpu_count() or 1, 8))
         self._flash_attn = flash_attn
         self._kv_unified = kv_unified
+        self._swa_full = swa_full
         # llama.cpp gives each sequence a KV stream of its own unless the KV is unified.
         self.n_stream = 1 if kv_unified else n_seq_max
         self.type_k, self.type_v = type_k, type_v
@@ -109,9 +111,10 @@ class LlamaBackend(SeqKv):
             self._load(n_gpu_layers)
             self.info = read_info(
                 self._model, path=self.path, fingerprint=fingerprint_of(self.path),
-                ctx_hash=ctx_params_hash(self.type_k, self.type_v, flash_attn, kv_unified),
+                ctx_hash=ctx_params_hash(self.type_k, self.type_v, flash_attn, kv_unified, swa_full),
                 n_gpu_layers=n_gpu_layers, token_piece=self.token_piece,
                 extra={"n_ctx_per_seq": n_ctx_per_seq, "n_seq_max": n_seq_max, "n_batch": n_batch},
+                memory=self.memory,
             )
         except BaseException:
             self.close()
@@ -145,6 +148,7 @@ class LlamaBackend(SeqKv):
         self._stack.callback(llama_cpp.llama_free, ctx)
         self._mem = llama_cpp.llama_get_memory(ctx)
         self._batch = Batch(self.n_batch)
+        self.memory = memory_caps(model)
 
     def _new_context(self, *, n_ctx: int | None = None, n_seq_max: int | None = None, embeddings: bool = False) -> Any:
         """A context of this model with this backend's KV settings (NULL when refused)."""
@@ -156,7 +160,7 @@ class LlamaBackend(SeqKv):
             n_ubatch=n if embeddings else min(self.n_batch, 512),
             n_threads=self.n_threads, flash_attn=self._flash_attn,
             type_k=KV_TYPES[self.type_k], type_v=KV_TYPES[self.type_v],
-            kv_unified=self._kv_unified, embeddings=embeddings,
+            kv_unified=self._kv_unified, swa_full=self._swa_full, embeddings=embeddings,
         )
         return llama_cpp.llama_init_from_model(self._model, cparams)
 

@@ -130,7 +130,8 @@ class LoraAdapter:
 
 def ctx_params(
     *, n_ctx: int, n_seq_max: int, n_batch: int, n_ubatch: int, n_threads: int,
-    flash_attn: bool, type_k: int, type_v: int, kv_unified: bool = False, embeddings: bool = False,
+    flash_attn: bool, type_k: int, type_v: int, kv_unified: bool = False, swa_full: bool = True,
+    embeddings: bool = False,
 ) -> Any:
     p = llama_cpp.llama_context_default_params()
     p.n_ctx = n_ctx
@@ -145,7 +146,7 @@ def ctx_params(
     p.type_k = type_k
     p.type_v = type_v
     p.kv_unified = kv_unified
-    p.swa_full = True  # part of ctx_params_hash: it changes what a SWA model's state holds
+    p.swa_full = swa_full  # in ctx_params_hash: without it, a restored state's logits differ
     p.no_perf = True
     p.embeddings = embeddings
     if embeddings:

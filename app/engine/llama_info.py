@@ -17,7 +17,7 @@ from typing import Any
 
 import llama_cpp
 
-from app.engine.backend import BackendInfo
+from app.engine.backend import BackendInfo, MemoryCaps
 from app.engine.llama_handles import FTYPE_NAMES
 
 
@@ -43,6 +43,7 @@ def read_info(
     n_gpu_layers: int,
     token_piece: Callable[[int], bytes],
     extra: dict[str, Any],
+    memory: MemoryCaps,
 ) -> BackendInfo:
     """``BackendInfo`` of a loaded model; ``extra`` (the context's own sizes) is merged into
     ``info.extra`` after the model's facts."""
@@ -70,6 +71,7 @@ def read_info(
         bos_token=token_piece(bos).decode("utf-8", "replace") if bos >= 0 else "",
         eos_token=token_piece(eos).decode("utf-8", "replace") if eos >= 0 else "",
         vram_estimate_b=vram,
+        memory=memory,
         extra={
             "architecture": meta(model, "general.architecture") or "",
             "n_embd": int(llama_cpp.llama_model_n_embd(model)),
@@ -83,14 +85,18 @@ def read_info(
     )
 
 
-def ctx_params_hash(type_k: str, type_v: str, flash_attn: bool, kv_unified: bool = False) -> bytes:
+def ctx_params_hash(
+    type_k: str, type_v: str, flash_attn: bool, kv_unified: bool = False, swa_full: bool = True
+) -> bytes:
     """sha256 of the context settings that change KV contents or the state format.
 
     Left out on purpose: n_seq_max (payloads are stored as one-stream states, see
     ``LlamaBackend.kv_pack``), n_ctx, n_batch/n_ubatch, threads. RoPE settings are always
     "from the model" here (0 / -1 = the GGUF's own values). ``kv_unified`` is in: a unified
     buffer can hold a sequence's cells out of position order, which changes its logits, so KV
-    computed that way is not what a per-stream context would compute.
+    computed that way is not what a per-stream context would compute. ``swa_full`` is in for
+    the same reason (a sliding-window cache smaller than the context wraps around: cells out of
+    position order, ``ModelConfig.swa_full``).
     """
     canonical = {
         "state": "llama_state_seq/one_stream",
@@ -103,7 +109,7 @@ def ctx_params_hash(type_k: str, type_v: str, flash_attn: bool, kv_unified: bool
         "rope_freq_base": 0.0,
         "rope_freq_scale": 0.0,
         "yarn_ext_factor": -1.0,
-        "swa_full": True,
+        "swa_full": bool(swa_full),
     }
     blob = json.dumps(canonical, sort_keys=True, separators=(",", ":")).encode()
     return hashlib.sha256(blob).digest()

@@ -1,8 +1,8 @@
 """A sequence's KV cells in and out of llama.cpp: the per-seq state read and loaded as bytes.
 
 ``SeqKv`` is the part of ``LlamaBackend`` that implements the Backend's KV calls (``seq_rm``,
-``seq_cp``, ``seq_pos_max``, ``kv_pack``, ``kv_unpack``; mixed into the backend class, whose
-context it uses). ``pack`` reads a seq's state as ONE-STREAM bytes (``app.cache.seqstate``'s
+``can_trim``, ``seq_cp``, ``seq_pos_max``, ``kv_pack``, ``kv_unpack``; mixed into the backend
+class, whose context it uses); ``memory_caps`` says what the model's memory allows (issue 28). ``pack`` reads a seq's state as ONE-STREAM bytes (``app.cache.seqstate``'s
 format, loadable under any ``n_seq_max``) without copying it on the scheduler thread;
 ``unpack`` loads such bytes into a seq, rewriting the stream count for this context. Only
 the scheduler thread calls them.
@@ -19,10 +19,30 @@ import llama_cpp
 import numpy as np
 
 from app.cache import seqstate
+from app.engine.backend import MemoryCaps
 from app.engine.errors import InvalidRequest, NotSupported
 from app.engine.native_log import detail, native_errors
 
 log = logging.getLogger(__name__)
+
+
+def memory_caps(model: Any) -> MemoryCaps:
+    """What the model's memory can do with a sequence's state (``MemoryCaps``).
+
+    NOTE: llama.cpp rolls a recurrent state back only through per-token snapshots
+    (``n_rs_seq``, for a few architectures such as LFM2 and Qwen3.5), bounded to a few
+    tokens and single-use; Hearth leaves it at 0 and treats every recurrent or hybrid state
+    as whole, so no path depends on a rollback that may be refused (llama.cpp #26695:
+    ``seq_rm`` returned true and left the state unrestored).
+    """
+    n_swa = int(llama_cpp.llama_model_n_swa(model))
+    if llama_cpp.llama_model_is_hybrid(model):
+        return MemoryCaps("hybrid", cut_states=False, trim_tail=False, n_swa=n_swa)
+    if llama_cpp.llama_model_is_recurrent(model):
+        return MemoryCaps("recurrent", cut_states=False, trim_tail=False)
+    if n_swa > 0:
+        return MemoryCaps("sliding_window", cut_states=False, trim_tail=True, n_swa=n_swa)
+    return MemoryCaps()
 
 
 def pack(ctx: Any, seq_id: int) -> bytes | memoryview:
@@ -89,6 +109,7 @@ class SeqKv:
     _kv_unified: bool
     n_seq_max: int
     n_stream: int
+    memory: MemoryCaps
 
     def _check_seq(self, seq_id: int) -> None:
         """llama.cpp aborts the process on an out-of-range seq id; refuse it here instead."""
@@ -97,10 +118,33 @@ class SeqKv:
 
     def seq_rm(self, seq_id: int, start: int = 0) -> None:
         self._check_seq(seq_id)
+        if start > 0 and not self.can_trim(seq_id, start):
+            # NOTE: never handed to llama.cpp: a recurrent memory may answer true and leave
+            # its state unrestored (llama.cpp #26695), and the caller must know it failed.
+            raise NotSupported(f"the {self.memory.kind} state of seq {seq_id} cannot be cut at position {start}")
         if not llama_cpp.llama_memory_seq_rm(self._mem, seq_id, start, -1):
             raise NotSupported(f"llama.cpp cannot remove positions >= {start} of seq {seq_id}")
         if start <= 0:
             self._rows.pop(seq_id, None)
+
+    def can_trim(self, seq_id: int, n_keep: int) -> bool:
+        """Would ``seq_rm(seq_id, n_keep)`` leave exactly the state of the first ``n_keep``
+        tokens? Yes for attention; for a recurrent or hybrid state only when nothing is
+        dropped; for a sliding window only while the cells the next token attends to are
+        still held (a state restored from a save holds just the last window)."""
+        self._check_seq(seq_id)
+        held = self.seq_pos_max(seq_id) + 1
+        if n_keep <= 0 or n_keep >= held:
+            return True
+        caps = self.memory
+        if not caps.trim_tail:
+            return False
+        if caps.n_swa > 0:
+            # The next token, at position n_keep, attends to positions > n_keep - n_swa
+            # (llama.cpp's is_masked_swa; a chunked window needs a subset of those).
+            oldest = int(llama_cpp.llama_memory_seq_pos_min(self._mem, seq_id))
+            return oldest <= max(0, n_keep - caps.n_swa + 1)
+        return True
 
     def seq_cp(self, src: int, dst: int, n_tokens: int) -> None:
         """Give ``dst`` a copy of ``src``'s positions ``0 .. n_tokens-1``.
@@ -108,14 +152,24 @@ class SeqKv:
         NOTE: with one KV stream per sequence, llama.cpp's ``llama_memory_seq_cp`` copies only
         whole streams (a partial range aborts the process: "only supported for full KV
         buffers"), so the head is packed, cut to ``n_tokens`` cells and loaded into ``dst``.
-        With a unified buffer the cells are shared instead (no compute, no memory).
+        With a unified buffer the cells are shared instead (no compute, no memory). A state
+        that cannot be cut (``MemoryCaps.cut_states``) is copied only whole.
         """
         self._check_seq(src)
         self._check_seq(dst)
         if src == dst:
             raise InvalidRequest("seq_cp needs two different sequences")
-        if self._kv_unified:
+        if self._kv_unified and self.memory.cut_states:
             llama_cpp.llama_memory_seq_cp(self._mem, src, dst, 0, n_tokens)
+            return
+        if not self.memory.cut_states:
+            held = self.seq_pos_max(src) + 1
+            if n_tokens != held:
+                raise NotSupported(
+                    f"the {self.memory.kind} state of seq {src} holds {held} tokens and cannot be cut to {n_tokens}"
+                )
+            if not self.kv_unpack(dst, self.kv_pack(src)):
+                raise NotSupported(f"llama.cpp refused the state of seq {src} in seq {dst}")
             return
         try:
             head = seqstate.cut(self.kv_pack(src), n_tokens)

@@ -228,6 +228,8 @@ class Model:
             effective_fingerprint=self.effective_fingerprint().hex() if meta is None else meta.fingerprint.hex(),
             loaded_at=self.loaded_at,
             vram_estimate_b=info.vram_estimate_b,
+            memory=info.memory.kind,
+            memory_reuse=info.memory.reuse_words,
         )
 
     def cache_key_meta(self) -> dict[str, Any]:

@@ -19,6 +19,8 @@ from typing import Any
 
 from app.cache.keys import KeyMeta
 from app.engine.backend import SamplingParams
+from app.engine.cache_hooks import SaveReason
+from app.engine.checkpoints import Checkpoints
 from app.engine.events import (
     CacheDelta,
     CacheHitKind,
@@ -105,8 +107,13 @@ class Request:
     context_tokens: list[int] = field(default_factory=list)
     prefill_cursor: list[int] = field(default_factory=list)
     generated: list[int] = field(default_factory=list)
-    cold_save_remaining: list[int] | None = None
-    """Tokens to prefill after the cold save (the policy's split), None when there is none."""
+    stops: dict[int, SaveReason | None] = field(default_factory=dict)
+    """Context lengths where the prefill pauses between two slices: to save the seq there
+    (the cold split) or, with None, so that a request waiting for this one's head can copy
+    it whole (``app.engine.shares``)."""
+    checkpoints: Checkpoints | None = None
+    """For a model whose states cannot be cut: the prefill also pauses and saves at these
+    (``app.engine.checkpoints``); None for the others, or with the cache off."""
     share_from: tuple[int, int] | None = None
     """(donor request ref, n tokens): waiting for another in-flight request to prefill a
     shared prompt head, which is then shared into this seq instead of prefilled again."""
@@ -144,8 +151,35 @@ class Request:
 
     @property
     def num_to_prefill(self) -> int:
-        """Prompt tokens still to push, the part after a cold save included."""
-        return len(self.prefill_cursor) + len(self.cold_save_remaining or ())
+        """Prompt tokens still to push."""
+        return len(self.prefill_cursor)
+
+    def stop_at(self, n: int, reason: SaveReason | None = None) -> None:
+        """Pause the prefill when the seq holds ``n`` tokens (see ``stops``); ignored unless
+        ``n`` is ahead, within the prompt. A save is never replaced by a plain pause."""
+        held = len(self.context_tokens)
+        ahead = held < n <= held + len(self.prefill_cursor)
+        if ahead and (reason is not None or n not in self.stops):
+            self.stops[n] = reason
+
+    def next_slice_len(self, cap: int) -> int:
+        """How many cursor tokens the next slice may take: at most ``cap``, never past a stop
+        or a checkpoint."""
+        held = len(self.context_tokens)
+        ahead = [n - held for n in self.stops if n > held]
+        if self.checkpoints is not None:
+            point = self.checkpoints.next_after(held)
+            if point is not None:
+                ahead.append(point - held)
+        return min(cap, len(self.prefill_cursor), *ahead)
+
+    def save_reason_here(self) -> SaveReason | None:
+        """The save due now that the seq holds ``context_tokens`` (a stop or a checkpoint)."""
+        n = len(self.context_tokens)
+        reason = self.stops.pop(n, None)
+        if reason is None and self.checkpoints is not None and n in self.checkpoints:
+            reason = "cold"
+        return reason
 
     @property
     def is_prefilling(self) -> bool:

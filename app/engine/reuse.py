@@ -52,18 +52,27 @@ class Reuser:
 
     def start(self, req: Request, cache: CacheHooks, weights_epoch: int, own: OwnSeq | None = None) -> None:
         """Set up ``req``'s seq and prefill cursor from the best candidate. Without ``own``
-        the seq is empty; with it, the seq holds ``own.tokens``."""
+        the seq is empty; with it, the seq holds ``own.tokens``.
+
+        What a candidate can give depends on the model's memory (``MemoryCaps``): a state
+        that cannot be cut gives only what it holds whole — the own seq when the prompt
+        extends all of it, a live seq holding exactly a head of the prompt, a saved row
+        (a checkpoint) that is a prefix of the prompt minus its last token.
+        """
         prompt = req.prompt_tokens
         limit = len(prompt) - 1  # the last prompt token is always prefilled
-        n_own = min(common_prefix_len(own.tokens, prompt), limit) if own else 0
-        head = self._shares.best(req, weights_epoch, skip_seq=own.seq_id if own else None)
-        n_live = min(head.n, limit) if head else 0
+        shared_own = common_prefix_len(own.tokens, prompt) if own else 0
+        n_own = min(shared_own, limit)
+        if own is not None and not self._backend.can_trim(own.seq_id, n_own):
+            n_own = 0  # its tail cannot be dropped: only a checkpoint or a cold read is exact
+        head = self._shares.best(req, weights_epoch, skip_seq=own.seq_id if own else None, limit=limit)
+        n_live = head.n if head else 0
         live_ok = head is not None and self._shares.can_use(head, n_live)
         floor = max(n_own, n_live if live_ok else 0)
-        found = _lookup(cache, req, floor)
+        found = _lookup(cache, req, floor, whole_only=self._backend.info.memory.needs_checkpoints)
         shared = max(
-            common_prefix_len(own.tokens, prompt) if own else 0,
-            head.n if head else 0,
+            shared_own,
+            n_live,
             len(found.tokens) if isinstance(found, Hit) else (found.tokens_shared if found else 0),
         )
         if isinstance(found, Hit) and self._restore(cache, req, found, shared):
@@ -78,12 +87,18 @@ class Reuser:
             req.cache.reuse = Reuse("live", n_live, shared, None, head.origin_session)
             cache.count_live()  # one hit accounting: every reuse is a hit (app.conversation)
             return
-        reason: MissReason = "nothing_shared"
-        if isinstance(found, Miss):
-            reason = found.reason
+        _cold(cache, req, Reuse("none", 0, shared, self._miss_reason(found, shared), None))
+
+    def _miss_reason(self, found: Hit | Miss | None, shared: int) -> MissReason:
+        """Why nothing was reused, when ``shared`` prompt tokens were computed before."""
+        reason: MissReason = found.reason if isinstance(found, Miss) else "nothing_shared"
+        if shared >= MIN_RESTORE_TOKENS and reason in ("nothing_shared", "too_short"):
+            # NOTE: a whole state shares a head with the prompt but ends past where it
+            # diverges (an edited message, a regenerate with no save at the prompt's end).
+            return "no_checkpoint" if self._backend.info.memory.needs_checkpoints else "too_short"
         if shared >= 1 and reason == "nothing_shared":
-            reason = "too_short"
-        _cold(cache, req, Reuse("none", 0, shared, reason, None))
+            return "too_short"
+        return reason
 
     # ------------------------------------------------------------------ the candidates
 
@@ -116,16 +131,17 @@ class Reuser:
         cache.count_sticky()
 
 
-def _lookup(cache: CacheHooks, req: Request, floor: int) -> Hit | Miss | None:
-    """The cache's best, when it can beat ``floor`` reused tokens (None: cache off)."""
+def _lookup(cache: CacheHooks, req: Request, floor: int, *, whole_only: bool = False) -> Hit | Miss | None:
+    """The cache's best, when it can beat ``floor`` reused tokens (None: cache off). With
+    ``whole_only`` (states that cannot be cut) the prompt minus its last token is looked up,
+    so a hit is a row the prompt extends by at least that token (a checkpoint)."""
     if req.meta is None:
         return None
     need = max(MIN_RESTORE_TOKENS, floor + 1)
-    if need > len(req.prompt_tokens):
+    key_tokens = req.prompt_tokens[:-1] if whole_only else req.prompt_tokens
+    if need > len(key_tokens):
         return None  # a seq already offers every token a restore could give
-    return cache.lookup(
-        req.meta, req.prompt_tokens, req.options.parent_key, req.options.session_id, min_tokens=need
-    )
+    return cache.lookup(req.meta, key_tokens, req.options.parent_key, req.options.session_id, min_tokens=need)
 
 
 def _cold(cache: CacheHooks, req: Request, reuse: Reuse) -> None:
@@ -133,8 +149,6 @@ def _cold(cache: CacheHooks, req: Request, reuse: Reuse) -> None:
     req.cache.reuse = reuse
     prompt = req.prompt_tokens
     split = cache.cold_split(len(prompt)) if req.mode is not Mode.PREFILL_ONLY else 0
+    req.prefill_cursor = list(prompt)
     if split:
-        req.prefill_cursor = list(prompt[:split])
-        req.cold_save_remaining = list(prompt[split:])
-    else:
-        req.prefill_cursor = list(prompt)
+        req.stop_at(split, "cold")

@@ -1,6 +1,7 @@
 """The scheduler's saves: pack a seq's KV and hand it to the cache writer (SPEC §4).
 
-Five moments: ``cold`` (after the policy's trimmed prefix is prefilled), ``continued`` (every
+Five moments: ``cold`` (after the policy's trimmed prefix is prefilled, and the checkpoints
+of a state that cannot be cut: ``app.engine.checkpoints``), ``continued`` (every
 ``continued_interval`` tokens, after the decode that pushed the last of them), ``finish``,
 ``evict`` (an idle session released, or ``Model.evict``) and ``shutdown``. The pack runs on
 the scheduler thread between backend calls, when the seq holds exactly the saved tokens (the
@@ -38,9 +39,11 @@ class Saver:
             req.cache.num_created = max(req.cache.num_created, len(tokens) - req.cache.num_reused)
         return key
 
-    def cold(self, req: Request) -> None:
-        """The policy's trimmed prefix is in the KV: save it before the rest is prefilled."""
-        self.save(req, "cold")
+    def prefill_point(self, req: Request, reason: SaveReason) -> None:
+        """The prefill reached one of the request's save points (``Request.stops``): the
+        policy's cold split, or a checkpoint of a state that cannot be cut (saved as
+        ``cold`` too: the seq holds a head of the prompt, read before the reply)."""
+        self.save(req, reason)
         req.cache.last_save_at = len(req.context_tokens)
 
     def continued(self, req: Request) -> None:

@@ -314,14 +314,12 @@ class Scheduler:
         req.context_tokens.extend(tokens)
         del req.prefill_cursor[: len(tokens)]
         req.emit(PrefillProgress(len(req.context_tokens), req.num_prompt_tokens))
+        reason = req.save_reason_here()
+        if reason is not None:
+            self.saver.prefill_point(req, reason)
         self.shares.on_progress(req)
         if req.prefill_cursor:
             return
-        if req.cold_save_remaining is not None:
-            self.saver.cold(req)
-            req.prefill_cursor, req.cold_save_remaining = req.cold_save_remaining, None
-            if req.prefill_cursor:
-                return
         req.times.prefill_done_at = time.perf_counter()
         if req.mode is Mode.PREFILL_ONLY:
             req.mark("stop")

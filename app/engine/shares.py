@@ -10,6 +10,11 @@ A request whose donor has not prefilled the head yet waits (``Request.share_from
 takes the head as soon as the donor's KV holds it (``on_progress``, after the donor's
 prefill slice or its own share), and prefills its whole prompt itself if the donor leaves
 first (``on_leaving``). Requests computed with other adapter weights are never donors.
+
+A state that cannot be cut (``MemoryCaps.cut_states``: recurrent, hybrid, sliding window)
+is copied only whole, at the moment the donor holds exactly the shared head: an idle
+session's seq when the prompt extends everything it holds, a running donor when its prefill
+reaches the head — the donor's slices stop there (``Request.stops``) so that moment exists.
 """
 
 from __future__ import annotations
@@ -44,22 +49,32 @@ class Shares:
         self._reqs = reqs
         self._pool = pool
 
-    def best(self, req: Request, weights_epoch: int, *, skip_seq: int | None = None) -> LiveHead | None:
-        """The live seq sharing the longest head with ``req``'s prompt: a running request
-        (what it holds once its prompt and reply are in) or an idle session's seq, other than
-        ``skip_seq``. Requests computed with other adapter weights are no donors."""
+    def best(
+        self, req: Request, weights_epoch: int, *, skip_seq: int | None = None, limit: int | None = None
+    ) -> LiveHead | None:
+        """The live seq sharing the longest usable head with ``req``'s prompt (at most
+        ``limit`` tokens): a running request (what it holds once its prompt and reply are in)
+        or an idle session's seq, other than ``skip_seq``. Requests computed with other
+        adapter weights are no donors; a state that cannot be cut gives only a head it holds
+        (or will hold, between two prefill slices) whole."""
         prompt = req.prompt_tokens
+        cap = len(prompt) if limit is None else limit
+        whole_only = not self._backend.info.memory.cut_states
         best: LiveHead | None = None
         for other in self._reqs.values():
             if other is req or other.finishing or other.weights_epoch != weights_epoch:
                 continue
-            n = common_prefix_len(other.prompt_tokens + other.generated, prompt)
+            n = min(common_prefix_len(other.prompt_tokens + other.generated, prompt), cap)
+            if whole_only and not _can_stop(other, n):
+                continue
             if n > (best.n if best else 0):
                 best = LiveHead(n, other.seq_id, other, other.options.session_id)
         for sid, session in self._pool.sessions.items():
             if session.seq_id == skip_seq:
                 continue
-            n = common_prefix_len(session.tokens, prompt)
+            n = min(common_prefix_len(session.tokens, prompt), cap)
+            if whole_only and n != len(session.tokens):
+                continue
             if n > (best.n if best else 0):
                 best = LiveHead(n, session.seq_id, None, sid)
         return best
@@ -79,27 +94,39 @@ class Shares:
             self._take(req, head.seq_id, n)
         else:
             req.share_from = (head.donor.ref, n)
+            if not self._backend.info.memory.cut_states:
+                head.donor.stop_at(n)  # a whole-state copy needs the donor to hold exactly n
 
     def on_progress(self, donor: Request) -> None:
-        """The donor's KV grew: waiters whose head it now holds take it."""
+        """The donor's KV grew: waiters whose head it now holds take it (a state that cannot
+        be cut only at exactly the head; once the donor is past it, the waiter goes cold)."""
+        whole_only = not self._backend.info.memory.cut_states
         for waiter in self._waiters(donor):
             assert waiter.share_from is not None
             n = waiter.share_from[1]
-            if len(donor.context_tokens) >= n:
+            held = len(donor.context_tokens)
+            if held == n or (held > n and not whole_only):
                 self._take_guarded(waiter, donor.seq_id, n)
+            elif held > n:
+                self._go_cold(waiter)
 
     def on_leaving(self, donor: Request) -> None:
         """The donor finishes or fails (its seq is still as it was): waiters take what it
         holds, or go back to prefilling their whole prompt."""
+        whole_only = not self._backend.info.memory.cut_states
         for waiter in self._waiters(donor):
             assert waiter.share_from is not None
             n = waiter.share_from[1]
-            if donor.error is None and len(donor.context_tokens) >= n:
+            held = len(donor.context_tokens)
+            if donor.error is None and (held == n or (held > n and not whole_only)):
                 self._take_guarded(waiter, donor.seq_id, n)
             else:
-                waiter.share_from = None
-                waiter.prefill_cursor = list(waiter.prompt_tokens)
-                waiter.cache.reused("cold", 0)
+                self._go_cold(waiter)
+
+    def _go_cold(self, waiter: Request) -> None:
+        waiter.share_from = None
+        waiter.prefill_cursor = list(waiter.prompt_tokens)
+        waiter.cache.reused("cold", 0)
 
     def _waiters(self, donor: Request) -> list[Request]:
         return [
@@ -121,3 +148,10 @@ class Shares:
         req.share_from = None
         self.on_progress(req)  # a request waiting for this one's head may take it now
 
+
+
+def _can_stop(donor: Request, n: int) -> bool:
+    """Does (or will) the donor hold exactly ``n`` tokens between two ticks? It does now,
+    or its prompt's prefill still has to pass position ``n`` (its slices can stop there)."""
+    held = len(donor.context_tokens)
+    return held == n or (held < n <= len(donor.prompt_tokens) and donor.share_from is None)

@@ -290,6 +290,7 @@ class ModelEntry:
     head_dim_k: int | None = None
     head_dim_v: int | None = None
     general_name: str | None = None  # general.name from the metadata
+    memory_kind: str = "attention"  # attention | sliding_window | recurrent | hybrid (see below)
     broken: str | None = None
 
     @property
@@ -299,6 +300,26 @@ class ModelEntry:
 
 def _int_or_none(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+RECURRENT_ARCHITECTURES = frozenset({"mamba", "mamba2", "rwkv6", "rwkv6qwen2", "rwkv7", "arwkv7"})
+"""llama.cpp's recurrent architectures (``llm_arch_is_recurrent`` in the vendored source)."""
+HYBRID_ARCHITECTURES = frozenset({
+    "jamba", "falcon-h1", "plamo2", "granitehybrid", "lfm2", "lfm2moe", "nemotron_h",
+    "nemotron_h_moe", "qwen3next", "kimi-linear", "bailingmoe3", "kimi-k3", "glm5-next", "qwen35",
+    "qwen35moe", "qwen4exp", "deepseek4", "minimax-01",
+})  # fmt: skip
+"""llama.cpp's hybrid (recurrent + attention) architectures (``llm_arch_is_hybrid``)."""
+
+
+def memory_kind(arch: str | None, n_swa: int | None) -> str:
+    """The memory type a model will load with, from its metadata (the engine's
+    ``MemoryCaps.kind`` says it for sure once loaded): what its KV reuse can be."""
+    if arch in HYBRID_ARCHITECTURES:
+        return "hybrid"
+    if arch in RECURRENT_ARCHITECTURES:
+        return "recurrent"
+    return "sliding_window" if n_swa else "attention"
 
 
 def entry_from_header(path: Path, header: GGUFHeader, *, is_default: bool = False) -> ModelEntry:
@@ -339,6 +360,7 @@ def entry_from_header(path: Path, header: GGUFHeader, *, is_default: bool = Fals
         n_head_kv=n_head_kv,
         head_dim_k=arch_int("attention.key_length") or head_dim,
         head_dim_v=arch_int("attention.value_length") or head_dim,
+        memory_kind=memory_kind(arch, arch_int("attention.sliding_window")),
     )
 
 

@@ -3,6 +3,8 @@
 Tokens are Unicode code points; token 0 is end-of-generation. Each seq's "KV" is the list
 of tokens pushed into it, so pack/unpack, seq_rm and positions behave like the real thing,
 and protocol mistakes (a decode without logits, a position gap) raise AssertionError.
+With ``memory=MemoryCaps("recurrent", cut_states=False, trim_tail=False)`` it behaves like a
+recurrent model's memory: a partial ``seq_rm`` or a partial ``seq_cp`` is a protocol mistake.
 
 What the "model" says next: with ``script = {trigger: reply}``, once the seq's text contains
 ``trigger`` the reply follows character by character, then end-of-generation. Otherwise a
@@ -19,6 +21,7 @@ from typing import Any
 from app.engine.backend import (
     BackendInfo,
     DecodeOp,
+    MemoryCaps,
     Op,
     Prefilled,
     PrefillOp,
@@ -53,6 +56,7 @@ class StubBackend:
     closed: bool = False
     decoded_ticks: int = 0
     """Ticks whose "llama_decode" has completed."""
+    memory: MemoryCaps = field(default_factory=MemoryCaps)
     _sampled: list[Op] | None = None
 
     def __post_init__(self) -> None:
@@ -67,6 +71,7 @@ class StubBackend:
             chat_template=self.chat_template,
             bos_token="",
             eos_token="",
+            memory=self.memory,
         )
 
     # -- the tick
@@ -147,11 +152,18 @@ class StubBackend:
     # -- KV
     def seq_rm(self, seq_id: int, start: int = 0) -> None:
         seq = self.kv.setdefault(seq_id, [])
+        assert self.can_trim(seq_id, start), f"seq {seq_id}: a {self.memory.kind} state cut at {start}"
         del seq[start:]
         self.has_logits[seq_id] = False
 
+    def can_trim(self, seq_id: int, n_keep: int) -> bool:
+        held = len(self.kv.get(seq_id, []))
+        return n_keep <= 0 or n_keep >= held or self.memory.trim_tail
+
     def seq_cp(self, src: int, dst: int, n_tokens: int) -> None:
-        assert len(self.kv.get(src, [])) >= n_tokens, "copying positions the source does not hold"
+        held = len(self.kv.get(src, []))
+        assert held >= n_tokens, "copying positions the source does not hold"
+        assert self.memory.cut_states or n_tokens == held, f"a {self.memory.kind} state copied cut"
         self.kv[dst] = list(self.kv[src][:n_tokens])
         self.has_logits[dst] = False
 

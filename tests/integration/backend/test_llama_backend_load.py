@@ -32,6 +32,8 @@ def test_ctx_params_hash_ignores_scheduling_knobs():
     assert base == LlamaBackend.ctx_params_hash("f16", "f16", False)
     assert base != LlamaBackend.ctx_params_hash("q8_0", "f16", False)
     assert base != LlamaBackend.ctx_params_hash("f16", "f16", True)
+    assert base == LlamaBackend.ctx_params_hash("f16", "f16", False, False, True)  # the defaults
+    assert base != LlamaBackend.ctx_params_hash("f16", "f16", False, False, False)  # swa_full off
 
 
 def test_tokenize_round_trip_and_special_tokens(tiny):

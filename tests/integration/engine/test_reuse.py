@@ -10,100 +10,13 @@ plus its reply, any conversation).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
-
 import pytest
 
-from app.cache.policy import CachePolicy
-from app.engine import Engine, ModelConfig
-from app.engine.events import Done, Token, TokenId
-
-POLICY = CachePolicy(
-    min_tokens=8, cold_min_tokens=64, cold_max_tokens=30000, continued_interval=4096,
-    boundary_trim_tokens=4, boundary_align_tokens=64, session_resume_wait_ms=500,
-)  # fmt: skip
-SYSTEM = (
-    "You are Hearth, a friendly and precise assistant running on the user's own computer. "
-    "You answer in plain English, keep answers short, and never invent facts."
-)
-N_NEW = 16
-
-
-def _config(path: Path, **kw) -> ModelConfig:
-    kw.setdefault("n_ctx", 1024)
-    kw.setdefault("n_seq_max", 2)
-    kw.setdefault("n_batch", 256)
-    kw.setdefault("n_threads", 2)
-    kw.setdefault("policy", POLICY)
-    kw.setdefault("tier", "disk")
-    return ModelConfig(path=str(path), **kw)
-
-
-def _lcp(a: Sequence[int], b: Sequence[int]) -> int:
-    n = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        n += 1
-    return n
-
-
-@dataclass
-class Client:
-    """A chat client: re-renders the conversation each turn; remembers what was computed."""
-
-    engine: Engine
-    path: Path
-    tmp: Path
-    held: list[list[int]] = field(default_factory=list)
-    cold_engine: Engine | None = None
-
-    @property
-    def model(self):
-        return self.engine.get_model("m")
-
-    def render(self, messages: list[dict[str, str]]) -> list[int]:
-        return self.model.apply_chat_template({"messages": messages, "system": SYSTEM})
-
-    def cold(self, prompt: list[int]) -> list[int]:
-        if self.cold_engine is None:
-            self.cold_engine = Engine(self.tmp / "cold")
-            self.cold_engine.load_model("m", _config(self.path, cache_enabled=False, n_seq_max=1))
-        return _run(self.cold_engine.get_model("m"), prompt)[0]
-
-    def turn(self, messages: list[dict[str, str]], **kw) -> tuple[str, object]:
-        """Send a turn; check reuse ≥ shared − 1 and reply == cold reply; return (text, stats)."""
-        prompt = self.render(messages)
-        shared = min(max((_lcp(prompt, h) for h in self.held), default=0), len(prompt) - 1)
-        ids, stats, text = _run(self.model, prompt, **kw)
-        assert stats.reuse.tokens_reused >= shared - 1, (
-            f"reused {stats.reuse.tokens_reused} of {shared} shared tokens ({stats.reuse}, "
-            f"kind {stats.cache_hit_kind})"
-        )
-        assert ids == self.cold(prompt), "the greedy reply differs from a cold run"
-        self.held.append([*prompt, *ids])
-        return text, stats
-
-    def close(self) -> None:
-        if self.cold_engine is not None:
-            self.cold_engine.close()
-
-
-def _run(model, prompt, **kw):
-    ids: list[int] = []
-    text: list[str] = []
-    stats = None
-    for event in model.infer(prompt, response_tokens=N_NEW, **kw):
-        if isinstance(event, TokenId):
-            ids.append(event.id)
-        elif isinstance(event, Token):
-            text.append(event.text)
-        elif isinstance(event, Done):
-            stats = event.stats
-    assert stats is not None
-    return ids, stats, "".join(text)
+from app.engine import Engine
+from tests.helpers.reuse_client import Client
+from tests.helpers.reuse_client import assistant as _assistant
+from tests.helpers.reuse_client import config as _config
+from tests.helpers.reuse_client import user as _user
 
 
 @pytest.fixture
@@ -114,14 +27,6 @@ def client(tmp_path, tiny_model_path):
     yield c
     c.close()
     c.engine.close()
-
-
-def _user(text: str) -> dict[str, str]:
-    return {"role": "user", "content": text}
-
-
-def _assistant(text: str) -> dict[str, str]:
-    return {"role": "assistant", "content": text}
 
 
 @pytest.mark.parametrize("session", [None, "chat-1"])
