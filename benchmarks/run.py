@@ -18,7 +18,7 @@ def _scenarios(path: str, args: argparse.Namespace) -> dict[str, Callable[[], Re
     from benchmarks.scenarios_chat import b2_chats
     from benchmarks.scenarios_decode import b1_decode, b1e_end_to_end
     from benchmarks.scenarios_disk import b8d_disk
-    from benchmarks.scenarios_families import b8_families
+    from benchmarks.scenarios_families import b8_families, checkpoint_interval_sweep
     from benchmarks.scenarios_gui import b6_gui
     from benchmarks.scenarios_kvlayout import kv_layout
     from benchmarks.scenarios_memory import b7_memory
@@ -37,6 +37,7 @@ def _scenarios(path: str, args: argparse.Namespace) -> dict[str, Callable[[], Re
         "B8": lambda: b8_reuse(path, args.llama_server),
         "B8d": lambda: b8d_disk(path),
         "B8f": lambda: b8_families(),
+        "CKPT": lambda: checkpoint_interval_sweep(),
         "B9": lambda: b9_agent_trace(path, args.llama_server),
         "KV": lambda: kv_layout(path),
     }

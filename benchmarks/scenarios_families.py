@@ -101,3 +101,57 @@ def b8_families() -> Result:
         "the others restore whole checkpoints (app/engine/checkpoints.py)"
     )
     return res
+
+
+# --------------------------------------------------------------------------- checkpoint_interval
+
+INTERVALS = (256, 512, 1024, 2048, 0)
+EDITS_AT = (0.2, 0.5, 0.8, 0.95)
+
+
+def checkpoint_interval_sweep() -> Result:
+    """Tokens re-read when a typo is fixed inside a long paste, against the checkpoints' bytes,
+    for several ``checkpoint_interval`` values (tiny lfm2, the hybrid)."""
+    from dataclasses import replace
+
+    from app.cache.policy import DESKTOP_POLICY
+    from app.engine import Engine
+    from benchmarks.common import config
+
+    res = Result(
+        "CKPT",
+        "checkpoint_interval: a typo fixed at 20/50/80/95 % of a 2,400-word paste (tiny lfm2)",
+        "choose the default: fewer tokens re-read for the bytes (no pass/fail)",
+        ["interval", "checkpoints", "their MB", "re-read per edit", "mean re-read"],
+    )
+    words = ("river bridge mountain lamp harbour window garden letter engine violin market " * 300).split()
+    paste = " ".join(words[:2400])
+    with tempfile.TemporaryDirectory(prefix="hearth-ckpt-") as tmp:
+        root = Path(tmp)
+        path = str(_model("lfm2", root / "models"))
+        for interval in INTERVALS:
+            progress(f"CKPT: interval {interval}")
+            policy = replace(DESKTOP_POLICY, checkpoint_interval=interval)
+            with Engine(root / f"i{interval}") as engine:
+                model = engine.load_model("m", config(path, n_ctx=4096, n_seq_max=2, policy=policy, tier="disk"))
+
+                turn(model, paste)
+                engine.cache.flush()
+                checkpoints = [r for r in engine.cache.rows("m") if r.save_reason == "cold"]
+                reread = []
+                for frac in EDITS_AT:
+                    cut = paste.rindex(" ", 0, int(len(paste) * frac))
+                    n, reused = turn(model, paste[:cut] + " (sic)" + paste[cut:])
+                    reread.append(n - reused)
+            size = sum(r.size for r in checkpoints) / 1e6
+            res.rows.append([interval, len(checkpoints), size, " / ".join(map(str, reread)), sum(reread) / len(reread)])
+            res.figures[str(interval)] = {"checkpoints": len(checkpoints), "bytes": size * 1e6, "reread": reread}
+    res.note = "each edit also saves its own checkpoints, which the next edit may reuse (as in a real chat)"
+    return res
+
+
+def turn(model: Any, text: str) -> tuple[int, int]:
+    """One turn on ``text`` plus a fixed question: (prompt tokens, tokens reused)."""
+    prompt = model.apply_chat_template({"messages": [{"role": "user", "content": text + "\n\nSummarise this in one line."}]})
+    stats = model.infer(prompt, response_tokens=8).result()
+    return len(prompt), stats.reuse.tokens_reused if stats.reuse else 0
