@@ -93,6 +93,12 @@ class ModelMonitor(QFrame):
         head = QHBoxLayout()
         head.addWidget(self.title)
         head.addWidget(self.status, 1)
+        # What this model's memory lets the cache reuse (issue 28): "recurrent: reuse from
+        # checkpoints at turn boundaries", read once (it does not change while loaded).
+        info = model.model_info()
+        self.memory = QLabel(f"Memory: {info.memory_reuse}" if info.memory_reuse else "")
+        self.memory.setObjectName("cacheCaption")
+        self.memory.setWordWrap(True)
         self.chips_box = QGridLayout()
         self.chips: list[SlotChip] = []
         self.chart = pg.PlotWidget()
@@ -115,6 +121,7 @@ class ModelMonitor(QFrame):
         self.chart.getAxis("bottom").setStyle(showValues=False)
         layout = QVBoxLayout(self)
         layout.addLayout(head)
+        layout.addWidget(self.memory)
         layout.addLayout(self.chips_box)
         legend = QLabel(
             f"<span style='color:{style.PREFILL_COLOR}'>■</span> prompt tokens read  "

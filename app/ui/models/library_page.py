@@ -23,6 +23,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.engine.backend import REUSE_WORDS
 from app.models.library import ModelEntry, ModelLibrary, estimate_memory
 from app.ui.models.library_state import LibraryCatalog, LibraryRow
 from app.ui.models.settings import LoadSettings, load_settings_for, save_settings_for
@@ -166,6 +167,10 @@ class LibraryPage(QWidget):
         v.addWidget(self.memory_label)
         self.memory_detail = caption("")
         v.addWidget(self.memory_detail)
+        v.addWidget(section("What the cache can reuse"))
+        self.reuse_label = caption("")  # the model's memory type (issue 28)
+        self.reuse_label.setObjectName("reuseKinds")
+        v.addWidget(self.reuse_label)
         v.addSpacing(6)
         buttons = QHBoxLayout()
         self.load_button = button("Load", "loadButton", primary=True)
@@ -311,8 +316,7 @@ class LibraryPage(QWidget):
             self.details_sub.setText("Pick a model in the table\nto see its load settings.")
             self.load_button.setEnabled(False)
             self.unload_button.setEnabled(False)
-            self.memory_label.setText("–")
-            self.memory_detail.setText("")
+            self._refresh_memory(None)
             return
         e = row.entry
         self.attach_box.setVisible(e.is_adapter and not e.is_broken)
@@ -354,8 +358,11 @@ class LibraryPage(QWidget):
         if row is None or row.entry.is_broken or row.entry.is_adapter:
             self.memory_label.setText("–")
             self.memory_detail.setText("")
+            self.reuse_label.setText("")
             return
         e, s = row.entry, self.form_settings()
+        words = REUSE_WORDS.get(e.memory_kind, e.memory_kind)
+        self.reuse_label.setText(words[0].upper() + words[1:] + ".")
         total = estimate_memory(e, s.n_ctx, s.n_seq_max)
         self.memory_label.setText(f"≈ {human_bytes(total)}")
         self.memory_detail.setText(
