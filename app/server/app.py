@@ -9,9 +9,10 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
+from app.engine.errors import EngineError
 from app.server.activity import Activity
 from app.server.config import ServerConfig
-from app.server.errors import ApiError, error_body
+from app.server.errors import ApiError, error_body, from_engine
 from app.server.guard import Guard
 from app.server.routes_chat import router as chat_router
 from app.server.routes_info import router as info_router
@@ -40,6 +41,12 @@ def create_app(provider: ModelProvider, config: ServerConfig | None = None, acti
     @app.exception_handler(RequestValidationError)
     async def validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
         return JSONResponse(error_body(str(exc), code="invalid_value"), status_code=400)
+
+    @app.exception_handler(EngineError)
+    async def engine_error(request: Request, exc: EngineError) -> JSONResponse:
+        # An engine refusal outside a generation (a template's bound, a tokenizer's check).
+        api = from_engine(exc)
+        return JSONResponse(api.body(), status_code=api.status)
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception) -> JSONResponse:

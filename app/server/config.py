@@ -41,7 +41,9 @@ class ServerConfig:
     """Prompts longer than this get a 413 (None: the model's context per conversation)."""
     cors_origins: tuple[str, ...] = ()
     """Origins allowed to call the API from a browser; empty = no CORS headers at all."""
-
+    max_connections: int = 256
+    """Open connections at once (also kept 128 below the process's file limit); past it, the
+    oldest connection still sending its headers is closed (``app.server.connections``)."""
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
             raise ServerConfigError(f"port must be in 0..65535, got {self.port}")
@@ -52,6 +54,8 @@ class ServerConfig:
                 f"binding to {self.host} makes the server reachable from other machines; "
                 "set an API key (--api-key or HEARTH_API_KEY) to do that"
             )
+        if not 1 <= self.max_connections <= 65536:
+            raise ServerConfigError("max_connections must be in 1..65536")
         if self.max_body_bytes < 1024:
             raise ServerConfigError("max_body_bytes must be at least 1024")
         if self.max_prompt_tokens is not None and self.max_prompt_tokens < 1:

@@ -102,6 +102,8 @@ async def completions(request: Request) -> Response:
     req = parse_completion(await read_json(request))
     model = state.model(req.model)
     memo = state.memo(model)
+    if not isinstance(req.prompt, str):
+        state.check_token_ids(model, req.prompt, "prompt")
     tokens = await asyncio.to_thread(
         lambda: memo.align(model.tokenize(req.prompt) if isinstance(req.prompt, str) else list(req.prompt))
     )

@@ -78,6 +78,8 @@ def _embed_all(state: ServerState, model: Model, inputs: tuple[str | tuple[int, 
     vectors, total = [], 0
     for i, item in enumerate(inputs):
         tokens = model.tokenize(item) if isinstance(item, str) else list(item)
+        if not isinstance(item, str):
+            state.check_token_ids(model, tokens, "input")
         if not tokens:
             raise ApiError(400, f"input[{i}] is empty", param="input", code="invalid_value")
         state.check_prompt(model, len(tokens))

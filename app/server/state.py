@@ -11,6 +11,7 @@ import json
 import secrets
 import threading
 import time
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 from starlette.requests import Request
@@ -85,6 +86,16 @@ class ServerState:
         room = model.config.n_ctx - 1
         return room if self.config.max_prompt_tokens is None else min(room, self.config.max_prompt_tokens)
 
+    @staticmethod
+    def check_token_ids(model: Model, tokens: Sequence[int], param: str) -> None:
+        """Token ids a client sent must be in the model's vocabulary (a 400 naming the field;
+        NOTE: ``[49152]`` reached the alignment's token reads and was a 500)."""
+        n_vocab = model.backend.info.n_vocab
+        bad = next((t for t in tokens if not 0 <= t < n_vocab), None)
+        if bad is not None:
+            raise ApiError(400, f"Invalid value for '{param}': token id {bad} is outside the vocabulary "
+                           f"of this model (0..{n_vocab - 1}).", param=param, code="invalid_value")
+
     def check_prompt(self, model: Model, n_tokens: int) -> None:
         limit = self.prompt_limit(model)
         if n_tokens > limit:
@@ -104,9 +115,52 @@ class ServerState:
         return self.activity.start(record)
 
 
+MAX_JSON_DEPTH = 64
+"""Arrays and objects nested deeper than this are refused (a JSON Schema needs a few levels).
+NOTE: 100,000 nested arrays raised RecursionError out of ``json.loads``: a 500."""
+
+
 async def read_json(request: Request) -> Any:
+    """The body as JSON: a 400 in OpenAI's shape when it does not parse, nests deeper than
+    ``MAX_JSON_DEPTH`` or holds a lone surrogate (``"\ud800"`` parses, but is no text any
+    tokenizer or template can take: it was a 500 later)."""
     body = await request.body()
     try:
-        return json.loads(body)
+        value = json.loads(body)
+    except RecursionError:
+        raise _too_deep() from None
     except ValueError:
         raise ApiError(400, "We could not parse the JSON body of your request.", code="invalid_json") from None
+    _check_json(value, surrogates=b"\\ud" in body or b"\\uD" in body)
+    return value
+
+
+def _too_deep() -> ApiError:
+    return ApiError(400, f"The JSON body nests deeper than {MAX_JSON_DEPTH} levels.", code="invalid_json")
+
+
+def _check_json(value: Any, *, surrogates: bool) -> None:
+    """Depth everywhere; lone surrogates only when the body has a \\ud escape (else none can be)."""
+    stack: list[tuple[Any, str, int]] = [(value, "", 0)]
+    while stack:
+        node, where, depth = stack.pop()
+        if isinstance(node, dict | list):
+            if depth >= MAX_JSON_DEPTH:
+                raise _too_deep()
+            items = node.items() if isinstance(node, dict) else enumerate(node)
+            for key, item in items:
+                path = f"{where}.{key}" if isinstance(node, dict) else f"{where}[{key}]"
+                if surrogates and isinstance(key, str):
+                    _check_text(key, path.lstrip("."))
+                stack.append((item, path, depth + 1))
+        elif surrogates and isinstance(node, str):
+            _check_text(node, where.lstrip("."))
+
+
+def _check_text(text: str, param: str) -> None:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ApiError(400, f"Invalid value for '{param}': it holds a lone surrogate "
+                       f"(\\u{ord(text[exc.start]):04x} at {exc.start}), which is not valid Unicode.",
+                       param=param or None, code="invalid_value") from None

@@ -17,8 +17,15 @@ from typing import Any
 import uvicorn
 
 from app.server.config import ServerConfig
+from app.server.connections import limit_logs, protocol_class
 
 log = logging.getLogger(__name__)
+
+ACCEPT_BATCH = 64
+"""The listen backlog, which is also how many connections asyncio accepts in one go before
+the connection cap (``app.server.connections``) sees them. NOTE: with uvicorn's 2,048, a
+flood of 1,100 connections was accepted at once and ran out of file descriptors at
+``ulimit -n 1024`` before the cap could close any."""
 
 
 class ServerThread:
@@ -50,12 +57,14 @@ class ServerThread:
         except OSError:
             sock.close()
             raise
-        sock.listen(128)
+        sock.listen(ACCEPT_BATCH)
         self._socket = sock
         self.port = int(sock.getsockname()[1])
+        limit_logs()
         uv_config = uvicorn.Config(
             self._app, log_level=self._log_level, access_log=False, lifespan="off",
-            timeout_graceful_shutdown=5, ws="none",
+            timeout_graceful_shutdown=5, ws="none", timeout_keep_alive=5, backlog=ACCEPT_BATCH,
+            http=protocol_class(self.config.max_connections),  # deadlines, cap, JSON 400s
         )
         self._server = uvicorn.Server(uv_config)
         self._thread = threading.Thread(target=self._run, name="hearth-server", daemon=True)

@@ -118,3 +118,135 @@ def test_an_allowed_origin_is_served_with_cors(tiny_model_path: Path, tmp_path: 
         assert status == 403
     finally:
         server.stop()
+
+
+# --------------------------------------------------------------------------- connection floods
+
+
+def _serve_with_fd_limit(model: Path, data_dir: Path, limit: int) -> Served:
+    """``hearth serve`` at ``ulimit -n limit`` (set on the child through ``prlimit``)."""
+    import subprocess
+    import sys
+
+    from tests.integration.server.conftest import ROOT
+
+    args = ["prlimit", f"--nofile={limit}:{limit}", sys.executable, "-m", "app", "--data-dir", str(data_dir),
+            "serve", "--port", "0", "--model", str(model), "--threads", "2", "--ctx", "256"]
+    log_path = data_dir / "serve.log"
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=log, text=True)
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    assert line.startswith("hearth serve: model"), log_path.read_text()
+    return Served(proc, line.rsplit(" at ", 1)[1].strip(), line.split("'")[1], None, log_path)
+
+
+def test_half_sent_headers_do_not_lock_other_clients_out(tiny_model_path: Path, tmp_path: Path) -> None:
+    """Before: 1,100 connections that never finish their headers, at ``ulimit -n 1024``, locked
+    every other client out for as long as they were held, and the log grew by 408 MB of
+    ``Too many open files`` tracebacks."""
+    import socket
+    import time
+    from urllib.parse import urlsplit
+
+    server = _serve_with_fd_limit(tiny_model_path, tmp_path, 1024)
+    host, port = urlsplit(server.base_url).hostname, urlsplit(server.base_url).port
+    assert host is not None and port is not None
+    held: list[socket.socket] = []
+    try:
+        for _ in range(1100):
+            s = socket.create_connection((host, port), timeout=10)
+            s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: app")
+            held.append(s)
+        for _ in range(3):  # while all of them are still held open by the attacker
+            t0 = time.monotonic()
+            with urllib.request.urlopen(server.base_url.removesuffix("/v1") + "/health", timeout=20) as resp:
+                assert resp.status == 200 and json.load(resp) == {"status": "ok"}
+            assert time.monotonic() - t0 < 20  # a deadline, the urlopen timeout; not a timing check
+            body = CHAT.replace(b'"m"', json.dumps(server.model_id).encode())
+            status, reply = _post(server, "/v1/chat/completions", body, {"Content-Type": "application/json"})
+            assert status == 200, reply
+    finally:
+        for s in held:
+            s.close()
+        log = server.stop()
+    assert server.log_path is not None and server.log_path.stat().st_size < 256 * 1024, log[-3000:]
+
+
+# --------------------------------------------------------------------------- 400/413, never 500
+
+NESTED = b"[" * 100_000 + b"]" * 100_000
+
+
+def _chat(**fields: Any) -> dict[str, Any]:
+    return {"model": "M", "messages": USER, "max_tokens": 2, **fields}
+
+
+def _tools(description: str) -> list[dict[str, Any]]:
+    return [{"type": "function", "function": {"name": "f", "description": description, "parameters": {}}}]
+
+
+BAD_BODIES: list[tuple[str, str, Any]] = [
+    ("content", "/v1/chat/completions", _chat(messages=[{"role": "user", "content": "\ud800"}])),
+    ("system", "/v1/chat/completions", _chat(messages=[{"role": "system", "content": "a\udfffb"}, *USER])),
+    ("content part", "/v1/chat/completions",
+     _chat(messages=[{"role": "user", "content": [{"type": "text", "text": "\ud800"}]}])),
+    ("tool description", "/v1/chat/completions", _chat(tools=_tools("\udc00"))),
+    ("stop", "/v1/chat/completions", _chat(stop=["\ud800"])),
+    ("user", "/v1/chat/completions", _chat(user="\ud800")),
+    ("model", "/v1/chat/completions", _chat(model="\ud800")),
+    ("prompt", "/v1/completions", {"model": "M", "prompt": "\ud800", "max_tokens": 2}),
+    ("prompt list", "/v1/completions", {"model": "M", "prompt": ["a\udbff"], "max_tokens": 2}),
+    ("input", "/v1/embeddings", {"model": "M", "input": "\ud800"}),
+    ("input list", "/v1/embeddings", {"model": "M", "input": ["ok", "\ud800"]}),
+    ("token id past the vocabulary", "/v1/completions", {"model": "M", "prompt": [49152], "max_tokens": 2}),
+    ("token id past u32", "/v1/completions", {"model": "M", "prompt": [1, 2**40], "max_tokens": 2}),
+    ("embedding token id", "/v1/embeddings", {"model": "M", "input": [[49152]]}),
+    ("nested arrays", "/v1/chat/completions", NESTED),
+    ("nested content", "/v1/chat/completions",
+     b'{"model": "M", "messages": [{"role": "user", "content": ' + NESTED + b"}]}"),
+    ("a message past the template's bound", "/v1/chat/completions",
+     _chat(messages=[{"role": "user", "content": "x" * (6 << 20)}])),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("case", "path", "body"), BAD_BODIES, ids=[c for c, _, _ in BAD_BODIES])
+def test_bad_bodies_are_openai_shaped_4xx_never_500(hostile_served: Served, case: str, path: str,
+                                                     body: Any) -> None:
+    """Before: 500 for lone surrogates, out-of-range token ids, deep nesting and the template's
+    bound (issue 26, item 7)."""
+    model = json.dumps(hostile_served.model_id)
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    data = data.replace(b'"M"', model.encode())
+    status, reply = _post(hostile_served, path, data, {"Content-Type": "application/json"})
+    assert status in (400, 404, 413), (status, reply)
+    assert set(reply) == {"error"} and set(reply["error"]) == {"message", "type", "param", "code"}, reply
+    assert reply["error"]["type"] == "invalid_request_error", reply
+
+
+def test_a_content_length_that_is_not_a_number_is_an_openai_shaped_400(hostile_served: Served) -> None:
+    import socket
+    from urllib.parse import urlsplit
+
+    url = urlsplit(hostile_served.base_url)
+    assert url.hostname is not None and url.port is not None
+    with socket.create_connection((url.hostname, url.port), timeout=30) as s:
+        s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: abc\r\n\r\n{}")
+        raw = b""
+        while chunk := s.recv(65536):
+            raw += chunk
+    head, _, body = raw.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400") and b"application/json" in head.lower(), raw
+    assert set(json.loads(body)["error"]) == {"message", "type", "param", "code"}
+
+
+@pytest.fixture(scope="module")
+def hostile_served(tiny_model_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """The tiny model behind ``hearth serve`` with the default body limit (8 MiB)."""
+    server = start_server(tiny_model_path, tmp_path_factory.mktemp("hostile"), "--ctx", "1024")
+    try:
+        yield server
+    finally:
+        log = server.stop()
+        assert "Traceback" not in log, log[-4000:]
