@@ -26,14 +26,14 @@ import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from app.cache.keys import KeyMeta
 from app.cache.prefix import is_prefix
 from app.engine import checkpoints
 from app.engine.backend import Backend
-from app.engine.cache_hooks import CacheHooks
+from app.engine.cache_hooks import CacheHooks, QuietCache
 from app.engine.errors import ContextOverflow, EngineError, InvalidRequest, NoSession, StickyBusy
 from app.engine.events import (
     CacheDelta,
@@ -84,6 +84,8 @@ class Route:
     path: AdmissionPath
     seq_id: int
     stored: tuple[int, ...] = ()
+    read_ahead_from: int | None = None
+    """The session's tokens from this index on were read ahead (``Session.read_ahead_from``)."""
 
 
 class Admitter:
@@ -124,6 +126,8 @@ class Admitter:
         """A request ends: if admission counted it as a hit or a miss, count its prompt
         tokens and how many were reused (the token-weighted hit rate beside the hits)."""
         reuse = req.cache.reuse
+        if req.is_background:
+            return  # a background read is no request (app.engine.read_ahead)
         if reuse.source != "none" or reuse.miss_reason is not None:
             self._cache.count_prompt(req.num_prompt_tokens, reuse.tokens_reused)
 
@@ -139,12 +143,14 @@ class Admitter:
             self._start(adm, route)
 
     def dispatch(self) -> None:
-        """Start waiting admissions, oldest first, while a seq can be had."""
+        """Start waiting admissions, oldest first (background ones after all others), while a
+        seq can be had."""
         while self.pending:
             seq_id = self._take_seq()
             if seq_id is None:
                 return
-            adm = self.pending.popleft()
+            adm = next((a for a in self.pending if a.options.priority != "background"), self.pending[0])
+            self.pending.remove(adm)
             try:
                 self._start(adm, Route(AdmissionPath.NEW, seq_id))
             except Exception as exc:
@@ -192,10 +198,10 @@ class Admitter:
                 raise NoSession(f"no live session {sid!r} to continue")
             adm.prompt = session.tokens + adm.continue_suffix
             self._check_fits(adm.prompt)
-            return Route(AdmissionPath.CONTINUE, session.seq_id, tuple(session.tokens))
+            return Route(AdmissionPath.CONTINUE, session.seq_id, tuple(session.tokens), session.read_ahead_from)
         self._check_fits(adm.prompt)
         if session is not None and sid is not None:
-            return Route(AdmissionPath.STICKY, session.seq_id, tuple(session.tokens))
+            return Route(AdmissionPath.STICKY, session.seq_id, tuple(session.tokens), session.read_ahead_from)
         seq_id = self._take_seq()
         return None if seq_id is None else Route(AdmissionPath.NEW, seq_id)
 
@@ -245,15 +251,17 @@ class Admitter:
                 times=Timings(adm.submitted_at, prefill_started_at=time.perf_counter()),
             )  # fmt: skip
             touched = True
+            cache = QuietCache(self._cache) if req.is_background else self._cache
             if route.path is AdmissionPath.NEW:
                 self._pool.clear_for_use(req.seq_id)
-                self._reuser.start(req, self._cache, self.weights_epoch)
+                self._reuser.start(req, cache, self.weights_epoch)
             elif not self._extends(route, adm.prompt):  # a sticky turn that diverges
                 assert adm.options.session_id is not None
                 own = OwnSeq(route.seq_id, route.stored, adm.options.session_id)
-                self._reuser.start(req, self._cache, self.weights_epoch, own)
+                self._reuser.start(req, cache, self.weights_epoch, own)
             else:
-                self._setup_session(req, route)
+                self._setup_session(req, route, cache)
+            self._mark_read_ahead(req, route)
             if self._needs_checkpoints and self.meta is not None:
                 req.checkpoints = checkpoints.plan(
                     req.prompt_tokens, len(req.context_tokens), self._backend.is_eog, self._cache.policy
@@ -267,7 +275,8 @@ class Admitter:
         if adm.options.session_id is not None:
             self._pool.unpin(adm.options.session_id)  # the request holds the seq now
         self._reqs[req.seq_id] = req
-        self.last_hit = LastCacheHit(req.cache.hit_kind, req.cache.num_reused)
+        if not req.is_background:
+            self.last_hit = LastCacheHit(req.cache.hit_kind, req.cache.num_reused)
         req.emit(PrefillProgress(len(req.context_tokens), req.num_prompt_tokens))
 
     def _undo_start(self, adm: Admission, route: Route, sampler: Any, touched: bool) -> None:
@@ -295,7 +304,19 @@ class Admitter:
             return False
         return len(prompt) > len(route.stored) or self._backend.can_trim(route.seq_id, len(route.stored) - 1)
 
-    def _setup_session(self, req: Request, route: Route) -> None:
+    def _mark_read_ahead(self, req: Request, route: Route) -> None:
+        """Which of the seq's tokens were read ahead: a background request marks where its
+        own reading starts (or an earlier one's did); a real request on a session left by
+        one says how many of its reused tokens were read ahead."""
+        prior = route.read_ahead_from if route.path is not AdmissionPath.NEW else None
+        if req.is_background:
+            held = len(req.context_tokens) if req.share_from is None else req.share_from[1]
+            req.read_ahead_from = held if prior is None else min(prior, held)
+        elif prior is not None and req.cache.reuse.source == "session":
+            ahead = max(0, req.cache.reuse.tokens_reused - prior)
+            req.cache.reuse = replace(req.cache.reuse, tokens_read_ahead=ahead)
+
+    def _setup_session(self, req: Request, route: Route, cache: CacheHooks) -> None:
         """The seq already holds ``route.stored``; prefill only the new tokens."""
         stored = list(route.stored)
         suffix = req.prompt_tokens[len(stored) :]
@@ -310,7 +331,7 @@ class Admitter:
             req.prefill_cursor = [stored[-1]]
         req.cache.reuse = Reuse("session", len(req.context_tokens), len(stored), None, req.options.session_id)
         # A continuation reuses the session's seq exactly as a sticky turn does: both are hits.
-        self._cache.count_sticky()
+        cache.count_sticky()
 
 
 def _logging_errors(emit: Callable[[Event], None]) -> Callable[[Event], None]:

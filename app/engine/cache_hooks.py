@@ -1,6 +1,7 @@
 """The scheduler's view of the KV cache: look up on admission, save at the five moments.
 
-``NullCache`` always misses and never saves (cache off). ``StoreCache`` adapts an
+``NullCache`` always misses and never saves (cache off); ``QuietCache`` counts nothing
+(type-ahead's background reads, ``app.engine.read_ahead``). ``StoreCache`` adapts an
 ``app.cache.store.CacheStore`` for one model: it owns the hit counters and the policy
 gates, while the scheduler owns the KV (it packs and unpacks, between ticks).
 
@@ -63,10 +64,11 @@ class CacheHooks(Protocol):
 
     def lookup(
         self, meta: KeyMeta, prompt: Sequence[int], parent_key: bytes | None, session_id: str | None = None,
-        *, min_tokens: int = MIN_RESTORE_TOKENS,
+        *, min_tokens: int = MIN_RESTORE_TOKENS, count: bool = True,
     ) -> Hit | Miss:
         """``min_tokens``: a hit shares at least this many tokens (admission passes what a
-        live seq already offers, plus one, so the cache is read only when it does better)."""
+        live seq already offers, plus one, so the cache is read only when it does better).
+        ``count=False``: a hit is not counted (type-ahead's reads are no requests)."""
         ...
 
     def count_miss(self) -> None: ...
@@ -112,7 +114,7 @@ class NullCache:
 
     def lookup(
         self, meta: KeyMeta, prompt: Sequence[int], parent_key: bytes | None, session_id: str | None = None,
-        *, min_tokens: int = MIN_RESTORE_TOKENS,
+        *, min_tokens: int = MIN_RESTORE_TOKENS, count: bool = True,
     ) -> Hit | Miss:
         return Miss("nothing_shared", 0)
 
@@ -152,6 +154,51 @@ class NullCache:
         return False
 
 
+class QuietCache:
+    """A request's view of the cache that counts nothing: a background read is no request
+    (the real one that follows counts once). Lookups, loads and saves go through."""
+
+    def __init__(self, inner: CacheHooks) -> None:
+        self._inner = inner
+        self.policy = inner.policy
+
+    def lookup(
+        self, meta: KeyMeta, prompt: Sequence[int], parent_key: bytes | None, session_id: str | None = None,
+        *, min_tokens: int = MIN_RESTORE_TOKENS, count: bool = True,
+    ) -> Hit | Miss:
+        return self._inner.lookup(meta, prompt, parent_key, session_id, min_tokens=min_tokens, count=False)
+
+    def count_miss(self) -> None:
+        pass
+
+    def count_sticky(self) -> None:
+        pass
+
+    def count_live(self) -> None:
+        pass
+
+    def count_prompt(self, num_prompt: int, num_reused: int) -> None:
+        pass
+
+    def count_load(self, ns: int) -> None:
+        self._inner.count_load(ns)
+
+    def save(
+        self, meta: KeyMeta, tokens: Sequence[int], payload: bytes | memoryview, reason: SaveReason, pack_ns: int,
+        session_id: str | None = None,
+    ) -> bytes | None:
+        return self._inner.save(meta, tokens, payload, reason, pack_ns, session_id)
+
+    def cold_split(self, num_tokens: int) -> int:
+        return self._inner.cold_split(num_tokens)
+
+    def wants_continued(self, live: int, last_saved: int) -> bool:
+        return self._inner.wants_continued(live, last_saved)
+
+    def wants_finish(self, live: int) -> bool:
+        return self._inner.wants_finish(live)
+
+
 class StoreCache:
     """One model's hooks into the shared CacheStore."""
 
@@ -184,7 +231,7 @@ class StoreCache:
 
     def lookup(
         self, meta: KeyMeta, prompt: Sequence[int], parent_key: bytes | None, session_id: str | None = None,
-        *, min_tokens: int = MIN_RESTORE_TOKENS,
+        *, min_tokens: int = MIN_RESTORE_TOKENS, count: bool = True,
     ) -> Hit | Miss:
         """The longest prefix of ``prompt`` held anywhere (exact row, the ``parent_key`` row,
         or any row sharing a head with it), cut to the shared cells; else why not.
@@ -194,7 +241,8 @@ class StoreCache:
         got = self.store.find(meta, prompt, parent_key=parent_key, min_tokens=max(min_tokens, MIN_RESTORE_TOKENS))
         if isinstance(got, NotFound):
             return Miss(got.reason, got.tokens_shared)
-        self.store.count(f"hits_{got.source}")
+        if count:
+            self.store.count(f"hits_{got.source}")
         kind: Literal["exact", "partial"] = "exact" if got.n == len(prompt) else "partial"
         return Hit(
             kind, got.source, tuple(prompt[: got.n]), got.payload, got.row.n_tokens,

@@ -31,6 +31,8 @@ class Reuse:
     last prompt token, which is always prefilled for fresh logits). On a miss
     (``source == "none"``) ``miss_reason`` says why. ``origin_session`` is the session id of
     the conversation whose KV was reused (None when unknown or when nothing was reused).
+    ``tokens_read_ahead`` of the reused tokens were read by type-ahead (a background
+    ``prefill_only`` on the request's session, ``app.engine.read_ahead``) before it was sent.
     """
 
     source: ReuseSource = "none"
@@ -38,6 +40,7 @@ class Reuse:
     tokens_shared: int = 0
     miss_reason: MissReason | None = None
     origin_session: str | None = None
+    tokens_read_ahead: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,7 +174,8 @@ class ModelInfo:
     """What reuse applies to it, in a user's words (``MemoryCaps.reuse_words``)."""
 
 
-SlotState = Literal["free", "prefilling", "generating", "pinned"]
+SlotState = Literal["free", "prefilling", "generating", "pinned", "reading_ahead"]
+"""``reading_ahead``: a background ``prefill_only`` (type-ahead) reads a draft into the slot."""
 
 
 @dataclass(frozen=True, slots=True)

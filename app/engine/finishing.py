@@ -73,7 +73,7 @@ class Finisher:
                 req.fail(exc)
         sid = req.options.session_id
         if sid is not None and req.error is None and req.weights_epoch == self._admission.weights_epoch:
-            self._pool.pin(sid, req.seq_id, req.context_tokens)
+            self._pool.pin(sid, req.seq_id, req.context_tokens, req.read_ahead_from)
             return
         try:
             self._pool.give_back(req.seq_id)
@@ -86,9 +86,10 @@ class Finisher:
             return
         req.ended = True
         self._admission.count_prompt(req)
-        self.recent_reuse.append(ReuseRecord(
-            req.options.session_id, req.num_prompt_tokens, req.cache.reuse, req.cache.hit_kind, time.time()
-        ))  # fmt: skip
+        if not req.is_background:  # a background read is no request (app.engine.read_ahead)
+            self.recent_reuse.append(ReuseRecord(
+                req.options.session_id, req.num_prompt_tokens, req.cache.reuse, req.cache.hit_kind, time.time()
+            ))  # fmt: skip
         if req.error is not None:
             err = req.error
             if not isinstance(err, EngineError):  # a bug, logged where it happened

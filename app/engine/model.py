@@ -38,6 +38,7 @@ from app.engine.validation import (
     check_adapter_scale,
     check_chat_request,
     check_handle,
+    check_priority,
     check_session_id,
     check_text,
     check_tokens,
@@ -140,11 +141,33 @@ class Model:
         result: CompletionResult = adm.result.result()
         return result
 
-    def prefill_only(self, tokens: Sequence[int], **opts: Any) -> PrefillResult:
+    def prefill_only(self, tokens: Sequence[int], *, priority: str = "normal", **opts: Any) -> PrefillResult:
+        """Read ``tokens`` into a seq, no sampling; blocks until read. ``priority="background"``
+        (beyond SPEC, needs ``session_id``): the lowest priority, for type-ahead — see
+        ``read_ahead``, its non-blocking form."""
         adm = self._admission(Mode.PREFILL_ONLY, tokens, opts, default_tokens=0, emit=lambda e: None)
+        check_priority(priority, adm.options)
         self._post_admit(adm)
         result: PrefillResult = adm.result.result()
         return result
+
+    def read_ahead(
+        self, tokens: Sequence[int], *, session_id: str, on_event: Callable[[Event], None] | None = None, **opts: Any
+    ) -> Stream:
+        """Type-ahead (beyond SPEC): ``prefill_only(tokens, priority="background")`` without
+        waiting. The session's seq is brought to ``tokens`` (what it holds is reused, a tail
+        that differs is dropped) at the lowest priority (``app.engine.read_ahead``); the
+        stream gives ``PrefillProgress`` events, then ``Done`` (``cancelled`` when a real
+        request of the session, a newer ``read_ahead`` or ``cancel`` ended it first: what it
+        read stays in the session's seq either way) or ``Error``. Send the real request as
+        usual (``infer`` with the whole prompt): it reuses what was read ahead."""
+        ref = next(_refs)
+        stream = Stream(ref, self.cancel, on_event)
+        opts = {**opts, "session_id": session_id}
+        adm = self._admission(Mode.PREFILL_ONLY, tokens, opts, default_tokens=0, emit=stream._push, ref=ref)
+        check_priority("background", adm.options)
+        self._post_admit(adm)
+        return stream
 
     def infer(self, tokens: Sequence[int], *, on_event: Callable[[Event], None] | None = None, **params: Any) -> Stream:
         ref = next(_refs)

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from app.cache.keys import KeyMeta
 from app.engine.backend import SamplingParams
@@ -34,6 +34,9 @@ from app.engine.events import (
 from app.engine.streaming import TextPipeline
 
 Outcome = CompletionResult | PrefillResult
+Priority = Literal["normal", "background"]
+"""``prefill_only``'s priority (beyond SPEC): ``background`` is type-ahead's lowest-priority
+read of a draft (``app.engine.read_ahead``)."""
 
 
 class Mode(enum.Enum):
@@ -55,6 +58,9 @@ class RequestOptions:
     session_id: str | None = None
     ignore_eos: bool = False
     """Beyond SPEC: keep generating past end-of-generation (benchmarks, like llama-server's)."""
+    priority: Priority = "normal"
+    """Beyond SPEC: ``background`` for a ``prefill_only`` that must never get in the way
+    (type-ahead, ``app.engine.read_ahead``)."""
 
 
 @dataclass(slots=True)
@@ -125,6 +131,9 @@ class Request:
     context_full: bool = False
     ended: bool = False
     """Its one ``Done`` or ``Error`` has been sent."""
+    read_ahead_from: int | None = None
+    """A background request: its seq's tokens from this index on are read ahead (type-ahead
+    computed them), those before it came from a real request or the cache."""
 
     def mark(self, reason: FinishReason) -> None:
         """Finish at the end of this tick (the seed's ``finishing`` flag)."""
@@ -180,6 +189,10 @@ class Request:
         if reason is None and self.checkpoints is not None and n in self.checkpoints:
             reason = "cold"
         return reason
+
+    @property
+    def is_background(self) -> bool:
+        return self.options.priority == "background"
 
     @property
     def is_prefilling(self) -> bool:

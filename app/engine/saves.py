@@ -53,7 +53,9 @@ class Saver:
             req.cache.last_save_at = len(req.context_tokens)
 
     def finish(self, req: Request) -> None:
-        if self._cache.wants_finish(len(req.context_tokens)):
+        """Not for a background read (type-ahead): a draft is no turn; its session's seq keeps
+        it, and an ``evict`` save keeps it when the seq is released."""
+        if not req.is_background and self._cache.wants_finish(len(req.context_tokens)):
             req.cache.finish_key = self.save(req, "finish")
 
     def session(self, meta: KeyMeta | None, sid: str, session: Session) -> None:

@@ -10,6 +10,7 @@ to it (``app.engine.loop``). Where each concept lives:
     sessions.py   the seq pool: free and stale seqs, seqs pinned by idle sessions (LRU)
     shares.py     shared prompt heads between live seqs
     batch.py      the tick's plan: ops under the batch budget, the prefill budget policy
+    read_ahead.py background prefills (type-ahead): the lowest priority, how they make way
     saves.py      cold / continued / finish / evict / shutdown saves
     request.py    one request: counters, cache account, timings (streaming.py: its text)
 
@@ -46,6 +47,7 @@ from app.engine.events import (
 )
 from app.engine.finishing import Finisher
 from app.engine.loop import SchedulerLoop
+from app.engine.read_ahead import ReadAhead
 from app.engine.request import Mode, Request
 from app.engine.saves import Saver
 from app.engine.sessions import SeqPool
@@ -86,6 +88,9 @@ class Scheduler:
         )  # fmt: skip
         self.finisher = Finisher(backend, self.reqs, self.pool, self.saver, self.shares, self.admission)
         self.budget = PrefillBudget(config.decode_ticks_between_prefills)
+        self.read_ahead = ReadAhead(
+            self.reqs, self.admission, self.finisher, n_batch=config.n_batch, chunk_size=config.chunk_size
+        )
         self.loop = SchedulerLoop(self)
         self.snapshot = SchedulerSnapshot(slots=self._slots())
         """Lock-free observability: replaced whole after every loop iteration."""
@@ -120,7 +125,11 @@ class Scheduler:
     # ------------------------------------------------------------------ commands
 
     def admit(self, adm: Admission) -> None:
+        """Admit ``adm``; background reads of its session, and of the seqs it waits for, make way."""
+        self.read_ahead.make_way(adm)
         self.admission.admit(adm)
+        if self.read_ahead.yield_seqs():
+            self.dispatch()
 
     def cancel(self, ref: int) -> None:
         """Idempotent, unknown refs ignored. A running request ends now, between two ticks
@@ -196,18 +205,22 @@ class Scheduler:
                     self.postprocess(plan)
                 self.budget.record(plan)
                 ms = (time.perf_counter() - started) * 1000
+                self.read_ahead.record(ms)
                 self._ticks.append(TickInfo(plan.num_prefill_tokens, plan.num_decode_rows, ms))
         self.finish()
         self.dispatch()
 
     def schedule(self) -> TickPlan:
-        """A decode row per decoding request, prefill slices under the budgets (``batch``)."""
+        """A decode row per decoding request, prefill slices under the budgets (``batch``),
+        then a background slice when nothing real waits (``read_ahead``)."""
+        reqs = list(self.reqs.values())
         try:
-            return plan_tick(list(self.reqs.values()), self.config, self.budget)
+            plan = plan_tick([r for r in reqs if not r.is_background], self.config, self.budget)
         except EngineError as exc:  # n_batch_too_small: every tick would fail the same way
             for req in self.reqs.values():
                 req.fail(exc)
             return TickPlan()
+        return self.read_ahead.plan(plan, reqs)
 
     def sample(self, plan: TickPlan) -> list[StepResult] | None:
         """First half of the backend step; None when it refused the plan.
@@ -350,6 +363,8 @@ class Scheduler:
             req = self.reqs.get(seq)
             if req is not None:
                 busy: SlotState = "prefilling" if req.is_prefilling else "generating"
+                if req.is_background:
+                    busy = "reading_ahead"
                 slots.append(SlotInfo(seq, busy, req.options.session_id, len(req.context_tokens)))
             elif seq in owners:
                 slots.append(SlotInfo(seq, "pinned", owners[seq][0], owners[seq][1]))

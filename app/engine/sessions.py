@@ -30,6 +30,8 @@ class Session:
 
     seq_id: int
     tokens: list[int]
+    read_ahead_from: int | None = None
+    """Tokens from this index on were read ahead (type-ahead); None: none were."""
 
 
 class SeqPool:
@@ -98,9 +100,9 @@ class SeqPool:
 
     # ------------------------------------------------------------------ sessions
 
-    def pin(self, sid: str, seq_id: int, tokens: list[int]) -> None:
+    def pin(self, sid: str, seq_id: int, tokens: list[int], read_ahead_from: int | None = None) -> None:
         """An idle session keeps its seq (most recently used last)."""
-        self.sessions[sid] = Session(seq_id, list(tokens))
+        self.sessions[sid] = Session(seq_id, list(tokens), read_ahead_from)
         self.sessions.move_to_end(sid)
 
     def session(self, sid: str | None) -> Session | None:

@@ -65,6 +65,8 @@ class Shares:
             if other is req or other.finishing or other.weights_epoch != weights_epoch:
                 continue
             n = min(common_prefix_len(other.prompt_tokens + other.generated, prompt), cap)
+            if other.is_background:  # never wait for the lowest priority: take what it holds
+                n = min(n, len(other.context_tokens))
             if whole_only and not _can_stop(other, n):
                 continue
             if n > (best.n if best else 0):

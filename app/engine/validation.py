@@ -89,6 +89,16 @@ def check_session_id(session_id: object) -> str:
     return check_text(session_id, what="session_id")
 
 
+def check_priority(priority: object, options: RequestOptions) -> None:
+    """``prefill_only``'s ``priority``: ``"normal"`` or ``"background"`` (type-ahead), which
+    needs a ``session_id`` (a background read is only worth what its session's seq keeps)."""
+    if priority not in ("normal", "background"):
+        raise InvalidRequest(f"priority must be 'normal' or 'background', got {priority!r}")
+    if priority == "background" and options.session_id is None:
+        raise InvalidRequest("a background prefill needs a session_id: its session's seq keeps what it reads")
+    options.priority = "background" if priority == "background" else "normal"
+
+
 def check_chat_request(request: object) -> tuple[list[Any], list[Any] | None]:
     """``{"messages": [...], "system"?: str, "tools"?: [...]}`` → (messages with the system
     prompt first, tools). Every string inside must be valid Unicode; the template decides the

@@ -32,12 +32,17 @@ STATE_TEXT = {
     "prefilling": "reading prompt",
     "generating": "writing reply",
     "pinned": "holding a chat",
+    "reading_ahead": "reading ahead",
 }
 STATE_HELP = {
     "free": "Nothing in this slot: ready for a new conversation.",
     "prefilling": "The model is reading a prompt into this slot's memory.",
     "generating": "The model is writing a reply, one token per step.",
     "pinned": "Idle, but keeps a conversation's memory so its next message starts instantly.",
+    "reading_ahead": (
+        "Reading a message while it is being written (type-ahead), only when nothing else "
+        "needs the model: its reply starts the moment it is sent."
+    ),
 }
 N_TICKS = 60
 

@@ -23,7 +23,7 @@ class ChartColors:
 
 
 TIER_COLORS = {"ram": "#3b82f6", "ram_file": "#8b5cf6", "disk": "#10b981"}
-SLOT_COLORS = {"free": "#9ca3af", "prefilling": "#f59e0b", "generating": "#10b981", "pinned": "#3b82f6"}
+SLOT_COLORS = {"free": "#9ca3af", "prefilling": "#f59e0b", "generating": "#10b981", "pinned": "#3b82f6", "reading_ahead": "#a78bfa"}
 PREFILL_COLOR = "#f59e0b"
 DECODE_COLOR = "#10b981"
 

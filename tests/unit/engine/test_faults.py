@@ -82,7 +82,7 @@ class RaisingLookup(NullCache):
 
     def lookup(
         self, meta: KeyMeta, prompt: Sequence[int], parent_key: bytes | None, session_id: str | None = None,
-        *, min_tokens: int = 2,
+        *, min_tokens: int = 2, count: bool = True,
     ) -> Hit | Miss:
         raise ValueError("'I' format requires 0 <= number <= 4294967295")
 
