@@ -20,6 +20,7 @@ from collections.abc import Sequence
 
 from app.cache.prefix import common_prefix_len
 from app.conversation.window import Turn
+from app.storage import Storage
 
 PROBE = "x"
 MARGIN = 2
@@ -44,3 +45,40 @@ def readable_prefix(prompt: Sequence[int], probed: Sequence[int], margin: int = 
     shares with ``probed`` (rendered with the draft + ``PROBE``), less ``margin``."""
     n = common_prefix_len(prompt, probed) - margin
     return list(prompt[: max(0, n)])
+
+
+DEFAULT_KEY = "chat/type_ahead"
+
+
+def chat_key(conversation_id: str) -> str:
+    return f"type_ahead/{conversation_id}"
+
+
+class TypeAheadSetting:
+    """Type-ahead on or off: app-wide (Settings › New chats, on unless turned off) and per
+    chat (its settings panel; None follows the app-wide choice). Every call may raise
+    ``StorageError`` (the database's fault), as ``ConversationState`` does."""
+
+    def __init__(self, storage: Storage) -> None:
+        self.storage = storage
+
+    def default(self) -> bool:
+        return self.storage.get_setting(DEFAULT_KEY) is not False
+
+    def set_default(self, on: bool) -> None:
+        self.storage.set_setting(DEFAULT_KEY, bool(on))
+
+    def own(self, conversation_id: str) -> bool | None:
+        raw = self.storage.get_setting(chat_key(conversation_id))
+        return raw if isinstance(raw, bool) else None
+
+    def set_own(self, conversation_id: str, on: bool | None) -> None:
+        """``None``: follow the app-wide choice again."""
+        if on is None:
+            self.storage.delete_setting(chat_key(conversation_id))
+        else:
+            self.storage.set_setting(chat_key(conversation_id), bool(on))
+
+    def enabled(self, conversation_id: str) -> bool:
+        own = self.own(conversation_id)
+        return self.default() if own is None else own

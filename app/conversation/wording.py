@@ -43,12 +43,22 @@ def reuse_words(stats: ReplyStats, conversation_id: str = "", title_of: TitleOf 
         return f"read all {prompt:,} prompt tokens: {MISS_WORDS.get(stats.miss_reason, stats.miss_reason)}"
     if source in ("session", "cache", "live") and n > 0:
         where = _origin(stats.origin_session, conversation_id, title_of)
+        if source == "session" and stats.tokens_read_ahead > 0:
+            return _read_ahead_words(stats)
         if source == "session":
             return f"reused {n:,} of {prompt:,} prompt tokens still held for this chat"
         if source == "live":
             return f"shared {n:,} of {prompt:,} prompt tokens with {where or 'a running chat'}"
         return f"restored {n:,} of {prompt:,} prompt tokens of {where or 'a saved chat'} from the cache"
     return _kind_words(stats)
+
+
+def _read_ahead_words(stats: ReplyStats) -> str:
+    """"read ahead while you typed: 1,480 of 1,492 prompt tokens" (type-ahead), and what the
+    chat's sequence held before the message was written."""
+    ahead, held = stats.tokens_read_ahead, stats.tokens_reused - stats.tokens_read_ahead
+    text = f"read ahead while you typed: {ahead:,} of {stats.prompt_tokens:,} prompt tokens"
+    return text + (f", {held:,} more still held for this chat" if held > 0 else "")
 
 
 def _origin(origin: str | None, conversation_id: str, title_of: TitleOf | None) -> str:
@@ -103,6 +113,11 @@ def reply_tooltip(stats: ReplyStats) -> str:
         lines.append(
             f"Reuse source: {stats.reuse_source}; shared {stats.tokens_shared:,} tokens, "
             f"reused {stats.tokens_reused:,}."
+        )
+    if stats.tokens_read_ahead:
+        lines.append(
+            f"Type-ahead read {stats.tokens_read_ahead:,} of them while the message was being "
+            "written; the reply is the one it would be without."
         )
     return "\n".join(lines)
 

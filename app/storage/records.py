@@ -68,6 +68,8 @@ class ReplyStats:
     tokens_shared: int = 0
     miss_reason: str = ""
     origin_session: str = ""
+    tokens_read_ahead: int = 0
+    """Of ``tokens_reused``, those type-ahead read while the message was being written."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

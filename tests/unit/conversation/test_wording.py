@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from app.conversation.wording import finish_words, prefill_words, reply_line, reuse_words
+from app.conversation.wording import (
+    finish_words,
+    prefill_words,
+    reply_line,
+    reply_tooltip,
+    reuse_words,
+)
 from app.storage import ReplyStats
 
 
@@ -41,3 +47,13 @@ def test_prefill_progress_with_an_estimate():
     assert prefill_words(1024, 3814, 100.0) == "Reading the prompt… 1,024 / 3,814 tokens · about 28 s left"
     assert prefill_words(3814, 3814, 100.0) == "Reading the prompt… 3,814 / 3,814 tokens"
     assert prefill_words(0, 500, None) == "Reading the prompt… 0 / 500 tokens"
+
+
+def test_what_was_read_ahead_while_the_message_was_written():
+    paste = ReplyStats(prompt_tokens=1492, reuse_source="session", tokens_reused=1480, tokens_read_ahead=1480)
+    assert reuse_words(paste) == "read ahead while you typed: 1,480 of 1,492 prompt tokens"
+    follow_up = ReplyStats(prompt_tokens=870, reuse_source="session", tokens_reused=860, tokens_read_ahead=60)
+    assert reuse_words(follow_up) == (
+        "read ahead while you typed: 60 of 870 prompt tokens, 800 more still held for this chat"
+    )
+    assert "Type-ahead read 60" in reply_tooltip(follow_up)
