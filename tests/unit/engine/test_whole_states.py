@@ -125,3 +125,23 @@ def test_chats_starting_together_copy_the_shared_head_whole_when_the_donor_holds
     h.run()
     assert h.outcome(b).stats.cache_delta.read == n
     assert h.outcome(a).stats.reuse.source == "none"
+
+
+def test_a_prompt_equal_to_what_the_session_holds_is_not_cut_for_fresh_logits(store):
+    # "Continue" after a reply cut by its length: the client sends the prompt and the reply
+    # so far, exactly what the session's seq holds. Attention drops the last cell and reads
+    # it again; a recurrent state cannot, so it restores the last checkpoint instead.
+    h = _make(store)
+    first = SYSTEM + _user("Name a river in France.")
+    h.admit(first, session_id="s", response_tokens=3)
+    h.run()
+    held = list(h.sch.pool.sessions["s"].tokens)
+    again = h.admit(held, session_id="s", response_tokens=3)
+    h.run()
+    end = h.outcome(again)
+    assert isinstance(end, Done)
+    assert end.stats.reuse.source == "cache"
+    cold = make(StubBackend(n_seq_max=1))
+    ref = cold.admit(held, response_tokens=3)
+    cold.run()
+    assert h.text(again) == cold.text(ref)
