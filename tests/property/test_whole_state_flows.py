@@ -115,70 +115,69 @@ def _cold_reply(memory: MemoryCaps, prompt: str, n: int) -> str:
 @given(memory=st.sampled_from(sorted(MEMORIES)), actions=st.lists(action, min_size=1, max_size=14), data=st.data())
 def test_chat_flows_never_cut_what_cannot_be_cut_and_answer_like_cold(memory, actions, data):
     caps = MEMORIES[memory]
-    with tempfile.TemporaryDirectory() as tmp:
-        with CacheStore(Path(tmp) / "data", ram_file_dir=Path(tmp) / "shm") as store:
-            h = _scheduler(caps, store)
-            chats: list[list[tuple[str, str]]] = [[], [], []]
-            sent: dict[int, tuple[int, str, list[tuple[str, str]]]] = {}  # ref -> (chat, prompt, turns)
-            recorded: set[int] = set()
+    with tempfile.TemporaryDirectory() as tmp, CacheStore(Path(tmp) / "data", ram_file_dir=Path(tmp) / "shm") as store:
+        h = _scheduler(caps, store)
+        chats: list[list[tuple[str, str]]] = [[], [], []]
+        sent: dict[int, tuple[int, str, list[tuple[str, str]]]] = {}  # ref -> (chat, prompt, turns)
+        recorded: set[int] = set()
 
-            def record_replies() -> None:
-                """A finished reply becomes part of its chat, as a client re-sends it."""
-                for ref in h.ended:
-                    i, _, turns = sent[ref]
-                    end = h.outcome(ref)
-                    if ref in recorded or not isinstance(end, Done) or end.stats.cancelled:
-                        continue
-                    recorded.add(ref)
-                    if chats[i] == turns:
-                        chats[i] = [*turns[:-1], (turns[-1][0], h.text(ref))]
+        def record_replies() -> None:
+            """A finished reply becomes part of its chat, as a client re-sends it."""
+            for ref in h.ended:
+                i, _, turns = sent[ref]
+                end = h.outcome(ref)
+                if ref in recorded or not isinstance(end, Done) or end.stats.cancelled:
+                    continue
+                recorded.add(ref)
+                if chats[i] == turns:
+                    chats[i] = [*turns[:-1], (turns[-1][0], h.text(ref))]
 
-            for kind, i, text, with_session in actions:
+        for kind, i, text, with_session in actions:
+            record_replies()
+            if kind == "tick":
+                for _ in range(i):
+                    h.tick()
+                continue
+            if kind == "cancel":
+                live = [r for r, (c, _, _) in sent.items() if c == i and r not in h.ended]
+                if live:
+                    h.sch.cancel(live[-1])
+                continue
+            if kind == "end":
+                if f"c{i}" not in {a.options.session_id for a in h.sch.admission.pending} and all(
+                    r.options.session_id != f"c{i}" for r in h.sch.reqs.values()
+                ):
+                    h.sch.end_session(f"c{i}")
+                continue
+            turns = chats[i]
+            if kind == "ask":
+                turns = [*turns, (text, "")]
+            elif kind == "regen" and turns:
+                turns = [*turns[:-1], (turns[-1][0], "")]
+            elif kind == "edit" and turns:
+                k = data.draw(st.integers(0, len(turns) - 1), label="edited turn")
+                turns = [*turns[:k], (text, "")]
+            else:
+                continue
+            session = f"c{i}"
+            if with_session:  # a chat app waits for the reply before its next turn
+                _settle(h, session)
                 record_replies()
-                if kind == "tick":
-                    for _ in range(i):
-                        h.tick()
-                    continue
-                if kind == "cancel":
-                    live = [r for r, (c, _, _) in sent.items() if c == i and r not in h.ended]
-                    if live:
-                        h.sch.cancel(live[-1])
-                    continue
-                if kind == "end":
-                    if f"c{i}" not in {a.options.session_id for a in h.sch.admission.pending} and all(
-                        r.options.session_id != f"c{i}" for r in h.sch.reqs.values()
-                    ):
-                        h.sch.end_session(f"c{i}")
-                    continue
-                turns = chats[i]
-                if kind == "ask":
-                    turns = [*turns, (text, "")]
-                elif kind == "regen" and turns:
-                    turns = [*turns[:-1], (turns[-1][0], "")]
-                elif kind == "edit" and turns:
-                    k = data.draw(st.integers(0, len(turns) - 1), label="edited turn")
-                    turns = [*turns[:k], (text, "")]
-                else:
-                    continue
-                session = f"c{i}"
-                if with_session:  # a chat app waits for the reply before its next turn
-                    _settle(h, session)
-                    record_replies()
-                    turns = _replay(chats[i], turns)
-                opts = {"session_id": session} if with_session else {}
-                prompt = _render(turns)
-                ref = h.admit(prompt, response_tokens=3, **opts)
-                sent[ref] = (i, prompt, turns)
-                chats[i] = turns
-            h.run()
-            for ref, (_, prompt, _) in sent.items():
-                end = h.outcome(ref)  # exactly one Done or Error
-                assert not isinstance(end, Error), f"{memory}: {end.reason}"
-                assert isinstance(end, Done)
-                if end.stats.cancelled:
-                    continue
-                assert h.text(ref) == _cold_reply(caps, prompt, 3), f"{memory}: a reused state was not the prompt's head"
-            for sid in list(h.sch.pool.sessions):
-                h.sch.end_session(sid)
-            h.sch.pool.check(h.sch.reqs)
-            assert len(h.sch.pool.sessions) == 0 and not h.sch.reqs
+                turns = _replay(chats[i], turns)
+            opts = {"session_id": session} if with_session else {}
+            prompt = _render(turns)
+            ref = h.admit(prompt, response_tokens=3, **opts)
+            sent[ref] = (i, prompt, turns)
+            chats[i] = turns
+        h.run()
+        for ref, (_, prompt, _) in sent.items():
+            end = h.outcome(ref)  # exactly one Done or Error
+            assert not isinstance(end, Error), f"{memory}: {end.reason}"
+            assert isinstance(end, Done)
+            if end.stats.cancelled:
+                continue
+            assert h.text(ref) == _cold_reply(caps, prompt, 3), f"{memory}: a reused state was not the prompt's head"
+        for sid in list(h.sch.pool.sessions):
+            h.sch.end_session(sid)
+        h.sch.pool.check(h.sch.reqs)
+        assert len(h.sch.pool.sessions) == 0 and not h.sch.reqs
