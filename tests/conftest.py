@@ -1,15 +1,20 @@
 """Session-wide test assets: the tiny llama GGUF, its LoRAs, and the default SmolLM2 model.
 
 The tiny files are generated deterministically once and cached under ``tests/.assets``
-(git-ignored); see ``tests/helpers/tiny_model.py``.
+(git-ignored); see ``tests/helpers/tiny_model.py``. Every llama.cpp context runs on
+``LLAMA_THREADS`` threads (``tests/helpers/llama_threads.py``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from app.engine.llama_backend import LlamaBackend
+from tests.helpers.llama_threads import LLAMA_THREADS
 from tests.helpers.tiny_model import (
     ASSETS_DIR,
     ensure_foreign_lora,
@@ -17,6 +22,20 @@ from tests.helpers.tiny_model import (
     ensure_tiny_model,
     smollm2_gguf_path,
 )
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _llama_threads() -> Iterator[None]:
+    """Each ``LlamaBackend`` context runs on ``LLAMA_THREADS`` threads, whatever the config asks."""
+    original = LlamaBackend.__init__
+
+    def capped(self: LlamaBackend, path: str, **kwargs: Any) -> None:
+        kwargs["n_threads"] = LLAMA_THREADS
+        original(self, path, **kwargs)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(LlamaBackend, "__init__", capped)
+        yield
 
 
 @pytest.fixture(scope="session")

@@ -9,12 +9,13 @@ from typing import Any
 import pytest
 
 from app.engine.llama_backend import LlamaBackend
+from tests.helpers.llama_threads import LLAMA_THREADS
 
 BackendFactory = Callable[..., LlamaBackend]
 
 # NOTE: one thread. The test machine's two cores are shared with other suites, and ggml's
 # spinning thread barriers make an oversubscribed 2-thread decode ~50x slower than 1 thread.
-N_THREADS = 1
+N_THREADS = LLAMA_THREADS
 
 
 @pytest.fixture

@@ -11,6 +11,7 @@ import pytest
 from app.engine import Engine, ModelConfig
 from app.engine.errors import ContextOverflow, EngineError, InvalidGrammar, ModelLoadFailed
 from app.engine.events import Done, TokenId
+from tests.helpers.llama_threads import LLAMA_THREADS
 
 
 def _config(path: Path, **kw) -> ModelConfig:
@@ -146,7 +147,7 @@ def test_grammar_constrains_output(engine, smollm2_path):
 def test_cli_chat_answers_paris(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "app", "--data-dir", str(tmp_path), "chat", "--temperature", "0",
-         "What is the capital of France? Answer in one sentence."],
+         "--threads", str(LLAMA_THREADS), "What is the capital of France? Answer in one sentence."],
         capture_output=True, text=True, timeout=300,
     )
     assert proc.returncode == 0, proc.stderr

@@ -17,6 +17,7 @@ import openai
 import pytest
 
 from tests.helpers import waiting
+from tests.helpers.llama_threads import LLAMA_THREADS
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -54,7 +55,7 @@ class Served:
 
 def start_server(model: Path, data_dir: Path, *extra: str, api_key: str | None = None) -> Served:
     args = [sys.executable, "-m", "app", "--data-dir", str(data_dir), "serve", "--port", "0",
-            "--model", str(model), "--threads", "2", *extra]
+            "--model", str(model), "--threads", str(LLAMA_THREADS), *extra]
     if api_key:
         args += ["--api-key", api_key]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
