@@ -26,8 +26,10 @@ lint: setup
 	$(BIN)/ruff check app tests benchmarks tools
 	$(BIN)/mypy app benchmarks
 
+# One pytest worker per core (pytest-xdist), each test file on one worker (its module-scoped
+# fixtures, such as a served model, start once); llama.cpp runs one thread per context there.
 test: lint
-	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -q -p no:cacheprovider
+	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -q -p no:cacheprovider -n logical --dist loadfile
 
 bench: setup
 	$(BIN)/hearth bench --json docs/benchmarks.json
