@@ -46,39 +46,57 @@ def _ids(stream) -> list[int]:
     return [e.id for e in stream if isinstance(e, TokenId)]
 
 
-def _batched_equals_solo(model, n_tokens: int) -> None:
-    prompts = [model.tokenize(p) for p in PROMPTS]
-    solo = [_ids(model.infer(p, response_tokens=n_tokens)) for p in prompts]
-    streams = [model.infer(p, response_tokens=n_tokens) for p in prompts]
-    together = [_ids(s) for s in streams]
-    assert together == solo
+SOLO_TOKENS = 25  # the longest reply any test below asks of a prompt
+
+
+def _solo(model) -> list[list[int]]:
+    """Each prompt's greedy continuation, run alone (one request at a time)."""
+    solo = [_ids(model.infer(model.tokenize(p), response_tokens=SOLO_TOKENS)) for p in PROMPTS]
     assert all(len(t) >= 1 for t in solo)
     assert len({tuple(t) for t in solo}) > 1  # different prompts, different continuations
+    return solo
+
+
+def _batched_equals_solo(model, solo: list[list[int]], n_tokens: int) -> None:
+    # A greedy reply of n tokens is the first n of a longer one: one solo run serves every length.
+    streams = [model.infer(model.tokenize(p), response_tokens=n_tokens) for p in PROMPTS]
+    assert [_ids(s) for s in streams] == [t[:n_tokens] for t in solo]
+
+
+@pytest.fixture(scope="module")
+def smol(smollm2_path, tmp_path_factory):
+    """SmolLM2 loaded once for this module's read-only checks (no cache: nothing is kept
+    between requests but the seqs' cells, which the scheduler clears before reuse)."""
+    with Engine(tmp_path_factory.mktemp("smol")) as e:
+        yield e.load_model("smol", _config(smollm2_path))
+
+
+@pytest.fixture(scope="module")
+def smol_solo(smol) -> list[list[int]]:
+    return _solo(smol)
 
 
 def test_eight_streams_equal_solo_tiny(engine, tiny_model_path):
     model = engine.load_model("tiny", _config(tiny_model_path))
-    _batched_equals_solo(model, 24)
+    _batched_equals_solo(model, _solo(model), 24)
 
 
 @pytest.mark.smollm2
-def test_eight_streams_equal_solo_smollm2(engine, smollm2_path):
-    model = engine.load_model("smol", _config(smollm2_path))
-    _batched_equals_solo(model, 16)
+def test_eight_streams_equal_solo_smollm2(smol, smol_solo):
+    _batched_equals_solo(smol, smol_solo, 16)
 
 
 @pytest.mark.smollm2
-def test_streams_ending_at_different_times_equal_solo_smollm2(engine, smollm2_path):
+def test_streams_ending_at_different_times_equal_solo_smollm2(smol, smol_solo):
     """Requests that finish while others still decode free their seqs mid-run: the survivors'
     next cells must not land ahead of their earlier ones (that changes the logits)."""
-    model = engine.load_model("smol", _config(smollm2_path))
-    prompts = [model.tokenize(p) for p in PROMPTS]
+    prompts = [smol.tokenize(p) for p in PROMPTS]
     lengths = [4 + 3 * i for i in range(len(prompts))]
-    solo = [_ids(model.infer(p, response_tokens=n)) for p, n in zip(prompts, lengths, strict=True)]
-    streams = [model.infer(p, response_tokens=n) for p, n in zip(prompts, lengths, strict=True)]
+    solo = [t[:n] for t, n in zip(smol_solo, lengths, strict=True)]
+    streams = [smol.infer(p, response_tokens=n) for p, n in zip(prompts, lengths, strict=True)]
     assert [_ids(s) for s in streams] == solo
     # and again, now that every seq holds a finished request's cells
-    streams = [model.infer(p, response_tokens=n) for p, n in zip(reversed(prompts), reversed(lengths), strict=True)]
+    streams = [smol.infer(p, response_tokens=n) for p, n in zip(reversed(prompts), reversed(lengths), strict=True)]
     assert [_ids(s) for s in streams] == list(reversed(solo))
 
 
@@ -134,10 +152,9 @@ def test_prompt_longer_than_context_and_bad_grammar(engine, tiny_model_path):
 
 
 @pytest.mark.smollm2
-def test_grammar_constrains_output(engine, smollm2_path):
-    model = engine.load_model("smol", _config(smollm2_path, n_seq_max=1))
-    tokens = model.apply_chat_template({"messages": [{"role": "user", "content": "Is the sky blue?"}]})
-    events = list(model.infer(tokens, response_tokens=8, grammar='root ::= "yes" | "no"'))
+def test_grammar_constrains_output(smol):
+    tokens = smol.apply_chat_template({"messages": [{"role": "user", "content": "Is the sky blue?"}]})
+    events = list(smol.infer(tokens, response_tokens=8, grammar='root ::= "yes" | "no"'))
     text = "".join(getattr(e, "text", "") for e in events)
     assert text in ("yes", "no")
     assert isinstance(events[-1], Done)
