@@ -115,9 +115,7 @@ def test_chats_starting_together_copy_the_shared_head_whole_when_the_donor_holds
     b = h.admit(head + "how much is ten minus one?", response_tokens=2)
     n = len(head)
     assert h.sch.reqs[1].share_from == (a, n)
-    rows = []
-    while h.sch.reqs[1].share_from is not None:
-        rows.append(h.tick())
+    rows = h.tick_while(lambda: h.sch.reqs[1].share_from is not None)
     # the donor's slices stop at the shared head (and at its own checkpoint, the system
     # prompt's end), so its seq holds exactly the head once: then b copies it whole
     assert sum(r[0][2] for r in rows) == n
