@@ -24,6 +24,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from tools.reliability_hostile import HOSTILE_TRIALS
+from tools.reliability_server import SERVER_TRIALS
 from tools.reliability_trials import ROOT, TRIALS, Trial
 
 NOT_TRIED = [
@@ -102,15 +103,37 @@ def render(results: list[Trial], argv: list[str]) -> str:
         "| 9: storage bytes / lone surrogates | `tests/unit/storage/test_storage_input.py` |",
         "| 13: timing assertions | none left in `tests/ui/test_app.py`; property suite `tests/property/` |",
         "",
+        "## Each numbered failure of issue 26 and its regression test",
+        "",
+        "| issue 26 | test |",
+        "|---|---|",
+        "| 1: a grammar llama.cpp aborts on (`[b-a]`, a schema pattern) | `tests/property/test_grammars.py` "
+        "(in a child process), `tests/unit/engine/test_grammar_check.py`, "
+        "`tests/integration/server/test_hostile_requests.py` |",
+        "| 2: a web page's text/plain or form POST runs | `tests/integration/server/test_hostile_requests.py` |",
+        "| 3: one damaged byte in kvcache.sqlite blocks every start | `tests/unit/cache/test_db_damage.py`, "
+        "`tests/integration/cache/test_damaged_db_commands.py` |",
+        "| 4: templates that hold the GIL or allocate gigabytes | `tests/unit/engine/test_template_worker.py` "
+        "(GUI heartbeat, in a child process), `tests/unit/engine/test_chat_template.py` |",
+        "| 5: a Hub download that never ends | `tests/integration/models/test_hub_hostile.py` |",
+        "| 6: half-sent headers lock clients out, the log grows | `tests/integration/server/test_hostile_requests.py`, "
+        "`tests/unit/server/test_connections.py` |",
+        "| 7: 500 instead of 400/413 | `tests/integration/server/test_hostile_requests.py` |",
+        "| 8: raw exceptions from the Hub client, unverifiable files | `tests/integration/models/test_hub_hostile.py`, "
+        "`tests/ui/models/test_download_unverified.py` |",
+        "| 9: rows whose chunk files were deleted | `tests/unit/cache/test_db_damage.py` |",
+        "",
     ]
     return "\n".join(lines)
 
 
-ALL = {fn.__name__: fn for fn in [*TRIALS, *HOSTILE_TRIALS]}
+ALL = {fn.__name__: fn for fn in [*TRIALS, *HOSTILE_TRIALS, *SERVER_TRIALS]}
 SHORT = {"saves": "kills_during_saves", "flips": "bit_flips", "db": "database_damage", "disk": "full_disk",
          "storage": "kills_during_conversation_writes", "hub": "hostile_hub_names",
          "templates": "hostile_templates", "files": "bad_model_files", "configs": "bad_configs",
-         "text": "storage_text", "api": "hostile_api_arguments"}
+         "text": "storage_text", "api": "hostile_api_arguments", "grammars": "hostile_grammars",
+         "web": "web_page_requests", "bodies": "bad_bodies", "flood": "connection_flood",
+         "dbbytes": "database_bytes", "chunks": "deleted_chunk_files", "hubfaults": "hub_faults"}
 
 
 def main(argv: list[str] | None = None) -> int:

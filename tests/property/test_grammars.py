@@ -28,17 +28,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import event, given, settings
 from hypothesis import strategies as st
+
+from tests.property.test_engine_api import PROPERTY_SETTINGS as ENGINE_API_SETTINGS
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = int(os.environ.get("HEARTH_PROPERTY_EXAMPLES", "120"))
-PROPERTY_SETTINGS = settings(
-    max_examples=EXAMPLES, deadline=None, database=None,
-    derandomize=not os.environ.get("HEARTH_PROPERTY_RANDOM"),
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
-                           HealthCheck.data_too_large],
-)  # fmt: skip
+PROPERTY_SETTINGS = settings(ENGINE_API_SETTINGS, max_examples=EXAMPLES)  # derandomized unless asked
 ANSWER_S = 120.0  # a hang guard per grammar (a healthy one takes milliseconds), not a timing check
 
 

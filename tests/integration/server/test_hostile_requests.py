@@ -224,11 +224,12 @@ def test_bad_bodies_are_openai_shaped_4xx_never_500(hostile_served: Served, case
     assert reply["error"]["type"] == "invalid_request_error", reply
 
 
-def test_a_content_length_that_is_not_a_number_is_an_openai_shaped_400(hostile_served: Served) -> None:
+def post_with_content_length_abc(base_url: str) -> tuple[bytes, bytes]:
+    """A POST whose ``Content-Length`` is not a number, on a raw socket: (head, body) of the answer."""
     import socket
     from urllib.parse import urlsplit
 
-    url = urlsplit(hostile_served.base_url)
+    url = urlsplit(base_url)
     assert url.hostname is not None and url.port is not None
     with socket.create_connection((url.hostname, url.port), timeout=30) as s:
         s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
@@ -237,7 +238,12 @@ def test_a_content_length_that_is_not_a_number_is_an_openai_shaped_400(hostile_s
         while chunk := s.recv(65536):
             raw += chunk
     head, _, body = raw.partition(b"\r\n\r\n")
-    assert head.startswith(b"HTTP/1.1 400") and b"application/json" in head.lower(), raw
+    return head, body
+
+
+def test_a_content_length_that_is_not_a_number_is_an_openai_shaped_400(hostile_served: Served) -> None:
+    head, body = post_with_content_length_abc(hostile_served.base_url)
+    assert head.startswith(b"HTTP/1.1 400") and b"application/json" in head.lower(), head
     assert set(json.loads(body)["error"]) == {"message", "type", "param", "code"}
 
 

@@ -7,6 +7,7 @@ from PySide6.QtCore import Qt
 
 from app.ui.qt_models.download_list import STATUS_ROLE
 from tests.ui.models.conftest import Q4_FILE, REPO
+from tests.ui.models.test_downloads import _search_and_pick
 
 LEFT = Qt.MouseButton.LeftButton
 
@@ -15,13 +16,7 @@ def test_a_file_without_a_listed_checksum_is_marked_not_verified(qtbot, make_man
     hub_server.set_fault(REPO, Q4_FILE, listed_checksum=False)
     mm = make_manager(endpoint=hub_server.endpoint)
     page = mm.hub_page
-    mm.show_page("download")
-    page.search_field.setText("tiny")
-    with qtbot.waitSignal(page.search_finished, timeout=20_000):
-        qtbot.mouseClick(page.search_button, LEFT)
-    with qtbot.waitSignal(page.files_listed, timeout=20_000):
-        assert page.select_repo(REPO)
-    assert page.pick_quant("q4_k_m")
+    _search_and_pick(qtbot, mm, "q4_k_m")
     assert "cannot be verified" in page.file_info.text()
     with qtbot.waitSignal(mm.downloads.download_finished, timeout=30_000) as finished:
         qtbot.mouseClick(page.download_button, LEFT)
