@@ -14,6 +14,7 @@ from pathlib import Path
 
 from app.cache.store import CacheStore
 from tests.helpers.kv_states import state_for
+from tests.helpers.llama_threads import LLAMA_THREADS
 from tests.integration.server.conftest import ROOT, start_server
 from tests.unit.cache.conftest import META, payload_for
 
@@ -44,7 +45,8 @@ def test_one_bad_fingerprint_blocks_no_command(tiny_model_path: Path, tmp_path: 
     assert listing.returncode == 0 and "Traceback" not in listing.stderr, listing.stderr
     assert f"{n_rows} entries" in listing.stdout  # dropped, then registered again from their files
 
-    again = hearth(data, "chat", "--model", str(tiny_model_path), "--max-tokens", "4", "--threads", "2", "Hi")
+    again = hearth(data, "chat", "--model", str(tiny_model_path), "--max-tokens", "4",
+                   "--threads", str(LLAMA_THREADS), "Hi")
     assert again.returncode == 0 and "Traceback" not in again.stderr, again.stderr
     assert again.stdout.strip()
 

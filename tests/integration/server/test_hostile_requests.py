@@ -15,6 +15,7 @@ from typing import Any
 import openai
 import pytest
 
+from tests.helpers.llama_threads import LLAMA_THREADS
 from tests.integration.server.conftest import Served, start_server
 
 USER = [{"role": "user", "content": "Hi"}]
@@ -131,7 +132,7 @@ def _serve_with_fd_limit(model: Path, data_dir: Path, limit: int) -> Served:
     from tests.integration.server.conftest import ROOT
 
     args = ["prlimit", f"--nofile={limit}:{limit}", sys.executable, "-m", "app", "--data-dir", str(data_dir),
-            "serve", "--port", "0", "--model", str(model), "--threads", "2", "--ctx", "256"]
+            "serve", "--port", "0", "--model", str(model), "--threads", str(LLAMA_THREADS), "--ctx", "256"]
     log_path = data_dir / "serve.log"
     with open(log_path, "w") as log:
         proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=log, text=True)
