@@ -15,6 +15,7 @@ from typing import Any
 
 import llama_cpp
 
+from app.engine.config import DEFAULT_TYPE_K, DEFAULT_TYPE_V
 from app.engine.llama_handles import KV_TYPES
 from app.engine.native_log import init_llama
 
@@ -32,7 +33,8 @@ PROMPTS = [
 
 def raw_decode_throughput(
     model_path: str, n_streams: int, n_tokens: int = 64, n_threads: int = 2, flash_attn: bool = True,
-    kv_unified: bool = False, kv_type: str = "q8_0", include_prefill: bool = False,
+    kv_unified: bool = False, type_k: str = DEFAULT_TYPE_K, type_v: str = DEFAULT_TYPE_V,
+    include_prefill: bool = False,
 ) -> float:
     """Aggregate greedy decode tok/s of ``n_streams`` sequences, ``n_tokens`` each.
 
@@ -40,8 +42,8 @@ def raw_decode_throughput(
     end); the timed part is ``n_tokens`` ticks, each = sample every seq in C + one
     ``llama_decode`` of N rows. EOG is ignored.
 
-    NOTE: flash attention, the KV layout (one stream per sequence) and the KV cell type
-    (q8_0) are set explicitly to Hearth's defaults (``ModelConfig``; see there for why), so
+    NOTE: flash attention, the KV layout (one stream per sequence) and the KV cell types
+    (q8_0 K, f16 V) are set explicitly to Hearth's defaults (``ModelConfig``; see there for why), so
     both sides of B1 run the same kernels and B1 compares loops, not settings. What the
     settings themselves cost is the KV scenario's business.
     """
@@ -62,7 +64,7 @@ def raw_decode_throughput(
         params.n_seq_max = n_streams
         params.n_threads = params.n_threads_batch = n_threads
         params.kv_unified = kv_unified
-        params.type_k = params.type_v = KV_TYPES[kv_type]
+        params.type_k, params.type_v = KV_TYPES[type_k], KV_TYPES[type_v]
         # The same attention kernel as Hearth's default ModelConfig, so B1 compares loops, not kernels.
         params.flash_attn_type = (
             llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED if flash_attn else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED

@@ -29,6 +29,11 @@ TIERS: tuple[str, ...] = ("ram", "ram_file", "disk")
 KV_CACHE_TYPES: tuple[str, ...] = ("f32", "f16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1")
 """Cell types llama.cpp accepts for ``type_k`` / ``type_v`` (``llama_handles.KV_TYPES``)."""
 
+DEFAULT_TYPE_K = "q8_0"
+DEFAULT_TYPE_V = "f16"
+"""The default KV cell types (``ModelConfig.type_v`` says why); the backend and the
+benchmarks' raw loop take them from here."""
+
 LLAMA_MAX_SEQ = 256
 """``LLAMA_MAX_SEQ`` in llama-cparams.h: a context with more sequences fails to load."""
 
@@ -100,28 +105,31 @@ class ModelConfig:
     tick longer per chunk (~3 %)."""
     cache_enabled: bool = True
     flash_attn: bool = True
-    """On by default: a quantized V cache needs it, and with it the KV rows of a state are
-    cell-major (``app.cache.seqstate`` can cut them)."""
-    type_k: str = "q8_0"
-    type_v: str = "q8_0"
-    """KV cell types. NOTE (SPEC §3): with an f16 V cache the CPU flash-attention kernel picks
-    its accumulation path by ubatch shape (one f16 chunk below 64 query rows, 64-cell tiles at
-    and above, split-KV for one-token ubatches over >= 512 cells), so the same prompt
-    prefilled in other chunk sizes, or decoded next to other sequences, moves its logits (by
-    up to 0.6-0.9 on SmolLM2). A quantized V pins it to one path: with q8_0 every chunking and
-    batching tried was bit-identical, and the KV is about half the size. ``"f16"`` remains a
-    choice, documented as not bit-exact across batch shapes. Each sequence also has a KV
-    stream of its own (``kv_unified = false`` in the backend), so its cells are always in
-    position order.
-    NOTE (2026-12-01): the tiled and split-KV paths need K and V both f16/f32 of one type, so
-    q8_0 K + f16 V also stays on the one-chunk path, and it is much faster there (no V
-    dequantizing per cell: prefill of 2,000 tokens 0.71x, 20 tokens after 2,000 0.63x, a tick
-    of 4 x 700-token streams 0.81x the time of q8_0 K+V; every prefill chunking and
-    decode-vs-prefill bit-identical on SmolLM2). It is not the default: issue 12 decided q8_0
-    K+V, and on the tiny test model a seq decoded next to seqs of other lengths moved its
-    logits with an f16 V. The cause is that model's f32 layer weights, whose K/V projections
-    differ with the ubatch's row count before attention (with Q8_0 layer weights it never
-    differed); a q8_0 V rounds that away (docs/benchmarks.md, "KV cell types")."""
+    """On by default: a quantized V cache needs it, the one-chunk path that keeps differing K/V
+    types exact is its kernel's, and with it the KV rows of a state are cell-major
+    (``app.cache.seqstate`` can cut them)."""
+    type_k: str = DEFAULT_TYPE_K
+    type_v: str = DEFAULT_TYPE_V
+    """KV cell types: q8_0 K + f16 V by default (issue 24). NOTE (SPEC §3): llama.cpp's CPU
+    flash-attention kernel has three accumulation paths: 64-cell tiles for ubatches of >= 64
+    query rows, split-KV for one-token ubatches over >= 512 cells, and one chunk per query row
+    otherwise. The tiled and split-KV paths are taken only when K and V are both f16 (or both
+    f32); with f16 K and V the same prompt prefilled in other chunk sizes, or decoded next to
+    other sequences, moves its logits (by up to 0.6-0.9 on SmolLM2). Any pair of differing
+    types stays on the one-chunk path for every ubatch shape, where each query row walks its
+    own stream's cells in order, so every prefill chunking and batching gives bit-identical
+    logits. q8_0 K + f16 V is the fastest such pair (no V dequantizing per cell: prefill of
+    2,000 tokens 0.71x, a tick of 4 x 700-token streams 0.81x the time of q8_0 K+V, at 18,460
+    bytes a token on SmolLM2 instead of 12,813; docs/benchmarks.md, "KV cell types").
+    NOTE: an f16 V keeps the low bits of each token's V projection, so its exactness also
+    rests on the model's weight kernels giving a row the same projection whatever the ubatch's
+    row count. Quantized weights (Q4_0, Q4_1, Q8_0 tried on SmolLM2, Q8_0 on the tiny test
+    model) do; f32 layer weights did not (the tiny model's old f32 weights moved a decoded
+    row's V cells next to other sequences), and there only a quantized V (q8_0 K+V) rounds
+    the difference away. ``"f16"`` for both remains a choice, not bit-exact across batch
+    shapes. Each sequence also has a KV stream of its own (``kv_unified = false`` in the
+    backend), so its cells are always in position order. The cell types are part of
+    ``ctx_params_hash``: rows saved under other types are never restored into this context."""
     swa_full: bool = True
     """Sliding-window models (Gemma 3): keep every cell of the windowed layers, as if they
     attended to everything (llama.cpp's ``swa_full``). On by default, for exactness: without it

@@ -38,6 +38,7 @@ from app.engine.backend import (
 )
 from app.engine.chat_template import CHATML_TEMPLATE, render_chat_template
 from app.engine.chat_template import prewarm as prewarm_templates
+from app.engine.config import DEFAULT_TYPE_K, DEFAULT_TYPE_V
 from app.engine.errors import (
     ContextOverflow,
     DecodeFailed,
@@ -75,8 +76,8 @@ class LlamaBackend(SeqKv):
         n_gpu_layers: int = 0,
         n_threads: int | None = None,
         flash_attn: bool = True,
-        type_k: str = "q8_0",
-        type_v: str = "q8_0",
+        type_k: str = DEFAULT_TYPE_K,
+        type_v: str = DEFAULT_TYPE_V,
         kv_unified: bool = False,
         swa_full: bool = True,
         fingerprint_of: Callable[[str], bytes] = file_sha256,

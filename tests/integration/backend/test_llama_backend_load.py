@@ -34,6 +34,8 @@ def test_ctx_params_hash_ignores_scheduling_knobs():
     assert base != LlamaBackend.ctx_params_hash("f16", "f16", True)
     assert base == LlamaBackend.ctx_params_hash("f16", "f16", False, False, True)  # the defaults
     assert base != LlamaBackend.ctx_params_hash("f16", "f16", False, False, False)  # swa_full off
+    # The default before issue 24 (q8_0 K+V) and today's (q8_0 K, f16 V) never share rows.
+    assert LlamaBackend.ctx_params_hash("q8_0", "q8_0", True) != LlamaBackend.ctx_params_hash("q8_0", "f16", True)
 
 
 def test_tokenize_round_trip_and_special_tokens(tiny):

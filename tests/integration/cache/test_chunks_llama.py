@@ -62,7 +62,7 @@ def warm(b: LlamaBackend, hit: Found, prompt: list[int]) -> tuple[list[int], np.
 
 
 def assert_same(got: tuple[list[int], np.ndarray], want: tuple[list[int], np.ndarray]) -> None:
-    """Same greedy tokens and bit-identical first logits (q8_0 K/V, one stream a seq)."""
+    """Same greedy tokens and bit-identical first logits (default KV types, one stream a seq)."""
     assert got[0] == want[0]
     assert np.array_equal(got[1], want[1])
 

@@ -125,6 +125,31 @@ def test_any_length_prefix_hit(tmp_path, tiny_model_path):
         assert stats.cache_delta.read == n
 
 
+def test_rows_saved_under_other_kv_cell_types_are_never_restored(tmp_path, tiny_model_path):
+    """Rows saved under q8_0 K+V (the default before issue 24) are not restored into a context
+    with today's q8_0 K + f16 V: the cell types are part of ``ctx_params_hash``, so the lookup
+    never finds them and the turn runs cold, exactly as a cold run does. The same data dir
+    opened with q8_0 K+V again serves them."""
+    old = {"type_k": "q8_0", "type_v": "q8_0"}
+    data = tmp_path / "data"
+    with Engine(data) as engine:
+        model = engine.load_model("m", _config(tiny_model_path, **old))
+        prompt = model.tokenize(TEXT * 3)
+        assert model.prefill_only(prompt).finish_key is not None
+        engine.cache.flush()
+        old_hash = model.cache_key_meta()["ctx_params_hash"]
+    cold_ids = _cold_reference(tmp_path, tiny_model_path, prompt)
+    with Engine(data) as engine:
+        model = engine.load_model("m", _config(tiny_model_path))
+        assert model.cache_key_meta()["ctx_params_hash"] != old_hash
+        ids, stats = _run(model, prompt)
+    assert (ids, stats.cache_hit_kind, stats.cache_delta.read) == (cold_ids, "cold", 0)
+    with Engine(data) as engine:
+        model = engine.load_model("m", _config(tiny_model_path, **old))
+        _, stats = _run(model, prompt)
+    assert (stats.cache_hit_kind, stats.cache_delta.read) == ("exact", len(prompt))
+
+
 def _first_kv_file(data_dir: Path, row_key: bytes) -> Path:
     """The file holding a row's first cells: its v1 blob, or the chunk at position 0."""
     for path in data_dir.rglob(row_key.hex() + ".kvc"):

@@ -1,10 +1,11 @@
-"""Exact by construction (issue 12): with one KV stream per sequence and a q8_0 KV cache, every
-way Hearth runs a request gives the logits of running it alone from a cold start — bit for
-bit, not "the same tokens except at near-ties".
+"""Exact by construction (issues 12 and 24): with one KV stream per sequence and the default
+KV cell types (q8_0 K, f16 V), every way Hearth runs a request gives the logits of running it
+alone from a cold start — bit for bit, not "the same tokens except at near-ties".
 
-Each test runs a request two ways on SmolLM2 (greedy) and compares the logits behind every
-generated token (``tests/helpers/logit_recorder.py`` records them inside the real backend and
-finds each step by its context, whatever seq or restore path served it).
+Each test runs a request two ways (greedy) on SmolLM2 and on the tiny test model (Q8_0 layer
+weights), and compares the logits behind every generated token
+(``tests/helpers/logit_recorder.py`` records them inside the real backend and finds each step
+by its context, whatever seq or restore path served it).
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from app.engine import Engine, ModelConfig, llama_backend
 from app.engine.events import Done, TokenId
 from tests.helpers.logit_recorder import RecordingBackend, logits_for
 
-pytestmark = pytest.mark.smollm2
+MODELS = [pytest.param("tiny_model_path", id="tiny"),
+          pytest.param("smollm2_path", id="smollm2", marks=pytest.mark.smollm2)]
 
 POLICY = CachePolicy(
     min_tokens=16, cold_min_tokens=64, cold_max_tokens=30000, continued_interval=48,
@@ -33,6 +35,12 @@ QUESTIONS = [
     "Why is the sky blue during the day?", "Describe the taste of a ripe mango.",
     "Give advice to someone learning to cook.", "What are the main causes of ocean tides?",
 ]
+
+
+@pytest.fixture(params=MODELS)
+def model_path(request) -> Path:
+    """Each test runs on both models: SmolLM2 (Q4_1) and the tiny one (Q8_0 layer weights)."""
+    return request.getfixturevalue(request.param)
 
 
 @pytest.fixture(autouse=True)
@@ -91,9 +99,9 @@ def _cold(tmp_path: Path, path: Path, prompt: list[int], n: int = N_NEW) -> list
         return _run(model, prompt, n=n)[0]
 
 
-def test_eight_batched_equal_eight_alone(tmp_path, smollm2_path):
+def test_eight_batched_equal_eight_alone(tmp_path, model_path):
     with Engine(tmp_path / "d") as engine:
-        model = engine.load_model("m", _config(smollm2_path, n_seq_max=8, cache_enabled=False))
+        model = engine.load_model("m", _config(model_path, n_seq_max=8, cache_enabled=False))
         prompts = [_chat(model, q) for q in QUESTIONS]
         alone = [_run(model, p)[0] for p in prompts]
         together: list[list[int]] = [[] for _ in prompts]
@@ -108,9 +116,9 @@ def test_eight_batched_equal_eight_alone(tmp_path, smollm2_path):
         assert _count_runs(p, a) == 2
 
 
-def test_a_cold_prompt_while_three_others_decode_equals_it_alone(tmp_path, smollm2_path):
+def test_a_cold_prompt_while_three_others_decode_equals_it_alone(tmp_path, model_path):
     with Engine(tmp_path / "d") as engine:
-        model = engine.load_model("m", _config(smollm2_path, cache_enabled=False))
+        model = engine.load_model("m", _config(model_path, cache_enabled=False))
         target = _chat(model, QUESTIONS[0])
         alone = _run(model, target)[0]
         others = [model.infer(_chat(model, q), response_tokens=80, ignore_eos=True) for q in QUESTIONS[1:4]]
@@ -122,11 +130,11 @@ def test_a_cold_prompt_while_three_others_decode_equals_it_alone(tmp_path, smoll
     assert _count_runs(target, alone) == 2
 
 
-def test_a_session_resumed_after_cells_were_freed_equals_a_cold_run(tmp_path, smollm2_path):
+def test_a_session_resumed_after_cells_were_freed_equals_a_cold_run(tmp_path, model_path):
     """X runs long; session S's turn 1 finishes meanwhile; X finishes; the engine goes idle;
     S's turn 2 (sticky) must equal a cold run of turn 2's prompt."""
     with Engine(tmp_path / "d") as engine:
-        model = engine.load_model("m", _config(smollm2_path))
+        model = engine.load_model("m", _config(model_path))
         x = model.infer(_chat(model, QUESTIONS[5]), response_tokens=96, ignore_eos=True)
         turn1 = _chat(model, QUESTIONS[1])
         ids1, _ = _run(model, turn1, session_id="s")
@@ -136,13 +144,13 @@ def test_a_session_resumed_after_cells_were_freed_equals_a_cold_run(tmp_path, sm
                       [{"role": "user", "content": QUESTIONS[1]}, {"role": "assistant", "content": reply}])
         warm, stats = _run(model, turn2, session_id="s")
         assert stats.cache_hit_kind == "sticky"
-    cold = _cold(tmp_path, smollm2_path, turn2)
+    cold = _cold(tmp_path, model_path, turn2)
     _assert_same_logits(turn2, cold, warm)
 
 
-def test_warm_from_a_cold_split_save_equals_cold(tmp_path, smollm2_path):
+def test_warm_from_a_cold_split_save_equals_cold(tmp_path, model_path):
     with Engine(tmp_path / "d") as engine:
-        model = engine.load_model("m", _config(smollm2_path))
+        model = engine.load_model("m", _config(model_path))
         long_q = " ".join(QUESTIONS) + " Answer the first question only."
         first = _chat(model, long_q)
         _, stats = _run(model, first)  # cold split: the first 32-aligned tokens are saved on the way
@@ -153,16 +161,16 @@ def test_warm_from_a_cold_split_save_equals_cold(tmp_path, smollm2_path):
         warm, stats = _run(model, other)
         assert stats.cache_hit_kind == "partial"
         assert stats.cache_delta.read == split  # restored from the cold-split row
-    cold = _cold(tmp_path, smollm2_path, other)
+    cold = _cold(tmp_path, model_path, other)
     _assert_same_logits(other, cold, warm)
 
 
-def test_a_restore_equals_continuing_the_sequence_in_memory(tmp_path, smollm2_path):
+def test_a_restore_equals_continuing_the_sequence_in_memory(tmp_path, model_path):
     """Turn 2 of a sticky session (its KV still in the seq) and the same turn 2 restored from
     the session's saves after a restart give the same logits."""
     history_q = QUESTIONS[2]
     with Engine(tmp_path / "d") as engine:
-        model = engine.load_model("m", _config(smollm2_path))
+        model = engine.load_model("m", _config(model_path))
         turn1 = _chat(model, history_q)
         ids1, _ = _run(model, turn1, session_id="s")
         reply = model.detokenize(ids1)
@@ -171,22 +179,22 @@ def test_a_restore_equals_continuing_the_sequence_in_memory(tmp_path, smollm2_pa
         in_memory, stats = _run(model, turn2, session_id="s")
         assert stats.cache_hit_kind == "sticky"
     with Engine(tmp_path / "d") as engine:  # restart: the seq is gone, the saves are on disk
-        model = engine.load_model("m", _config(smollm2_path))
+        model = engine.load_model("m", _config(model_path))
         restored, stats = _run(model, turn2)
         assert stats.cache_hit_kind in ("exact", "partial")
     _assert_same_logits(turn2, in_memory, restored)
 
 
 @pytest.mark.parametrize("n_seq_max", [1, 8])
-def test_a_state_saved_under_four_seqs_loads_under_one_and_eight(tmp_path, smollm2_path, n_seq_max):
+def test_a_state_saved_under_four_seqs_loads_under_one_and_eight(tmp_path, model_path, n_seq_max):
     with Engine(tmp_path / "d") as engine:
-        model = engine.load_model("m", _config(smollm2_path, n_seq_max=4))
+        model = engine.load_model("m", _config(model_path, n_seq_max=4))
         prompt = _chat(model, QUESTIONS[3])
         model.prefill_only(prompt)
         engine.cache.flush()
     with Engine(tmp_path / "d") as engine:
-        model = engine.load_model("m", _config(smollm2_path, n_seq_max=n_seq_max))
+        model = engine.load_model("m", _config(model_path, n_seq_max=n_seq_max))
         warm, stats = _run(model, prompt)
         assert stats.cache_hit_kind == "exact"
-    cold = _cold(tmp_path, smollm2_path, prompt)
+    cold = _cold(tmp_path, model_path, prompt)
     _assert_same_logits(prompt, cold, warm)
