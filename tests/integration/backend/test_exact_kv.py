@@ -70,7 +70,7 @@ def test_default_kv_types_give_the_same_logits_however_the_prompt_is_run(model_p
     in chunks of 128, 64 or 7, or prefilled to 460 and then fed one token a tick (as decode
     rows are, past the 512 cells where f16 K+V would switch to split-KV) ends on bit-identical
     logits. With f16 K and V these differ (tiled vs one-chunk vs split-KV accumulation)."""
-    with LlamaBackend(model_path, n_ctx_per_seq=1024, n_seq_max=2, n_batch=512, n_threads=2) as backend:
+    with LlamaBackend(model_path, n_ctx_per_seq=1024, n_seq_max=2, n_batch=512, n_threads=1) as backend:
         assert (backend.type_k, backend.type_v) == ("q8_0", "f16")
         prompt = backend.tokenize(" ".join(PROMPTS) * 12)[:560]
         assert len(prompt) == 560

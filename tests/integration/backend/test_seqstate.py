@@ -39,7 +39,8 @@ def test_a_packed_state_is_one_stream_and_every_byte_is_accounted_for(make_backe
     st = seqstate.parse(payload)
     assert (st.n_stream, st.n_cells, st.v_trans) == (1, len(prompt), False)
     assert list(seqstate.positions(payload, st)) == list(range(len(prompt)))
-    assert {s.type for s in (*st.k, *st.v)} == {GGML_TYPE_Q8_0}
+    assert {s.type for s in st.k} == {GGML_TYPE_Q8_0}  # the default cell types: q8_0 K, f16 V
+    assert {s.type for s in st.v} == {GGML_TYPE_F16}
     assert len(st.k) == len(st.v) == 2
     # header + cell count + per cell (meta + K/V rows) + v_trans/n_layer + per-layer headers
     assert len(payload) == 12 + 4 + st.bytes_per_cell * st.n_cells + 8 + 12 * 4
