@@ -305,10 +305,6 @@ def write_lora(
     return atomic_write(Path(path), write)
 
 
-# The names these helpers had before they were public (tests.helpers.tiny_families uses them).
-_read_tokenizer, _write_tokenizer, _atomic_write, _finish = read_tokenizer, write_tokenizer, atomic_write, finish
-
-
 # --------------------------------------------------------------------------- cached access
 
 
