@@ -12,7 +12,15 @@ A tick's ops, built by ``app.engine.batch``:
 * ``DecodeOp(seq_id, sampler, pos, greedy)`` samples one token from the seq's current logits
   (with the request's sampler, or greedily when ``greedy``), then pushes that token at ``pos``
   in the same ``llama_decode``. So after every tick a seq's KV holds exactly the tokens the
-  scheduler has recorded for it (the cache-key invariant, SPEC §2).
+  scheduler has recorded for it (the cache-key invariant, SPEC §2) — plus, with speculative
+  decoding, the draft tokens its last decode pushed after them (``DecodeOp.drafted``).
+
+Speculative decoding (``app.engine.speculation``) rides on the same two halves. A decode may
+push draft tokens after the sampled one, each with logits (``Sampled.drafts``); the next
+``sample`` verifies them from those rows (``DecodeOp.drafted``) and returns the drafts the
+model agreed with (``Sampled.accepted``) and the token sampled after them; the ``decode``
+after it drops the rejected tail before it pushes (``Sampled.accepted`` says how many of the
+drafted cells stay).
 
 A tick is two calls, so the scheduler can stream a tick's tokens before its decode runs:
 
@@ -51,6 +59,14 @@ class SamplingParams:
     def is_greedy(self) -> bool:
         return self.temperature <= 0.0 and not self.grammar
 
+    @property
+    def is_plain_greedy(self) -> bool:
+        """A lone greedy stage: the chain's choice is the argmax, and it keeps no state."""
+        return (
+            self.is_greedy and self.top_k == 0 and self.top_p >= 1.0 and self.min_p <= 0.0
+            and self.repetition_penalty == 1.0
+        )  # fmt: skip
+
 
 @dataclass(frozen=True, slots=True)
 class PrefillOp:
@@ -65,7 +81,13 @@ class DecodeOp:
     seq_id: int
     sampler: Any
     pos: int
+    """Where the sampled token goes: the seq's committed length (drafts are not committed)."""
     greedy: bool = False
+    drafted: tuple[int, ...] = ()
+    """Draft tokens the seq's previous decode pushed at ``pos, pos+1, ...`` (with logits):
+    ``sample`` verifies them."""
+    draft_max: int = 0
+    """Rows this tick reserves for new drafts after the sampled token (the batch budget)."""
 
 
 Op = PrefillOp | DecodeOp
@@ -78,8 +100,22 @@ class Prefilled:
 
 @dataclass(frozen=True, slots=True)
 class Sampled:
+    """One decode row's outcome. ``sample`` fills ``token``, ``is_eog`` and ``accepted``; the
+    scheduler may replace the record before ``decode`` (fewer ``accepted``, new ``drafts``).
+
+    ``decode`` keeps the first ``len(accepted)`` drafted cells, drops the seq's cells after
+    them, pushes ``token`` at ``pos + len(accepted)`` and then ``drafts``, every row with
+    logits. (When a request stops on a draft token, the scheduler passes that draft as
+    ``token``: its cell is pushed again, bit-identical, since rows are independent.)
+    """
+
     token: int
     is_eog: bool
+    accepted: tuple[int, ...] = ()
+    """Leading drafts of ``DecodeOp.drafted`` the model agreed with, in order; ``token`` was
+    sampled after them."""
+    drafts: tuple[int, ...] = ()
+    """New draft tokens to push after ``token`` (at most ``DecodeOp.draft_max``)."""
 
 
 StepResult = Prefilled | Sampled
@@ -188,7 +224,9 @@ class Backend(Protocol):
 
     def seq_rm(self, seq_id: int, start: int = 0) -> None:
         """Drop the seq's KV cells from position ``start`` on; ``NotSupported`` when the memory
-        refuses (a recurrent state): callers ask ``can_trim`` first."""
+        refuses (a recurrent state): callers ask ``can_trim`` first. Drafts among the dropped
+        cells are forgotten; the logits of the rows before ``start`` stay, so a seq whose
+        drafts are dropped can still be sampled."""
         ...
 
     def can_trim(self, seq_id: int, n_keep: int) -> bool:

@@ -85,7 +85,7 @@ def build_ops(
             "raise n_batch or lower n_seq_max"
         )
     ops: list[Op] = [
-        DecodeOp(r.seq_id, r.sampler, len(r.context_tokens), r.text.in_tool_syntax) for r in decoders
+        DecodeOp(r.seq_id, r.sampler, len(r.context_tokens), r.text.in_tool_syntax, r.drafted) for r in decoders
     ]
     budget = n_batch - len(decoders)
     prefilling = [r for r in reqs if r.prefill_cursor and not r.finishing]

@@ -61,6 +61,10 @@ class Stats:
     """Beyond SPEC: the reply stopped because the sequence's context is full (its
     ``finish_reason`` is ``length``), not because ``response_tokens`` was reached."""
     reuse: Reuse = field(default_factory=Reuse)
+    drafted_tokens: int = 0
+    """Beyond SPEC: draft tokens speculative decoding pushed for this reply."""
+    accepted_tokens: int = 0
+    """Beyond SPEC: of those, the ones the model agreed with (part of the reply)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,6 +190,9 @@ class SlotInfo:
     state: SlotState
     session_id: str | None
     num_tokens: int
+    num_drafted: int = 0
+    num_accepted: int = 0
+    """The running request's speculation counters (see ``Stats.drafted_tokens``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,6 +202,7 @@ class TickInfo:
     num_prefill_tokens: int
     num_decode_rows: int
     duration_ms: float
+    num_draft_rows: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,3 +228,8 @@ class SchedulerSnapshot:
     num_tokens_generated: int = 0
     recent_reuse: tuple[ReuseRecord, ...] = ()
     """The last requests' reuse records, newest last (beyond SPEC)."""
+    speculative: bool = False
+    """Speculative decoding is on for this model (its setting, and its memory allows it)."""
+    num_drafted: int = 0
+    num_accepted: int = 0
+    """Draft tokens pushed and accepted since the model loaded (beyond SPEC)."""

@@ -21,6 +21,7 @@ from app.engine.request import Request
 from app.engine.saves import Saver
 from app.engine.sessions import SeqPool
 from app.engine.shares import Shares
+from app.engine.speculation import drop_drafts
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +52,7 @@ class Finisher:
         req.times.finished_at = time.perf_counter()
         if req.error is None:
             try:
+                drop_drafts(self._backend, req)  # its seq holds exactly its tokens when saved or pinned
                 req.text.flush()
                 self._saver.finish(req)
             except Exception as exc:

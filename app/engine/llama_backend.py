@@ -11,7 +11,9 @@ hash), ``llama_kv`` (seq state pack / unpack), ``llama_vocab`` (tokens ↔ text)
 
 The tick batch is a preallocated ``Batch`` (``app.engine.llama_handles``). After a decode,
 ``_rows[seq_id]`` is the row holding that seq's newest logits; the next ``sample`` samples
-every ``DecodeOp`` from it, and the ``decode`` after it overwrites the batch.
+every ``DecodeOp`` from it, and the ``decode`` after it overwrites the batch. A seq whose
+decode pushed drafts (``_drafted[seq_id]``: the first draft's position and the drafts) has
+their rows right after that one; ``sample`` verifies them (``app.engine.speculation``).
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ from app.engine.llama_lora import AdapterSet, apply_adapters
 from app.engine.llama_vocab import Vocab
 from app.engine.native_log import detail, init_llama, native_errors
 from app.engine.sampling import SamplerChain, build_chain
+from app.engine.speculation import verify
 
 log = logging.getLogger(__name__)
 
@@ -107,6 +110,7 @@ class LlamaBackend(SeqKv):
         self._embed_ctx: Any = None
         self._embed_batch: Batch | None = None
         self._rows: dict[int, int] = {}
+        self._drafted: dict[int, tuple[int, tuple[int, ...]]] = {}
         prewarm_templates()  # a worker ready before the first render (app.engine.chat_template)
         try:
             self._load(n_gpu_layers)
@@ -171,6 +175,7 @@ class LlamaBackend(SeqKv):
             return
         self._closed = True
         self._rows.clear()
+        self._drafted.clear()
         self._stack.close()
 
     def __enter__(self) -> LlamaBackend:
@@ -194,23 +199,32 @@ class LlamaBackend(SeqKv):
         if not ops:
             return []
         self._check_ops(ops)
-        ctx, rows = self._ctx, self._rows
-        sample, argmax, is_eog = llama_cpp.llama_sampler_sample, self._argmax, self.is_eog
         results: list[StepResult] = []
         for op in ops:
             if type(op) is DecodeOp:
-                smpl = op.sampler
-                if op.greedy or smpl is None or smpl.is_plain_greedy:
-                    token = argmax(rows[op.seq_id])
-                else:
-                    token = sample(smpl.ptr, ctx, rows[op.seq_id])
-                results.append(Sampled(token, is_eog(token)))
+                accepted, token = self._verify(op)
+                results.append(Sampled(token, self.is_eog(token), accepted))
             else:
                 results.append(_PREFILLED)
         return results
 
+    def _verify(self, op: DecodeOp) -> tuple[tuple[int, ...], int]:
+        """Sample the op's row, and the rows of its drafts while they are accepted."""
+        first = self._rows[op.seq_id]
+        smpl = op.sampler
+        if op.greedy or smpl is None or smpl.is_plain_greedy:
+            sample_row: Callable[[int], int] = lambda i: self._argmax(first + i)  # noqa: E731
+        else:
+            ptr, ctx, sample = smpl.ptr, self._ctx, llama_cpp.llama_sampler_sample
+            sample_row = lambda i: int(sample(ptr, ctx, first + i))  # noqa: E731
+        if not op.drafted:
+            return (), sample_row(0)
+        return verify(op.drafted, sample_row)
+
     def decode(self, ops: Sequence[Op], sampled: Sequence[StepResult]) -> None:
-        """Second half of a tick: the prefill slices and the sampled tokens in ONE ``llama_decode``.
+        """Second half of a tick: the prefill slices and the sampled tokens (with their drafts)
+        in ONE ``llama_decode``; first, each verified seq's cells after its accepted drafts
+        are dropped.
 
         ``DecodeFailed`` leaves the seqs of the tick unusable (their samplers advanced, and
         their KV may hold part of the batch): fail their requests and free their seqs.
@@ -219,17 +233,23 @@ class LlamaBackend(SeqKv):
             return
         if len(sampled) != len(ops):
             raise ValueError(f"{len(sampled)} sampled results for {len(ops)} ops")
+        self._check_pushes(ops, sampled)
         batch = self._batch
         new_rows: dict[int, int] = {}
+        pending: dict[int, tuple[int, tuple[int, ...]]] = {}
         row = 0
         for op, res in zip(ops, sampled, strict=True):
             if type(op) is DecodeOp:
-                batch.token[row] = cast(Sampled, res).token
-                batch.pos[row] = op.pos
-                batch.seq[row] = op.seq_id
-                batch.logits[row] = 1
+                res = cast(Sampled, res)
+                pos = op.pos + len(res.accepted)
+                if op.drafted:
+                    self.seq_rm(op.seq_id, pos)  # the rejected drafts (or all after a stop)
+                end = batch.put(row, (res.token, *res.drafts), pos, op.seq_id)
+                batch.logits[row:end] = 1
                 new_rows[op.seq_id] = row
-                row += 1
+                if res.drafts:
+                    pending[op.seq_id] = (pos + 1, res.drafts)
+                row = end
             else:
                 prefill = cast(PrefillOp, op)
                 if prefill.tokens:
@@ -239,6 +259,19 @@ class LlamaBackend(SeqKv):
                         new_rows[prefill.seq_id] = row - 1
         self._decode(self._ctx, batch, row)
         self._rows = new_rows
+        self._drafted = pending
+
+    def seq_rm(self, seq_id: int, start: int = 0) -> None:
+        """``SeqKv.seq_rm``, and the seq's pending drafts at ``start`` and after are forgotten."""
+        super().seq_rm(seq_id, start)
+        held = self._drafted.get(seq_id)
+        if held is not None:
+            first, drafts = held
+            keep = max(0, start - first)
+            if keep == 0:
+                del self._drafted[seq_id]
+            elif keep < len(drafts):
+                self._drafted[seq_id] = (first, drafts[:keep])
 
     def step(self, ops: Sequence[Op]) -> list[StepResult]:
         """``sample`` then ``decode``: a whole tick at once (tests and tools)."""
@@ -256,8 +289,10 @@ class LlamaBackend(SeqKv):
                 if type(op) is DecodeOp:
                     if op.seq_id not in self._rows:
                         raise RuntimeError(f"seq {op.seq_id} has no logits from the previous tick")
-                    end = op.pos + 1
-                    n_tokens += 1
+                    if (op.pos, op.drafted) != self._drafted.get(op.seq_id, (op.pos, ())):
+                        raise RuntimeError(f"seq {op.seq_id}: the op's drafts are not the ones its KV holds")
+                    end = op.pos + 1 + op.draft_max
+                    n_tokens += 1 + op.draft_max
                 elif isinstance(op, PrefillOp):
                     self._check_tokens(op.tokens)
                     end = op.pos + len(op.tokens)
@@ -271,6 +306,17 @@ class LlamaBackend(SeqKv):
                 raise
         if n_tokens > self._batch.capacity:
             raise NBatchTooSmall(f"a tick of {n_tokens} tokens exceeds n_batch={self._batch.capacity}")
+
+    def _check_pushes(self, ops: Sequence[Op], sampled: Sequence[StepResult]) -> None:
+        """What ``decode`` pushes for each decode row is within what ``sample`` checked: its
+        drafts fit the rows the op reserved and keep only accepted cells."""
+        for op, res in zip(ops, sampled, strict=True):
+            if type(op) is DecodeOp:
+                if not isinstance(res, Sampled):
+                    raise TypeError(f"seq {op.seq_id}: a decode row needs a Sampled result, got {res!r}")
+                if len(res.drafts) > op.draft_max or res.accepted != op.drafted[: len(res.accepted)]:
+                    raise ValueError(f"seq {op.seq_id}: drafts or accepted tokens outside the op")
+                self._check_tokens(res.drafts)
 
     def _check_tokens(self, tokens: Sequence[int]) -> None:
         self.vocab.check(tokens)
@@ -299,7 +345,7 @@ class LlamaBackend(SeqKv):
         return np.frombuffer(self._logits_row_type.from_address(address), dtype=np.float32)
 
     def _decode(self, ctx: Any, batch: Batch, n_tokens: int) -> None:
-        self._rows = {}
+        self._rows, self._drafted = {}, {}
         batch.struct.n_tokens = n_tokens
         rc = llama_cpp.llama_decode(ctx, batch.struct)
         if rc != 0:
@@ -412,7 +458,7 @@ class LlamaBackend(SeqKv):
                 self._decode(self._ctx, self._batch, end)
                 argmax.extend(self._argmax(row) for row in range(lo, end))
         finally:
-            self._rows = {}
+            self._rows, self._drafted = {}, {}
             self.seq_rm(seq_id)
         accepted = 0
         while accepted < len(candidates) and candidates[accepted] == argmax[accepted]:

@@ -61,6 +61,11 @@ class RequestOptions:
     priority: Priority = "normal"
     """Beyond SPEC: ``background`` for a ``prefill_only`` that must never get in the way
     (type-ahead, ``app.engine.read_ahead``)."""
+    speculative: bool | None = None
+    """Beyond SPEC: draft and verify tokens (``app.engine.speculation``); None: the model's
+    setting (``ModelConfig.speculative``)."""
+    draft_max: int | None = None
+    """Beyond SPEC: the most draft tokens one decode row may carry; None: the model's."""
 
 
 @dataclass(slots=True)
@@ -129,6 +134,14 @@ class Request:
     finish_reason: FinishReason | None = None
     error: Exception | None = None
     context_full: bool = False
+    drafted: tuple[int, ...] = ()
+    """Draft tokens in the seq's KV after ``context_tokens``, not committed: the next tick
+    verifies them (``app.engine.speculation``)."""
+    spec: Any = None
+    """The request's ``speculation.SeqSpec`` once it may draft."""
+    num_drafted: int = 0
+    num_accepted: int = 0
+    """Draft tokens pushed, and drafts the model agreed with that became part of the reply."""
     ended: bool = False
     """Its one ``Done`` or ``Error`` has been sent."""
     read_ahead_from: int | None = None
@@ -223,6 +236,8 @@ class Request:
             stop_sequence=self.text.stop_sequence,
             context_full=self.context_full,
             reuse=self.cache.reuse,
+            drafted_tokens=self.num_drafted,
+            accepted_tokens=self.num_accepted,
         )
 
     def outcome(self, stats: Stats) -> Outcome:

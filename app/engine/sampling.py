@@ -35,10 +35,7 @@ class SamplerChain:
         self._ptr: Any = ptr
         self.params = params
         # A lone greedy stage keeps no state, so the backend may take the argmax itself.
-        self.is_plain_greedy = (
-            params.temperature <= 0.0 and not params.grammar and params.top_k == 0
-            and params.top_p >= 1.0 and params.min_p <= 0.0 and params.repetition_penalty == 1.0
-        )
+        self.is_plain_greedy = params.is_plain_greedy
 
     @property
     def ptr(self) -> Any:

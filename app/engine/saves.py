@@ -48,9 +48,14 @@ class Saver:
 
     def continued(self, req: Request) -> None:
         """After a decode: a continued save when the policy's interval has passed."""
-        if not req.finishing and self._cache.wants_continued(len(req.context_tokens), req.cache.last_save_at):
+        if self.continued_due(req):
             self.save(req, "continued")
             req.cache.last_save_at = len(req.context_tokens)
+
+    def continued_due(self, req: Request) -> bool:
+        """Will the decode about to run be followed by a continued save? (Speculation pushes
+        no drafts then, so the seq holds exactly the saved tokens.)"""
+        return not req.finishing and self._cache.wants_continued(len(req.context_tokens), req.cache.last_save_at)
 
     def finish(self, req: Request) -> None:
         """Not for a background read (type-ahead): a draft is no turn; its session's seq keeps

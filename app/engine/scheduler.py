@@ -11,6 +11,7 @@ to it (``app.engine.loop``). Where each concept lives:
     shares.py     shared prompt heads between live seqs
     batch.py      the tick's plan: ops under the batch budget, the prefill budget policy
     read_ahead.py background prefills (type-ahead): the lowest priority, how they make way
+    speculation.py  draft rows: prompt lookup, verify, per-seq draft lengths (tick_costs.py)
     saves.py      cold / continued / finish / evict / shutdown saves
     request.py    one request: counters, cache account, timings (streaming.py: its text)
 
@@ -52,6 +53,7 @@ from app.engine.request import Mode, Request
 from app.engine.saves import Saver
 from app.engine.sessions import SeqPool
 from app.engine.shares import Shares
+from app.engine.speculation import Speculator, drop_drafts
 from app.engine.streaming import TextPipeline
 from app.engine.text import MarkerTokens
 
@@ -90,6 +92,9 @@ class Scheduler:
         self.budget = PrefillBudget(config.decode_ticks_between_prefills)
         self.read_ahead = ReadAhead(
             self.reqs, self.admission, self.finisher, n_batch=config.n_batch, chunk_size=config.chunk_size
+        )
+        self.speculator = Speculator(
+            backend, config, has_tool_markers=tool_markers is not None, save_due=self.saver.continued_due
         )
         self.loop = SchedulerLoop(self)
         self.snapshot = SchedulerSnapshot(slots=self._slots())
@@ -149,7 +154,10 @@ class Scheduler:
             self.pool.drop(sid)
 
     def save_in_flight(self, reason: SaveReason) -> int:
-        """``evict`` / ``shutdown``: one save per in-flight request with a non-empty context."""
+        """``evict`` / ``shutdown``: one save per in-flight request with a non-empty context
+        (pending drafts dropped first: a save holds committed tokens only)."""
+        for req in self.reqs.values():
+            drop_drafts(self.backend, req)
         return self.saver.in_flight(list(self.reqs.values()), reason)
 
     def adapters_changed(self, meta: KeyMeta | None) -> None:
@@ -200,19 +208,21 @@ class Scheduler:
         if plan.ops:
             sampled = self.sample(plan)
             if sampled is not None:
-                self.stream(plan, sampled)  # tokens reach their streams before the decode runs
-                if self.decode(plan, sampled):
+                pushed = self.stream(plan, sampled)  # tokens reach their streams before the decode runs
+                if self.decode(plan, pushed):
                     self.postprocess(plan)
                 self.budget.record(plan)
                 ms = (time.perf_counter() - started) * 1000
                 self.read_ahead.record(ms)
-                self._ticks.append(TickInfo(plan.num_prefill_tokens, plan.num_decode_rows, ms))
+                drafts = self.speculator.observe(plan, pushed, ms)
+                self._ticks.append(TickInfo(plan.num_prefill_tokens, plan.num_decode_rows, ms, drafts))
         self.finish()
         self.dispatch()
 
     def schedule(self) -> TickPlan:
         """A decode row per decoding request, prefill slices under the budgets (``batch``),
-        then a background slice when nothing real waits (``read_ahead``)."""
+        then a background slice when nothing real waits (``read_ahead``), and draft rows where
+        they pay (``speculation``)."""
         reqs = list(self.reqs.values())
         try:
             plan = plan_tick([r for r in reqs if not r.is_background], self.config, self.budget)
@@ -220,7 +230,7 @@ class Scheduler:
             for req in self.reqs.values():
                 req.fail(exc)
             return TickPlan()
-        return self.read_ahead.plan(plan, reqs)
+        return self.speculator.plan(self.read_ahead.plan(plan, reqs), self.reqs)
 
     def sample(self, plan: TickPlan) -> list[StepResult] | None:
         """First half of the backend step; None when it refused the plan.
@@ -241,21 +251,21 @@ class Scheduler:
                 self.reqs[seq].fail(exc)
             return None
 
-    def stream(self, plan: TickPlan, sampled: list[StepResult]) -> None:
-        """Between ``sample`` and ``decode``: each sampled token reaches its stream now.
+    def stream(self, plan: TickPlan, sampled: list[StepResult]) -> list[StepResult]:
+        """Between ``sample`` and ``decode``: each sampled token (after the drafts it verified)
+        reaches its stream now, until its request finishes. Returns what ``decode`` pushes.
 
         NOTE: a token reaches its stream one decode earlier than it would after the step,
         which for a first token behind another request's prefill is that whole prefill.
         """
-        for op, res in zip(plan.ops, sampled, strict=True):
+        pushed = list(sampled)
+        for i, (op, res) in enumerate(zip(plan.ops, sampled, strict=True)):
             if isinstance(op, DecodeOp):
                 assert isinstance(res, Sampled)
                 req = self.reqs[op.seq_id]
-                try:
-                    self._accept_token(req, op, res)
-                except Exception as exc:
-                    log.exception("request %d failed on its token %d", req.ref, res.token)
-                    req.fail(exc)
+                self._accept_tokens(req, op, res)
+                pushed[i] = self.speculator.commit(req, op, res)
+        return pushed
 
     def decode(self, plan: TickPlan, sampled: list[StepResult]) -> bool:
         """Second half of the backend step: one ``llama_decode``.
@@ -297,8 +307,20 @@ class Scheduler:
 
     # ------------------------------------------------------------------ the tick's steps
 
-    def _accept_token(self, req: Request, op: DecodeOp, res: Sampled) -> None:
-        token = res.token
+    def _accept_tokens(self, req: Request, op: DecodeOp, res: Sampled) -> None:
+        """The drafts the model agreed with, then the sampled token, one by one."""
+        tokens = (*res.accepted, res.token)
+        for i, token in enumerate(tokens):
+            is_eog = res.is_eog if i == len(res.accepted) else self.backend.is_eog(token)
+            try:
+                self._accept_token(req, op, token, is_eog)
+            except Exception as exc:
+                log.exception("request %d failed on its token %d", req.ref, token)
+                req.fail(exc)
+            if req.finishing:
+                return
+
+    def _accept_token(self, req: Request, op: DecodeOp, token: int, is_eog: bool) -> None:
         if op.greedy and req.sampler is not None:
             # Chosen outside the request's chain (tool-call syntax): keep the chain's history
             # (repetition penalty, grammar) in step.
@@ -309,13 +331,13 @@ class Scheduler:
         if req.times.first_token_at is None:
             req.times.first_token_at = time.perf_counter()
         req.emit(TokenId(token))
-        if not res.is_eog:
+        if not is_eog:
             try:
                 req.text.push(token)
             except InvalidRequest as exc:  # e.g. thinking output without the opt-in
                 req.fail(exc)
                 return
-        if (res.is_eog and not req.options.ignore_eos) or req.text.stop_sequence is not None:
+        if (is_eog and not req.options.ignore_eos) or req.text.stop_sequence is not None:
             req.mark("stop")
         elif len(req.context_tokens) >= self.config.n_ctx_per_seq:
             req.context_full = True
@@ -354,6 +376,9 @@ class Scheduler:
             recent_ticks=tuple(self._ticks),
             num_tokens_generated=self._num_generated,
             recent_reuse=tuple(self.finisher.recent_reuse),
+            speculative=self.speculator.enabled,
+            num_drafted=self.speculator.num_drafted,
+            num_accepted=self.speculator.num_accepted,
         )
 
     def _slots(self) -> tuple[SlotInfo, ...]:
@@ -365,7 +390,9 @@ class Scheduler:
                 busy: SlotState = "prefilling" if req.is_prefilling else "generating"
                 if req.is_background:
                     busy = "reading_ahead"
-                slots.append(SlotInfo(seq, busy, req.options.session_id, len(req.context_tokens)))
+                slots.append(SlotInfo(
+                    seq, busy, req.options.session_id, len(req.context_tokens), req.num_drafted, req.num_accepted
+                ))  # fmt: skip
             elif seq in owners:
                 slots.append(SlotInfo(seq, "pinned", owners[seq][0], owners[seq][1]))
             else:

@@ -28,13 +28,14 @@ from typing import Any, SupportsIndex, cast
 
 from app.cache.keys import file_sha256
 from app.engine.backend import SamplingParams
+from app.engine.config import MAX_DRAFT
 from app.engine.errors import AdapterLoadFailed, InvalidRequest
 from app.engine.request import RequestOptions
 
 _OPTION_KEYS = {
     "response_tokens", "parent_key", "temperature", "top_p", "top_k", "min_p",
     "repetition_penalty", "seed", "stop_sequences", "grammar", "thinking",
-    "thinking_budget_tokens", "session_id", "ignore_eos",
+    "thinking_budget_tokens", "session_id", "ignore_eos", "speculative", "draft_max",
 }  # fmt: skip
 
 MAX_ADAPTER_SCALE = float(2**31)
@@ -263,6 +264,12 @@ def parse_options(opts: dict[str, Any], default_tokens: int) -> RequestOptions:
     ignore_eos = get("ignore_eos", False)
     if not isinstance(ignore_eos, bool):
         raise InvalidRequest("ignore_eos must be a bool")
+    speculative = get("speculative")
+    if speculative is not None and not isinstance(speculative, bool):
+        raise InvalidRequest("speculative must be a bool")
+    draft_max = get("draft_max")
+    if draft_max is not None:
+        draft_max = check_int(draft_max, "draft_max", lo=0, hi=MAX_DRAFT)
     return RequestOptions(
         response_tokens=response_tokens,
         sampling=sampling,
@@ -272,6 +279,8 @@ def parse_options(opts: dict[str, Any], default_tokens: int) -> RequestOptions:
         thinking_budget_tokens=budget,
         session_id=None if sid is None else check_session_id(sid),
         ignore_eos=ignore_eos,
+        speculative=speculative,
+        draft_max=draft_max,
     )
 
 

@@ -1,8 +1,8 @@
 """A real llama.cpp backend that remembers the logits behind every sampled token.
 
 ``RecordingBackend`` is ``LlamaBackend`` plus a log: before each decode row is sampled it
-copies that row's logits, together with the tokens the sequence holds at that moment, as
-far as the backend can know them (cells loaded from a saved state are ``None``: their tokens
+copies that row's logits (and those of the draft rows after it, each with its own context),
+together with the tokens the sequence holds at that moment, as far as the backend can know them (cells loaded from a saved state are ``None``: their tokens
 are not in the payload). ``logits_for(prompt, generated)`` then finds the logits of each
 step of a request by its context, whichever seq it ran on and however its KV got there, so a
 test can assert that two ways of running one request give bit-identical logits.
@@ -58,9 +58,12 @@ class RecordingBackend(LlamaBackend):
     def sample(self, ops: Sequence[Op]) -> list[StepResult]:
         for op in ops:
             if isinstance(op, DecodeOp) and op.seq_id in self._rows:
-                context = tuple(self._held.get(op.seq_id, [])[: op.pos])
-                with self._lock:
-                    self.records.append((context, self.seq_logits(op.seq_id)))
+                held = self._held.get(op.seq_id, [])
+                first = self._rows[op.seq_id]
+                for i in range(len(op.drafted) + 1):  # row i follows i drafts
+                    logits = self._logits_view(first + i).copy()
+                    with self._lock:
+                        self.records.append((tuple(held[: op.pos + i]), logits))
         return super().sample(ops)
 
     def decode(self, ops: Sequence[Op], sampled: Sequence[StepResult]) -> None:
@@ -71,8 +74,9 @@ class RecordingBackend(LlamaBackend):
                 del held[op.pos :]
                 held.extend(op.tokens)
             elif isinstance(res, Sampled):
-                del held[op.pos :]
+                del held[op.pos + len(res.accepted) :]
                 held.append(res.token)
+                held.extend(res.drafts)
 
 
 def logits_for(prompt: Sequence[int], generated: Sequence[int]) -> list[np.ndarray[Any, Any]]:

@@ -2,7 +2,9 @@
 
 Tokens are Unicode code points; token 0 is end-of-generation. Each seq's "KV" is the list
 of tokens pushed into it, so pack/unpack, seq_rm and positions behave like the real thing,
-and protocol mistakes (a decode without logits, a position gap) raise AssertionError.
+and protocol mistakes (a decode without logits, a position gap, drafts the KV does not hold)
+raise AssertionError. Drafts are verified with the real acceptance rule
+(``speculation.verify``) against what the "model" says next.
 With ``memory=MemoryCaps("recurrent", cut_states=False, trim_tail=False)`` it behaves like a
 recurrent model's memory: a partial ``seq_rm`` or a partial ``seq_cp`` is a protocol mistake.
 
@@ -30,6 +32,7 @@ from app.engine.backend import (
     StepResult,
 )
 from app.engine.grammar_check import check_grammar
+from app.engine.speculation import verify
 
 EOG = 0
 
@@ -57,6 +60,8 @@ class StubBackend:
     decoded_ticks: int = 0
     """Ticks whose "llama_decode" has completed."""
     memory: MemoryCaps = field(default_factory=MemoryCaps)
+    draft_rows: dict[int, int] = field(default_factory=dict)
+    """seq id → draft rows with logits its last decode pushed."""
     _sampled: list[Op] | None = None
 
     def __post_init__(self) -> None:
@@ -76,12 +81,16 @@ class StubBackend:
 
     # -- the tick
     def sample(self, ops: Sequence[Op]) -> list[StepResult]:
-        """First half of a tick: check every op, then sample each decode row."""
+        """First half of a tick: check every op, then sample each decode row (and verify the
+        drafts its previous decode pushed)."""
         for op in ops:
             seq = self.kv.setdefault(op.seq_id, [])
-            assert op.pos == len(seq), f"seq {op.seq_id}: pos {op.pos} but KV holds {len(seq)}"
+            drafted = op.drafted if isinstance(op, DecodeOp) else ()
+            assert op.pos + len(drafted) == len(seq), f"seq {op.seq_id}: pos {op.pos} + {len(drafted)} drafts but KV holds {len(seq)}"
             if isinstance(op, DecodeOp):
                 assert self.has_logits.get(op.seq_id), f"seq {op.seq_id} decoded without logits"
+                assert tuple(seq[op.pos :]) == op.drafted, f"seq {op.seq_id}: the KV holds other drafts"
+                assert self.draft_rows.get(op.seq_id, 0) >= len(op.drafted), f"seq {op.seq_id}: drafts without logits"
         assert self._sampled is None, "sample twice without a decode between"
         self.steps.append(list(ops))
         out: list[StepResult] = []
@@ -89,13 +98,15 @@ class StubBackend:
             if isinstance(op, PrefillOp):
                 out.append(Prefilled())
             else:
-                tok = self.next_token(self.kv[op.seq_id])
-                out.append(Sampled(tok, tok == EOG))
+                seq = self.kv[op.seq_id]
+                accepted, tok = verify(op.drafted, lambda i, s=seq, p=op.pos: self.next_token(s[: p + i]))
+                out.append(Sampled(tok, tok == EOG, accepted))
         self._sampled = list(ops)
         return out
 
     def decode(self, ops: Sequence[Op], sampled: Sequence[StepResult]) -> None:
-        """Second half: "llama_decode" pushes the slices and the sampled tokens."""
+        """Second half: "llama_decode" drops rejected drafts, pushes the slices, the sampled
+        tokens and the new drafts."""
         assert self._sampled == list(ops), "decode of other ops than the last sample"
         self._sampled = None
         if self.step_delay:
@@ -106,9 +117,16 @@ class StubBackend:
                 seq.extend(op.tokens)
                 self.prefilled[op.seq_id] = self.prefilled.get(op.seq_id, 0) + len(op.tokens)
                 self.has_logits[op.seq_id] = op.want_logits
+                self.draft_rows[op.seq_id] = 0
             else:
                 assert isinstance(res, Sampled)
+                assert len(res.drafts) <= op.draft_max, f"seq {op.seq_id}: more drafts than rows reserved"
+                assert res.accepted == op.drafted[: len(res.accepted)], f"seq {op.seq_id}: accepted what was not drafted"
+                del seq[op.pos + len(res.accepted) :]
                 seq.append(res.token)
+                seq.extend(res.drafts)
+                self.draft_rows[op.seq_id] = len(res.drafts)
+                self.has_logits[op.seq_id] = True
         self.decoded_ticks += 1
 
     def step(self, ops: Sequence[Op]) -> list[StepResult]:
@@ -151,10 +169,17 @@ class StubBackend:
 
     # -- KV
     def seq_rm(self, seq_id: int, start: int = 0) -> None:
+        """Drop positions ``start`` and after. Like llama.cpp, the newest logits stay valid
+        when only drafts after them go (the rows before ``start``)."""
         seq = self.kv.setdefault(seq_id, [])
         assert self.can_trim(seq_id, start), f"seq {seq_id}: a {self.memory.kind} state cut at {start}"
+        drafts_from = len(seq) - self.draft_rows.get(seq_id, 0)
         del seq[start:]
-        self.has_logits[seq_id] = False
+        if start < drafts_from:
+            self.has_logits[seq_id] = False
+            self.draft_rows[seq_id] = 0
+        else:
+            self.draft_rows[seq_id] = len(seq) - drafts_from
 
     def can_trim(self, seq_id: int, n_keep: int) -> bool:
         held = len(self.kv.get(seq_id, []))
@@ -166,6 +191,7 @@ class StubBackend:
         assert self.memory.cut_states or n_tokens == held, f"a {self.memory.kind} state copied cut"
         self.kv[dst] = list(self.kv[src][:n_tokens])
         self.has_logits[dst] = False
+        self.draft_rows[dst] = 0
 
     def kv_pack(self, seq_id: int) -> bytes:
         return ",".join(map(str, self.kv.get(seq_id, []))).encode()
@@ -176,6 +202,7 @@ class StubBackend:
         except ValueError:
             return False
         self.has_logits[seq_id] = False
+        self.draft_rows[seq_id] = 0
         return True
 
     # -- text

@@ -1,0 +1,158 @@
+"""What a tick costs: its shape (ubatches, rows, cells attended) and the milliseconds that
+shape takes on this machine, fitted online from the ticks the scheduler runs.
+
+A tick's ``llama_decode`` runs as one or more ubatches. With a KV stream per sequence,
+llama.cpp builds each ubatch from consecutive, increasing seq ids holding the SAME number of
+tokens each (``llama_batch_allocr::split_equal``), so a sequence with more rows than the
+others (a prefill slice, or a decode row followed by draft rows) spills into ubatches of its
+own. Each ubatch is a whole graph computation: its fixed cost (graph build, a thread barrier
+per node) is paid again. ``count_ubatches`` replays that split.
+
+The model: ``ms ≈ per_ubatch · ubatches + per_row · rows + per_output · rows with logits +
+per_kcell · (Σ cells each row attends to) / 1000`` (a decode or draft row has logits, so it
+costs ``per_row + per_output``; a prefill row mostly not). ``TickCosts`` fits the three coefficients by recursive least squares
+with forgetting (recent ticks weigh most, so a machine that gets busier or quieter is
+followed), pulled towards measured priors so that a few noisy ticks cannot swing it.
+
+NOTE: the priors are SmolLM2 Q4_1 on a quiet 2-core machine with 2 threads: B1 decoded
+1 row in 10.2 ms and 8 rows in 39 ms (per_ubatch ≈ 6 ms, a row with logits ≈ 4.1 ms, of
+which the output layer, 49,152 × 576 of the model's 135 M weights, is about a fifth), and a
+token attending to 1,000 more cells cost 3.8 ms more with a q8_0 KV
+(``batch.CELLS_PER_TOKEN_OF_WORK``).
+With ONE thread the same machine decodes 1 row in ~7 ms and 9 rows of one seq in ~60 ms
+(per_ubatch ≈ 1 ms, per_row ≈ 6.5 ms): the ratio that decides whether drafting pays moves
+tenfold with the thread count, hence the online fit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+PRIOR_MS = (6.0, 3.3, 0.8, 3.8)
+"""(per ubatch, per row, per row with logits, per 1,000 cells a row attends to), see the
+module NOTE."""
+PRIOR_WEIGHT = 2.0
+"""How many ticks' worth of evidence the prior counts for."""
+FORGET = 0.98
+"""Each new tick multiplies the weight of the older ones by this (a window of ~50 ticks)."""
+OUTLIER = 3.0
+"""A tick that took more than this many times its prediction counts as this many times: one
+tick stalled by another process must not swing the fit (a real slowdown still moves it)."""
+FLOOR = 0.05
+"""No fitted coefficient goes below this share of its prior (costs are never free)."""
+
+
+@dataclass(frozen=True, slots=True)
+class TickShape:
+    """A tick's size in the model's terms."""
+
+    num_ubatches: int
+    num_rows: int
+    num_outputs: int
+    """Rows with logits."""
+    kcells: float
+    """Σ over rows of the cells each attends to, in thousands."""
+
+    def features(self) -> np.ndarray[tuple[int], np.dtype[np.float64]]:
+        return np.array([self.num_ubatches, self.num_rows, self.num_outputs, self.kcells], dtype=np.float64)
+
+
+@dataclass(frozen=True, slots=True)
+class SeqRows:
+    """One sequence's rows in a tick, in batch order: ``num_rows`` tokens pushed from
+    position ``pos``, ``num_outputs`` of them with logits (all of a decode row's, by default)."""
+
+    seq_id: int
+    num_rows: int
+    pos: int
+    num_outputs: int = -1
+
+    @property
+    def outputs(self) -> int:
+        return self.num_rows if self.num_outputs < 0 else self.num_outputs
+
+
+def shape_of(rows: Sequence[SeqRows], n_ubatch: int, one_stream: bool) -> TickShape:
+    """The shape of a tick that pushes ``rows`` (``one_stream``: a unified KV or one seq)."""
+    num_rows = sum(r.num_rows for r in rows)
+    # A row at position p attends to p + 1 cells; the seq's rows are p .. p + n - 1.
+    kcells = sum(r.num_rows * (r.pos + (r.num_rows + 1) / 2) for r in rows) / 1000
+    return TickShape(count_ubatches(rows, n_ubatch, one_stream), num_rows, sum(r.outputs for r in rows), kcells)
+
+
+def count_ubatches(rows: Sequence[SeqRows], n_ubatch: int, one_stream: bool = False) -> int:
+    """How many ubatches llama.cpp splits a batch into (``split_simple`` for one stream,
+    ``split_equal`` with sequential seq ids for a stream per seq); ``rows`` in batch order,
+    each seq's tokens contiguous."""
+    total = sum(r.num_rows for r in rows)
+    if one_stream or total == 0:
+        return -(-total // n_ubatch)
+    left = {r.seq_id: r.num_rows for r in rows if r.num_rows > 0}
+    count = 0
+    while left:
+        live = list(left)
+        chosen = [live[0]]
+        for seq in live[1:]:
+            if seq == chosen[-1] + 1:
+                chosen.append(seq)
+        take = min(min(left[s] for s in chosen), max(1, n_ubatch // len(chosen)))
+        for seq in chosen:
+            left[seq] -= take
+            if not left[seq]:
+                del left[seq]
+        count += 1
+    return count
+
+
+class TickCosts:
+    """The online fit of ``ms ≈ coefficients · shape`` (see the module doc). Scheduler thread only."""
+
+    def __init__(self, prior: tuple[float, float, float, float] = PRIOR_MS, weight: float = PRIOR_WEIGHT) -> None:
+        self._prior = np.array(prior, dtype=np.float64)
+        # Prior precision: ``weight`` ticks of a typical decode shape (1 ubatch, 4 rows with
+        # logits, 1 kcell).
+        self._prior_precision = weight * np.diag([1.0, 16.0, 16.0, 1.0])
+        self._xtx = np.zeros((4, 4))
+        self._xty = np.zeros(4)
+        self._coef = self._prior.copy()
+        self.num_observed = 0
+
+    @property
+    def per_ubatch(self) -> float:
+        return float(self._coef[0])
+
+    @property
+    def per_row(self) -> float:
+        return float(self._coef[1])
+
+    @property
+    def per_output(self) -> float:
+        return float(self._coef[2])
+
+    @property
+    def per_kcell(self) -> float:
+        return float(self._coef[3])
+
+    def predict(self, shape: TickShape) -> float:
+        return float(self._coef @ shape.features())
+
+    def row_ms(self, pos: int) -> float:
+        """What one more row with logits at position ``pos`` of a seq costs (in an existing
+        ubatch)."""
+        return self.per_row + self.per_output + self.per_kcell * (pos + 1) / 1000
+
+    def observe(self, shape: TickShape, ms: float) -> None:
+        """A tick of ``shape`` took ``ms``."""
+        if shape.num_rows <= 0 or not np.isfinite(ms) or ms <= 0:
+            return
+        x = shape.features()
+        ms = min(ms, OUTLIER * float(self._coef @ x))
+        self._xtx = FORGET * self._xtx + np.outer(x, x)
+        self._xty = FORGET * self._xty + x * ms
+        a = self._xtx + self._prior_precision
+        b = self._xty + self._prior_precision @ self._prior
+        self._coef = np.maximum(np.linalg.solve(a, b), FLOOR * self._prior)
+        self.num_observed += 1
