@@ -34,6 +34,9 @@ class RequestRecord:
     prompt_tokens: int = 0
     cached_tokens: int = 0
     completion_tokens: int = 0
+    drafted_tokens: int = 0
+    accepted_tokens: int = 0
+    """Speculative decoding: draft tokens pushed for the reply, and those the model kept."""
     ttft_ms: float | None = None
     duration_ms: float | None = None
     error: str | None = None

@@ -76,6 +76,7 @@ class Generation:
             self.record.id, "cancelled" if self.client_gone or stats.cancelled else "done",
             prompt_tokens=stats.prompt_tokens, cached_tokens=cached_tokens(stats),
             completion_tokens=stats.completion_tokens,
+            drafted_tokens=stats.drafted_tokens, accepted_tokens=stats.accepted_tokens,
         )
 
     def cancel(self) -> None:

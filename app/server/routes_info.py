@@ -101,6 +101,9 @@ async def status(request: Request) -> dict[str, Any]:
             "id": info.id, "phase": snap.phase, "pending": snap.pending_len,
             "tokens_generated": snap.num_tokens_generated,
             "slots": [dataclasses.asdict(s) for s in snap.slots],
+            "speculation": {
+                "enabled": snap.speculative, "drafted": snap.num_drafted, "accepted": snap.num_accepted,
+            },
         })  # fmt: skip
     live = [dataclasses.asdict(r) for r in state.activity.live()]
     recent = [dataclasses.asdict(r) for r in state.activity.recent()[-50:]]

@@ -1,0 +1,58 @@
+"""``/hearth/status`` reports speculative decoding: per model whether it is on and the draft
+tokens pushed and accepted, per finished request the same counts its reply had."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+
+from app.engine import Engine, ModelConfig
+from app.server.app import create_app
+from app.server.config import ServerConfig
+from app.server.thread import ServerThread
+from tests.helpers.forced_drafts import always_draft
+
+
+@pytest.fixture
+def server(tiny_model_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[ServerThread]:
+    always_draft(monkeypatch)  # every decode row drafts, so the counts cannot be zero by luck
+    engine = Engine(tmp_path)
+    engine.load_model("tiny", ModelConfig(path=str(tiny_model_path), n_ctx=1024, n_seq_max=2, n_threads=2))
+    engine.load_model("plain", ModelConfig(path=str(tiny_model_path), n_ctx=1024, n_seq_max=1, n_threads=2,
+                                           speculative=False))  # fmt: skip
+    config = ServerConfig(port=0)
+    thread = ServerThread(create_app(engine, config), config)
+    thread.start()
+    try:
+        yield thread
+    finally:
+        thread.stop()
+        engine.close()
+
+
+def status(server: ServerThread) -> Any:
+    with urllib.request.urlopen(server.base_url.removesuffix("/v1") + "/hearth/status", timeout=30) as resp:
+        return json.load(resp)
+
+
+def test_status_reports_drafted_and_accepted_tokens(server: ServerThread) -> None:
+    client = openai.OpenAI(base_url=server.base_url, api_key="x", max_retries=0, timeout=120)
+    reply = client.chat.completions.create(
+        model="tiny", messages=[{"role": "user", "content": "Repeat: one two three, one two three."}], max_tokens=40,
+    )
+    assert reply.usage is not None and reply.usage.completion_tokens > 0
+    doc = status(server)
+    models = {m["id"]: m for m in doc["models"]}
+    spec = models["tiny"]["speculation"]
+    assert spec["enabled"] is True
+    assert spec["drafted"] > 0 and 0 <= spec["accepted"] <= spec["drafted"]
+    assert models["plain"]["speculation"] == {"enabled": False, "drafted": 0, "accepted": 0}
+    record = doc["recent"][-1]
+    assert (record["drafted_tokens"], record["accepted_tokens"]) == (spec["drafted"], spec["accepted"])
+    assert all({"num_drafted", "num_accepted"} <= set(slot) for slot in models["tiny"]["slots"])
