@@ -97,10 +97,17 @@ def reply_line(stats: ReplyStats, conversation_id: str = "", title_of: TitleOf |
     """The line under a reply: speed, what was reused, and how it ended."""
     parts = [f"{stats.tokens_per_s:.1f} tok/s", f"first token {stats.ttft_ms:,.0f} ms"]
     parts.append(reuse_words(stats, conversation_id, title_of))
+    if stats.drafted_tokens:
+        parts.append(speculation_words(stats))
     end = finish_words(stats)
     if end:
         parts.append(end)
     return "  ·  ".join(parts)
+
+
+def speculation_words(stats: ReplyStats) -> str:
+    """Speculative decoding's share of the reply, e.g. "drafted 212, accepted 151"."""
+    return f"drafted {stats.drafted_tokens:,}, accepted {stats.accepted_tokens:,}"
 
 
 def reply_tooltip(stats: ReplyStats) -> str:
@@ -118,6 +125,11 @@ def reply_tooltip(stats: ReplyStats) -> str:
         lines.append(
             f"Type-ahead read {stats.tokens_read_ahead:,} of them while the message was being "
             "written; the reply is the one it would be without."
+        )
+    if stats.drafted_tokens:
+        lines.append(
+            f"Speculative decoding: {stats.drafted_tokens:,} tokens drafted from the conversation, "
+            f"{stats.accepted_tokens:,} of them accepted (the reply is the same as without)."
         )
     return "\n".join(lines)
 

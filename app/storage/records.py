@@ -22,6 +22,11 @@ class SamplingSettings:
     json_mode: bool = False
     thinking: bool = False
     thinking_budget_tokens: int = 0
+    speculative: bool = True
+    """Speculative decoding (the engine's ``speculative`` option): on by default, as the
+    engine's; the reply is the same either way."""
+    draft_max: int = 16
+    """The most draft tokens one step checks (``draft_max``)."""
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -70,6 +75,9 @@ class ReplyStats:
     origin_session: str = ""
     tokens_read_ahead: int = 0
     """Of ``tokens_reused``, those type-ahead read while the message was being written."""
+    # Speculative decoding: draft tokens checked for this reply, and those the model kept.
+    drafted_tokens: int = 0
+    accepted_tokens: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

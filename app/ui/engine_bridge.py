@@ -399,6 +399,8 @@ def reply_stats(stats: Stats) -> ReplyStats:
         tokens_shared=int(reuse.tokens_shared),
         miss_reason=reuse.miss_reason or "",
         origin_session=reuse.origin_session or "",
+        drafted_tokens=int(stats.drafted_tokens),
+        accepted_tokens=int(stats.accepted_tokens),
     )
 
 

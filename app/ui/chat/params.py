@@ -26,6 +26,8 @@ def infer_params(s: SamplingSettings) -> tuple[tuple[str, object], ...]:
         "min_p": float(s.min_p),
         "repetition_penalty": float(s.repetition_penalty),
         "thinking": "enabled" if s.thinking else "disabled",
+        "speculative": bool(s.speculative),
+        "draft_max": int(s.draft_max),
     }
     if s.seed is not None:
         params["seed"] = int(s.seed)

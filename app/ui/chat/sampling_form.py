@@ -86,13 +86,28 @@ class ChatSettingsForm(QWidget):
         layout.addWidget(self.thinking)
         layout.addLayout(budget)
 
+        layout.addWidget(section("SPECULATIVE DECODING"))
+        self.speculative = QCheckBox("Draft from the conversation")
+        self.speculative.setObjectName("speculativeCheck")
+        self.speculative.setToolTip(
+            "Propose the words that followed the same words earlier in the chat and check them in one "
+            "step: faster when a reply repeats text (edits, lists, code). The reply does not change."
+        )
+        self.draft_max = _ispin(1, 64)
+        self.draft_max.setObjectName("draftMaxSpin")
+        drafts = QFormLayout()
+        drafts.addRow("Draft up to (tokens)", self.draft_max)
+        layout.addWidget(self.speculative)
+        layout.addLayout(drafts)
+        self.speculative.toggled.connect(self.draft_max.setEnabled)
+
         for spin in (self.temperature, self.top_p, self.min_p, self.repetition_penalty):
             spin.valueChanged.connect(self._on_changed)
-        for ispin in (self.top_k, self.seed, self.max_tokens, self.thinking_budget):
+        for ispin in (self.top_k, self.seed, self.max_tokens, self.thinking_budget, self.draft_max):
             ispin.valueChanged.connect(self._on_changed)
         for edit in (self.system_prompt, self.stop_strings, self.grammar):
             edit.textChanged.connect(self._on_changed)
-        for box in (self.json_mode, self.thinking):
+        for box in (self.json_mode, self.thinking, self.speculative):
             box.toggled.connect(self._on_changed)
 
     def load(self, system_prompt: str, s: SamplingSettings) -> None:
@@ -112,6 +127,9 @@ class ChatSettingsForm(QWidget):
             self.grammar.setPlainText(s.grammar)
             self.thinking.setChecked(s.thinking)
             self.thinking_budget.setValue(s.thinking_budget_tokens)
+            self.speculative.setChecked(s.speculative)
+            self.draft_max.setValue(s.draft_max)
+            self.draft_max.setEnabled(s.speculative)
         finally:
             self._loading = False
 
@@ -133,6 +151,8 @@ class ChatSettingsForm(QWidget):
             json_mode=self.json_mode.isChecked(),
             thinking=self.thinking.isChecked(),
             thinking_budget_tokens=self.thinking_budget.value(),
+            speculative=self.speculative.isChecked(),
+            draft_max=self.draft_max.value(),
         )
 
     def _on_changed(self, *_args: object) -> None:

@@ -57,3 +57,14 @@ def test_what_was_read_ahead_while_the_message_was_written():
         "read ahead while you typed: 60 of 870 prompt tokens, 800 more still held for this chat"
     )
     assert "Type-ahead read 60" in reply_tooltip(follow_up)
+
+
+def test_speculative_decoding_is_in_the_line_only_when_it_drafted():
+    plain = ReplyStats(tokens_per_s=40.0, ttft_ms=90, prompt_tokens=9, cache_hit_kind="cold")
+    assert "drafted" not in reply_line(plain)
+    drafted = ReplyStats(tokens_per_s=61.0, ttft_ms=90, prompt_tokens=9, cache_hit_kind="cold",
+                         drafted_tokens=1212, accepted_tokens=951)
+    assert reply_line(drafted) == (
+        "61.0 tok/s  ·  first token 90 ms  ·  read all 9 prompt tokens  ·  drafted 1,212, accepted 951"
+    )
+    assert "1,212 tokens drafted from the conversation, 951 of them accepted" in reply_tooltip(drafted)

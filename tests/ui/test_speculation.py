@@ -1,0 +1,61 @@
+"""Speculative decoding in the app: Settings › New chats (and each chat's settings) hold the
+switch and the draft length, the engine follows them, and the line under a reply says how many
+tokens were drafted and accepted."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.ui.chat.params import infer_params
+from tests.helpers.forced_drafts import always_draft
+from tests.ui.helpers import chat_view, current_id, type_and_send, wait_idle
+from tests.ui.screens import screenshot
+
+
+@pytest.fixture(autouse=True)
+def forced(monkeypatch: pytest.MonkeyPatch) -> None:
+    always_draft(monkeypatch)  # the tiny model's replies would rarely pay for a draft
+
+
+def test_the_reply_line_shows_drafted_and_accepted_tokens(make_window, qtbot):
+    window = make_window()
+    type_and_send(qtbot, window, "say it again and again and again")
+    cid = current_id(window)
+    wait_idle(qtbot, window, cid)
+    reply = window.controller.branch(cid)[-1]
+    assert reply.role == "assistant" and reply.stats is not None
+    stats = reply.stats
+    assert stats.drafted_tokens > 0 and 0 <= stats.accepted_tokens <= stats.drafted_tokens
+    line = chat_view(window).message_widgets()[-1].meta.text()
+    assert f"drafted {stats.drafted_tokens:,}, accepted {stats.accepted_tokens:,}" in line
+    screenshot(window, "chat-speculation-line")
+
+
+def test_settings_switch_and_draft_length_reach_the_engine(make_window, qtbot):
+    window = make_window()
+    dialog = window.app_actions.open_settings()
+    qtbot.waitExposed(dialog)
+    dialog.tabs.setCurrentIndex(1)
+    form = dialog.defaults_form
+    assert form.speculative.isChecked() and form.draft_max.isEnabled()  # on by default
+    form.draft_max.setValue(5)
+    form.speculative.setChecked(False)
+    assert not form.draft_max.isEnabled()
+    screenshot(dialog, "settings-speculation")
+    dialog.close()  # saves the pending edit
+    cid = window.chat_page.new_conversation()
+    sampling = window.controller.conversation(cid).sampling
+    assert (sampling.speculative, sampling.draft_max) == (False, 5)
+    assert {"speculative": False, "draft_max": 5}.items() <= dict(infer_params(sampling)).items()
+    type_and_send(qtbot, window, "say it again and again and again")
+    wait_idle(qtbot, window, cid)
+    reply = window.controller.branch(cid)[-1]
+    assert reply.stats is not None and reply.stats.drafted_tokens == 0
+    assert "drafted" not in chat_view(window).message_widgets()[-1].meta.text()
+    # The chat's own settings panel turns it back on, with the draft length it shows.
+    panel = window.chat_page.settings_panel
+    panel.form.speculative.setChecked(True)
+    panel.form.draft_max.setValue(3)
+    panel.flush()
+    sampling = window.controller.conversation(cid).sampling
+    assert (sampling.speculative, sampling.draft_max) == (True, 3)
