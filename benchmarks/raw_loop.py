@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import llama_cpp
@@ -35,6 +36,7 @@ def raw_decode_throughput(
     model_path: str, n_streams: int, n_tokens: int = 64, n_threads: int = 2, flash_attn: bool = True,
     kv_unified: bool = False, type_k: str = DEFAULT_TYPE_K, type_v: str = DEFAULT_TYPE_V,
     include_prefill: bool = False,
+    prompt_tokens: Sequence[Sequence[int]] | None = None,
 ) -> float:
     """Aggregate greedy decode tok/s of ``n_streams`` sequences, ``n_tokens`` each.
 
@@ -46,9 +48,13 @@ def raw_decode_throughput(
     (q8_0 K, f16 V) are set explicitly to Hearth's defaults (``ModelConfig``; see there for why), so
     both sides of B1 run the same kernels and B1 compares loops, not settings. What the
     settings themselves cost is the KV scenario's business.
+
+    ``prompt_tokens``: the streams' prompts as token ids (B12's chat prompts) instead of
+    ``PROMPTS``; together at most one 512-token batch.
     """
-    if not 1 <= n_streams <= len(PROMPTS):
-        raise ValueError(f"n_streams must be in 1..{len(PROMPTS)}")
+    n_prompts = len(PROMPTS) if prompt_tokens is None else len(prompt_tokens)
+    if not 1 <= n_streams <= n_prompts:
+        raise ValueError(f"n_streams must be in 1..{n_prompts}")
     init_llama()  # logs go to Python logging, as in Hearth
     model = llama_cpp.llama_model_load_from_file(str(model_path).encode(), llama_cpp.llama_model_default_params())
     if not model:
@@ -59,7 +65,8 @@ def raw_decode_throughput(
     try:
         vocab = llama_cpp.llama_model_get_vocab(model)
         params = llama_cpp.llama_context_default_params()
-        params.n_ctx = 512 * n_streams
+        longest = max((len(p) for p in prompt_tokens or ()), default=0)
+        params.n_ctx = max(512, -(-(longest + n_tokens) // 256) * 256) * n_streams
         params.n_batch = params.n_ubatch = 512
         params.n_seq_max = n_streams
         params.n_threads = params.n_threads_batch = n_threads
@@ -76,7 +83,12 @@ def raw_decode_throughput(
         smpl = llama_cpp.llama_sampler_init_greedy()
         batch = llama_cpp.llama_batch_init(512, 0, 1)
 
-        prompts = [_tokenize(vocab, p) for p in PROMPTS[:n_streams]]
+        if prompt_tokens is None:
+            prompts = [_tokenize(vocab, p) for p in PROMPTS[:n_streams]]
+        else:
+            prompts = [list(p) for p in prompt_tokens[:n_streams]]
+        if sum(map(len, prompts)) > 512:
+            raise ValueError("the prompts must fit one 512-token batch together")
         n = 0
         last_row = []
         for seq, tokens in enumerate(prompts):

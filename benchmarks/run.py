@@ -24,6 +24,7 @@ def _scenarios(path: str, args: argparse.Namespace) -> dict[str, Callable[[], Re
     from benchmarks.scenarios_memory import b7_memory
     from benchmarks.scenarios_reuse import b8_reuse
     from benchmarks.scenarios_server import b9_agent_trace
+    from benchmarks.scenarios_spec import b12_speculation
 
     return {
         "B1": lambda: b1_decode(path),
@@ -39,6 +40,7 @@ def _scenarios(path: str, args: argparse.Namespace) -> dict[str, Callable[[], Re
         "B8f": lambda: b8_families(),
         "CKPT": lambda: checkpoint_interval_sweep(),
         "B9": lambda: b9_agent_trace(path, args.llama_server),
+        "B12": lambda: b12_speculation(path),
         "KV": lambda: kv_layout(path),
     }
 
