@@ -152,8 +152,8 @@ class ModelConfig:
     its last few tokens, and one decode verifies them. Exact (greedy replies bit-identical on
     and off; sampled ones follow the same distribution, and the same seed gives the same
     reply) and adaptive (a sequence drafts only while its acceptance pays for the rows), so
-    it is on by default; a request can turn it off (``speculative=False``). Off regardless
-    for models whose memory cannot drop a tail of a sequence (recurrent, hybrid)."""
+    it is on by default; a request overrides it (``speculative=``). Off regardless for
+    models whose memory cannot drop a tail of a sequence (recurrent, hybrid)."""
     draft_max: int = 16
     """Beyond SPEC: the most draft tokens one decode row carries (0: no drafting). The
     adaptive length stays below it. NOTE: a row costs ~4 ms on SmolLM2 (2 threads), so 16

@@ -264,7 +264,11 @@ class Scheduler:
                 assert isinstance(res, Sampled)
                 req = self.reqs[op.seq_id]
                 self._accept_tokens(req, op, res)
-                pushed[i] = self.speculator.commit(req, op, res)
+                try:
+                    pushed[i] = self.speculator.commit(req, op, res)
+                except Exception as exc:  # a bug: this request fails, the tick goes on
+                    log.exception("request %d: speculation failed after its tokens", req.ref)
+                    req.fail(exc)
         return pushed
 
     def decode(self, plan: TickPlan, sampled: list[StepResult]) -> bool:

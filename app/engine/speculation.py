@@ -190,8 +190,8 @@ class Speculator:
     ) -> None:
         self._backend = backend
         self._config = config
-        self.enabled = config.speculative and can_drop_tail(backend.info)
-        """Off when the model's setting says so, or its memory cannot drop a tail."""
+        self.can_draft = can_drop_tail(backend.info)
+        """False when the model's memory cannot drop a tail: no request drafts then."""
         self._has_tool_markers = has_tool_markers
         self._save_due = save_due
         self._n_ubatch = min(config.n_batch, 512)
@@ -199,6 +199,11 @@ class Speculator:
         self.costs = TickCosts()
         self.num_drafted = 0
         self.num_accepted = 0
+
+    @property
+    def enabled(self) -> bool:
+        """Requests draft unless they say otherwise (the model's setting, and its memory)."""
+        return self.can_draft and self._config.speculative
 
     # ------------------------------------------------------------------ before sample
 
@@ -228,7 +233,7 @@ class Speculator:
         return req.spec if isinstance(req.spec, SeqSpec) else None
 
     def _may_draft(self, req: Request) -> bool:
-        if not self.enabled or req.mode is Mode.PREFILL_ONLY or self._draft_max(req) <= 0:
+        if not self.can_draft or req.mode is Mode.PREFILL_ONLY or self._draft_max(req) <= 0:
             return False
         # Tool-call syntax is sampled greedily inside a span the text pipeline finds token by
         # token; a row verified ahead of that would be sampled with the request's chain. Only

@@ -4,6 +4,7 @@ arithmetic, and the scheduler's state machine around drafts (nothing numeric: th
 
 from __future__ import annotations
 
+import types
 from typing import Any
 
 import numpy as np
@@ -16,6 +17,7 @@ from app.engine.speculation import (
     DECAY_IDLE,
     NgramDrafter,
     SeqSpec,
+    can_drop_tail,
     verify,
 )
 from app.engine.tick_costs import SeqRows, TickCosts, TickShape, count_ubatches, shape_of
@@ -287,12 +289,37 @@ def test_drafts_that_never_pay_stop_being_drafted():
     assert done.stats.accepted_tokens <= done.stats.drafted_tokens
 
 
-def test_prefill_only_and_a_model_with_speculation_off_never_draft():
+def test_a_model_with_speculation_off_drafts_only_for_requests_that_ask():
     h = harness(copier(), speculative=False)
     _, done = run(h, response_tokens=50)
     assert done.stats.drafted_tokens == 0
     assert all(not getattr(op, "draft_max", 0) for ops in h.sampled for op in ops)
     assert not h.sch.speculator.enabled
+    _, done = run(h, response_tokens=200, speculative=True)
+    assert done.stats.drafted_tokens > 0
+
+
+class _WithMemory:
+    """A backend's info with other memory capabilities (the rest delegated)."""
+
+    def __init__(self, info: Any, memory: Any) -> None:
+        self._info, self.memory = info, memory
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._info, name)
+
+
+def test_memory_that_cannot_drop_a_tail_turns_speculation_off():
+    assert can_drop_tail(types.SimpleNamespace(memory=types.SimpleNamespace(can_cut=False))) is False  # type: ignore[arg-type]
+    assert can_drop_tail(types.SimpleNamespace(memory=types.SimpleNamespace(trim_tail=False))) is False  # type: ignore[arg-type]
+    assert can_drop_tail(types.SimpleNamespace(memory=types.SimpleNamespace(can_cut=True)))  # type: ignore[arg-type]
+    assert can_drop_tail(types.SimpleNamespace())  # type: ignore[arg-type]  # no capabilities: attention
+    stub = copier()
+    stub.info = _WithMemory(stub.info, types.SimpleNamespace(can_cut=False, trim_tail=False))  # type: ignore[assignment]
+    h = harness(stub)
+    _, done = run(h, response_tokens=200, speculative=True)
+    assert done.stats.drafted_tokens == 0 and not h.sch.speculator.enabled
+    assert h.text(h.ended[-1]) == TEXT
 
 
 def test_several_sequences_draft_only_where_it_pays_and_all_match_solo_runs():
