@@ -1,7 +1,7 @@
 """B12: speculative decoding (prompt lookup) on against off against the raw loop, greedy.
 
-(a) "rewrite" prompts whose reply repeats much of the input (fix the typos, reformat a list,
-repeat a sentence, edit code); (b) ordinary chat prompts; (c) four sequences at once, two of
+(a) "rewrite" prompts whose reply repeats much of the input (fix the typos in a paragraph and
+in a note, reformat a list, rename a variable in code); (b) ordinary chat prompts; (c) four sequences at once, two of
 each. Every round runs the same requests with speculation on and then off on one loaded
 model (a per-request option), back to back, so machine drift hits both alike; the raw loop
 decodes the same prompts for as many tokens. Decode tok/s counts the tokens after each
@@ -26,15 +26,20 @@ REWRITE = [
     "Fix the typos in this paragraph and write out the corrected paragraph:\n\n"
     "Teh old lighthouse stood on the edge of the cliff for more then a hundred years. Every nite "
     "its keeper climbed the stairs, lit the lamp and watched the ships pass safely in the dark. "
-    "When the storm came, the keeper stayed awake untill morning and rang the bell evry hour.",
+    "When the storm came, the keeper stayed awake untill morning and rang the bell evry hour. In "
+    "the spring, the town painted the tower white again, and childern came to see the great lamp "
+    "and the keeper's small garden of herbs and flowers.",
     "Reformat this list as a numbered list, one item per line:\n\n- apples, two kilos\n"
     "- fresh bread from the bakery\n- a dozen eggs\n- olive oil\n- three lemons\n- coffee beans\n"
-    "- dark chocolate\n- a bag of rice",
-    "Repeat this sentence exactly: The committee will meet on Tuesday at nine o'clock in the "
-    "large room on the second floor to discuss the budget for next year.",
+    "- dark chocolate\n- a bag of rice\n- tomatoes for the sauce\n- a block of parmesan\n"
+    "- fresh basil\n- sparkling water",
+    "Rewrite this code with the variable `x` renamed to `total`:\n\n```python\n"
+    "def add_prices(prices):\n    x = 0\n    for price in prices:\n        if price > 0:\n"
+    "            x = x + price\n    return x\n```",
     "Fix the spelling in this note and write it out again:\n\nDear neighbour, the garden gate is "
     "brokn and the dog got out twice this weak. Could you plese keep your gate closed untill the "
-    "repairman comes on Friday? Thank you verry much.",
+    "repairman comes on Friday? He said he will also look at the fence behind the shed, which lost "
+    "two boards in the wind. Thank you verry much, and see you at the street party on Saterday.",
 ]
 CHAT = PROMPTS[:4]
 MAX_TOKENS = 256
