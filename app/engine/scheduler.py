@@ -97,7 +97,7 @@ class Scheduler:
             backend, config, has_tool_markers=tool_markers is not None, save_due=self.saver.continued_due
         )
         self.loop = SchedulerLoop(self)
-        self.snapshot = SchedulerSnapshot(slots=self._slots())
+        self.snapshot = SchedulerSnapshot(slots=self._slots(), speculative=self.speculator.enabled)
         """Lock-free observability: replaced whole after every loop iteration."""
         self._ticks: deque[TickInfo] = deque(maxlen=120)
         self._num_generated = 0

@@ -77,16 +77,11 @@ def verify(drafted: Sequence[int], sample_row: Callable[[int], int]) -> tuple[tu
 
 
 def can_drop_tail(info: BackendInfo) -> bool:
-    """Can a tail of a seq's KV be dropped (``seq_rm``)? Not for recurrent or hybrid memory,
-    whose state has absorbed every token: speculation is off for those models."""
-    memory = getattr(info, "memory", None)
-    if memory is None:  # a backend that does not describe its memory: attention
-        return True
-    for name in ("can_cut", "trim_tail"):
-        value = getattr(memory, name, None)
-        if isinstance(value, bool):
-            return value
-    return True
+    """Can rejected drafts be dropped so that the seq is exactly as if it never drafted? Only
+    for attention memory (``MemoryCaps``: any tail dropped, any head cut). A recurrent or
+    hybrid state has absorbed every token; a sliding-window cache may have let go of the
+    cells the next token attends to while it held the drafts. Speculation is off for those."""
+    return info.memory.trim_tail and info.memory.cut_states
 
 
 def drop_drafts(backend: Backend, req: Request) -> None:
@@ -191,7 +186,7 @@ class Speculator:
         self._backend = backend
         self._config = config
         self.can_draft = can_drop_tail(backend.info)
-        """False when the model's memory cannot drop a tail: no request drafts then."""
+        """False when the model's memory cannot drop a tail exactly: no request drafts then."""
         self._has_tool_markers = has_tool_markers
         self._save_due = save_due
         self._n_ubatch = min(config.n_batch, 512)

@@ -4,20 +4,19 @@ arithmetic, and the scheduler's state machine around drafts (nothing numeric: th
 
 from __future__ import annotations
 
-import types
 from typing import Any
 
 import numpy as np
 import pytest
 
 from app.engine import speculation
+from app.engine.backend import MemoryCaps
 from app.engine.cache_hooks import NullCache
 from app.engine.events import Done, TokenId
 from app.engine.speculation import (
     DECAY_IDLE,
     NgramDrafter,
     SeqSpec,
-    can_drop_tail,
     verify,
 )
 from app.engine.tick_costs import SeqRows, TickCosts, TickShape, count_ubatches, shape_of
@@ -299,26 +298,16 @@ def test_a_model_with_speculation_off_drafts_only_for_requests_that_ask():
     assert done.stats.drafted_tokens > 0
 
 
-class _WithMemory:
-    """A backend's info with other memory capabilities (the rest delegated)."""
-
-    def __init__(self, info: Any, memory: Any) -> None:
-        self._info, self.memory = info, memory
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._info, name)
-
-
-def test_memory_that_cannot_drop_a_tail_turns_speculation_off():
-    assert can_drop_tail(types.SimpleNamespace(memory=types.SimpleNamespace(can_cut=False))) is False  # type: ignore[arg-type]
-    assert can_drop_tail(types.SimpleNamespace(memory=types.SimpleNamespace(trim_tail=False))) is False  # type: ignore[arg-type]
-    assert can_drop_tail(types.SimpleNamespace(memory=types.SimpleNamespace(can_cut=True)))  # type: ignore[arg-type]
-    assert can_drop_tail(types.SimpleNamespace())  # type: ignore[arg-type]  # no capabilities: attention
-    stub = copier()
-    stub.info = _WithMemory(stub.info, types.SimpleNamespace(can_cut=False, trim_tail=False))  # type: ignore[assignment]
-    h = harness(stub)
+@pytest.mark.parametrize("memory", [
+    MemoryCaps("recurrent", cut_states=False, trim_tail=False),
+    MemoryCaps("hybrid", cut_states=False, trim_tail=False),
+    MemoryCaps("sliding_window", cut_states=False, trim_tail=True, n_swa=16),
+], ids=lambda m: m.kind)  # fmt: skip
+def test_memory_that_cannot_drop_a_tail_exactly_never_drafts(memory):
+    h = harness(copier(memory=memory))
+    assert not h.sch.speculator.enabled and not h.sch.snapshot.speculative
     _, done = run(h, response_tokens=200, speculative=True)
-    assert done.stats.drafted_tokens == 0 and not h.sch.speculator.enabled
+    assert done.stats.drafted_tokens == 0
     assert h.text(h.ended[-1]) == TEXT
 
 
