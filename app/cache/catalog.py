@@ -28,7 +28,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from app.cache.chunks import Chunk, ChunkIndex, Link
+from app.cache.chunk_index import Chunk, ChunkIndex, Link
 from app.cache.index import RowIndex, prefix_keys
 from app.cache.keys import KeyMeta, encode_tokens, quant_byte
 from app.cache.lcp import PrefixIndex, Tombstones

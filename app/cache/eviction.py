@@ -23,9 +23,9 @@ import logging
 from collections.abc import Iterable
 from dataclasses import replace
 
-from app.cache import kvc, kvc2
+from app.cache import kvc_chunked, kvc_whole
 from app.cache.catalog import Catalog
-from app.cache.chunks import Chunk
+from app.cache.chunk_index import Chunk
 from app.cache.counters import Counters
 from app.cache.errors import Problems, is_environment_error
 from app.cache.journal import Journal
@@ -56,7 +56,7 @@ def check_quota(tier: str, quota: int) -> None:
 
 def own_name(row: Row) -> str:
     """The file a row owns in its tier: its v1 blob or its v2 manifest."""
-    return blob_name(row.key) if row.format == 1 else kvc2.row_name(row.key)
+    return blob_name(row.key) if row.format == 1 else kvc_chunked.row_name(row.key)
 
 
 class Evictor:
@@ -149,13 +149,13 @@ class Evictor:
         try:
             if row.format == 1:
                 prefix, payload = read_blob_parts(self._tiers[row.tier], row.key)
-                kvc.parse_parts(prefix, payload, row.key)
+                kvc_whole.parse_parts(prefix, payload, row.key)
                 parts: tuple[bytes | memoryview, ...] = (prefix, payload)
             else:
                 data = self._tiers[row.tier].get(name)
-                kvc2.parse_row(data, row.key)
+                kvc_chunked.parse_row(data, row.key)
                 parts = (data,)
-        except (OSError, kvc.CorruptBlob) as exc:
+        except (OSError, kvc_whole.CorruptBlob) as exc:
             log.warning("dropping corrupt cache entry %s: %s", row.key.hex(), exc)
             self._counters.add("corrupt_files")
             self.remove(row)
@@ -167,7 +167,7 @@ class Evictor:
                 location = write_blob(self._tiers[dest], row.key, parts[0], parts[1])  # type: ignore[arg-type]
             else:
                 location = self._tiers[dest].put([(name, parts)])[0]
-        except (OSError, kvc.CorruptBlob) as exc:
+        except (OSError, kvc_whole.CorruptBlob) as exc:
             self.write_failed(exc, f"moving a cache entry to {dest}")
             return None
         with self._catalog.lock:  # re-read: a load or pin may have updated the row meanwhile
@@ -208,24 +208,24 @@ class Evictor:
         if chunk is None or source is None or source == dest:
             return source == dest
         try:
-            header, payload = kvc2.read_chunk(self._tiers[source], key)
-        except (OSError, kvc.CorruptBlob) as exc:
+            header, payload = kvc_chunked.read_chunk(self._tiers[source], key)
+        except (OSError, kvc_whole.CorruptBlob) as exc:
             self.drop_chunk(key, exc)
             return False
-        head = kvc2.build_chunk(header, payload)
+        head = kvc_chunked.build_chunk(header, payload)
         if not self.make_room(dest, len(head) + len(payload), protect):
             return False
         try:
-            self._tiers[dest].put([(kvc2.chunk_name(key), (head, payload))])
-        except (OSError, kvc.CorruptBlob) as exc:
+            self._tiers[dest].put([(kvc_chunked.chunk_name(key), (head, payload))])
+        except (OSError, kvc_whole.CorruptBlob) as exc:
             self.write_failed(exc, f"moving a cache chunk to {dest}")
             return False
         with self._catalog.lock:
             if self._catalog.chunks.get(key) is not chunk or chunk.tier != source:
-                self._tiers[dest].remove(kvc2.chunk_name(key))  # changed under us: undo
+                self._tiers[dest].remove(kvc_chunked.chunk_name(key))  # changed under us: undo
                 return False
             self._catalog.chunks.move(key, dest)
-        self._tiers[source].remove(kvc2.chunk_name(key))
+        self._tiers[source].remove(kvc_chunked.chunk_name(key))
         self._journal.update_chunk(key, tier=dest)
         return True
 
@@ -241,7 +241,7 @@ class Evictor:
             return
         log.warning("dropping corrupt cache chunk %s: %s", key.hex(), exc)
         self._counters.add("corrupt_files")
-        self._tiers[tier].remove(kvc2.chunk_name(key))
+        self._tiers[tier].remove(kvc_chunked.chunk_name(key))
         self._journal.delete_chunks([key])
 
     def remove(self, row: Row, *, evicted: bool = False) -> None:
@@ -263,14 +263,14 @@ class Evictor:
             keys.append(chunk.key)
             if chunk.tier is not None:
                 try:
-                    self._tiers[chunk.tier].remove(kvc2.chunk_name(chunk.key))
+                    self._tiers[chunk.tier].remove(kvc_chunked.chunk_name(chunk.key))
                 except OSError as exc:
                     log.error("could not delete cache chunk %s: %s", chunk.key.hex(), exc)
         self._journal.delete_chunks(keys)
 
     def write_failed(self, exc: BaseException, doing: str) -> None:
         """Count a failed write: the environment's (shown) or, if not, a bug (loud)."""
-        if is_environment_error(exc) or isinstance(exc, kvc.CorruptBlob):
+        if is_environment_error(exc) or isinstance(exc, kvc_whole.CorruptBlob):
             problem = self._problems.note(exc, doing)
             log.error("cache: %s: %s", problem.message, exc)
             self._counters.add("save_errors")

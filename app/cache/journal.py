@@ -15,7 +15,7 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
-from app.cache.chunks import Chunk
+from app.cache.chunk_index import Chunk
 from app.cache.counters import Counters
 from app.cache.errors import Problems, is_environment_error
 from app.cache.meta import MetaDB, chunk_fields, row_fields

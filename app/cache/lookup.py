@@ -29,15 +29,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from app.cache import kvc2, seqstate
-from app.cache.blobs import Blobs
+from app.cache import kvc_chunked, seqstate
 from app.cache.catalog import Catalog, namespace_of
-from app.cache.chunked import ChunkedRows
+from app.cache.chunked_rows import ChunkedRows
 from app.cache.counters import Counters
 from app.cache.journal import Journal
 from app.cache.keys import KeyMeta, encode_tokens
 from app.cache.rows import Row
 from app.cache.tiers import Buffer, Tier, touch_blob
+from app.cache.whole_rows import Blobs
 
 Source = Literal["exact", "resume", "longest_prefix"]
 MissReason = Literal["nothing_shared", "evicted", "other_identity", "corrupt", "too_short"]
@@ -214,7 +214,7 @@ class Lookup:
             self._catalog.add(cur)
         tier = self._tiers[cur.tier]
         if cur.format == 2:
-            kvc2.touch_row(tier, cur.key, cur.hits, int(cur.last_used))
+            kvc_chunked.touch_row(tier, cur.key, cur.hits, int(cur.last_used))
         else:
             touch_blob(tier, cur.key, cur.hits, int(cur.last_used))
         self._journal.update(cur.key, last_used=cur.last_used, hits=cur.hits)

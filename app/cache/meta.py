@@ -1,7 +1,7 @@
 """Cache metadata in SQLite (SQLAlchemy 2.0 ORM, WAL): one ``CacheRow`` per saved KV state.
 
 The database is an index, not the truth: every field of a row can be rebuilt from its blob
-file (``app.cache.kvc``), except the user pin. ``MetaDB`` opens the database, and when the
+file (``app.cache.kvc_whole``), except the user pin. ``MetaDB`` opens the database, and when the
 file is corrupt (or not a database at all) moves it aside and starts an empty one; the store
 then re-registers every blob. Callers serialise access (the store holds a lock).
 """
@@ -34,7 +34,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
 from sqlalchemy.pool import StaticPool
 
-from app.cache.chunks import Chunk
+from app.cache.chunk_index import Chunk
 from app.cache.errors import environment_kind
 from app.cache.rows import Row, make_row
 
@@ -76,7 +76,7 @@ class CacheRow(Base):
 
 
 class CacheChunk(Base):
-    """One stored KVC v2 chunk (``app.cache.kvc2``): an index of its file's header."""
+    """One stored KVC v2 chunk (``app.cache.kvc_chunked``): an index of its file's header."""
 
     __tablename__ = "cache_chunks"
 

@@ -29,8 +29,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from app.cache import kvc, kvc2
-from app.cache.chunks import Chunk
+from app.cache import kvc_chunked, kvc_whole
+from app.cache.chunk_index import Chunk
 from app.cache.keys import KEY_LEN, encode_tokens, make_key
 from app.cache.meta import STATUS_AVAILABLE, MetaDB, chunk_from_fields, row_from_fields
 from app.cache.rows import Row, make_row
@@ -60,9 +60,9 @@ class Reconciled:
 def row_from_file(tier: FileTier, key: bytes) -> Row:
     """A row rebuilt from a v1 blob's header and TLVs; ``CorruptBlob``/``OSError`` if bad."""
     prefix, size = read_blob_prefix(tier, key)
-    meta = kvc.parse_meta(prefix, total_size=size)
+    meta = kvc_whole.parse_meta(prefix, total_size=size)
     if meta.key != key:
-        raise kvc.CorruptBlob("file name and contents describe different keys")
+        raise kvc_whole.CorruptBlob("file name and contents describe different keys")
     return make_row(
         key=key, model_id=meta.model_id, fingerprint=meta.fingerprint,
         quant_type=meta.quant_type, ctx_hash=meta.ctx_params_hash,
@@ -76,20 +76,20 @@ def row_from_file(tier: FileTier, key: bytes) -> Row:
 
 def row_from_manifest(tier: FileTier, key: bytes) -> tuple[Row, int]:
     """A chunked row rebuilt from its manifest, and the manifest's size."""
-    data = tier.get(kvc2.row_name(key))
-    m = kvc2.parse_row(data, key)
+    data = tier.get(kvc_chunked.row_name(key))
+    m = kvc_chunked.parse_row(data, key)
     row = make_row(
         key=key, model_id=m.model_id, fingerprint=m.fingerprint, quant_type=m.quant_type,
         ctx_hash=m.ctx_params_hash, tokens_le=m.tokens_le, tier=tier.name, size=len(data),
         save_reason=m.save_reason, created=float(m.created), last_used=float(m.last_used),
-        hits=m.hits, location=tier.location(kvc2.row_name(key)), context_size=m.context_size,
+        hits=m.hits, location=tier.location(kvc_chunked.row_name(key)), context_size=m.context_size,
         prompt_text=m.preview, session_id=m.session_id, format=2, chunk_size=m.chunk_size,
     )  # fmt: skip
     return row, len(data)
 
 
 def chunk_from_file(tier: FileTier, key: bytes) -> Chunk:
-    header, size = kvc2.read_chunk_header(tier, key)
+    header, size = kvc_chunked.read_chunk_header(tier, key)
     return Chunk(
         key=key, parent=header.parent, start=header.start, tokens_le=header.tokens_le,
         chunk_size=header.chunk_size, tier=tier.name, size=size, created=float(header.created),
@@ -118,9 +118,9 @@ def reconcile(tiers: Mapping[str, FileTier], db: MetaDB) -> Reconciled:
     for tier in tiers.values():
         for name in tier.names(BLOB_SUFFIX):
             _check_file(tier, name, out, _v1_row)
-        for name in tier.names(kvc2.ROW_SUFFIX):
+        for name in tier.names(kvc_chunked.ROW_SUFFIX):
             _check_file(tier, name, out, _v2_row)
-        for name in tier.names(kvc2.CHUNK_SUFFIX):
+        for name in tier.names(kvc_chunked.CHUNK_SUFFIX):
             _check_chunk_file(tier, name, out)
     if out.drop_keys or out.counters.get("rows_reregistered"):
         log.info(
@@ -131,11 +131,11 @@ def reconcile(tiers: Mapping[str, FileTier], db: MetaDB) -> Reconciled:
 
 
 def _file_name(fields: dict[str, Any], key: bytes) -> str:
-    return kvc2.row_name(key) if fields.get("format") == 2 else kvc_name(key)
+    return kvc_chunked.row_name(key) if fields.get("format") == 2 else kvc_name(key)
 
 
 MAX_CHUNK_TOKENS = (1 << 20) - 1
-"""The largest chunk size a manifest may name (``kvc2.parse_row``)."""
+"""The largest chunk size a manifest may name (``kvc_chunked.parse_row``)."""
 
 _ROW_TYPES: dict[str, type | tuple[type, ...]] = {
     "key": str, "model_id": str, "fingerprint": str, "quant_type": str, "ctx_hash": str, "n_tokens": int,
@@ -184,7 +184,7 @@ def sound_chunk(fields: dict[str, Any]) -> Chunk:
     tokens = fields["tokens"]
     if len(tokens) % 4 or not 0 < fields["chunk_size"] <= MAX_CHUNK_TOKENS:
         raise ValueError("its token count or chunk size is impossible")
-    if kvc2.chunk_key(_hash(fields["parent"]), tokens) != _hash(fields["key"]):
+    if kvc_chunked.chunk_key(_hash(fields["parent"]), tokens) != _hash(fields["key"]):
         raise ValueError("its key is not the hash of its parent and tokens")
     return chunk_from_fields(fields)
 
@@ -217,7 +217,7 @@ def _check_db_row(tiers: Mapping[str, FileTier], fields: dict[str, Any], out: Re
         return
     try:
         row, own = _v2_row(home, key) if fields.get("format") == 2 else _v1_row(home, key)
-    except (OSError, kvc.CorruptBlob) as exc:
+    except (OSError, kvc_whole.CorruptBlob) as exc:
         log.warning("removing unfinished cache file %s: %s", name, exc)
         out.delete_files.append((home.name, name))
         out.drop_keys.append(fields["key"])
@@ -237,7 +237,7 @@ def _check_db_chunk(tiers: Mapping[str, FileTier], fields: dict[str, Any], out: 
         out.drop_chunks.append(fields.get("key"))  # type: ignore[arg-type]
         return
     home = tiers.get(chunk.tier or "")
-    size = home.size_of(kvc2.chunk_name(chunk.key)) if home is not None else None
+    size = home.size_of(kvc_chunked.chunk_name(chunk.key)) if home is not None else None
     if home is None or size is None:
         out.drop_chunks.append(fields["key"])
         return
@@ -258,7 +258,7 @@ def _check_file(tier: FileTier, name: str, out: Reconciled, read: Any) -> None:
         return
     known = out.rows.get(key)
     if known is not None:
-        is_v2 = name.endswith(kvc2.ROW_SUFFIX)
+        is_v2 = name.endswith(kvc_chunked.ROW_SUFFIX)
         if known.tier != tier.name or (known.format == 2) != is_v2:
             # a stale copy from an interrupted move, or the other format of a row being
             # converted to chunks when the process died: the database's choice wins
@@ -266,7 +266,7 @@ def _check_file(tier: FileTier, name: str, out: Reconciled, read: Any) -> None:
         return
     try:
         row, own = read(tier, key)
-    except (OSError, kvc.CorruptBlob) as exc:
+    except (OSError, kvc_whole.CorruptBlob) as exc:
         log.warning("deleting unreadable cache file %s: %s", name, exc)
         out.count("corrupt_files")
         out.delete_files.append((tier.name, name))
@@ -289,7 +289,7 @@ def _check_chunk_file(tier: FileTier, name: str, out: Reconciled) -> None:
         return
     try:
         chunk = chunk_from_file(tier, key)
-    except (OSError, kvc.CorruptBlob) as exc:
+    except (OSError, kvc_whole.CorruptBlob) as exc:
         log.warning("deleting unreadable cache chunk %s: %s", name, exc)
         out.count("corrupt_files")
         out.delete_files.append((tier.name, name))

@@ -19,12 +19,12 @@ from collections.abc import Mapping
 from dataclasses import replace
 
 from app.cache.catalog import Catalog
-from app.cache.chunked import root_of
-from app.cache.chunks import Chunk
+from app.cache.chunk_index import Chunk
+from app.cache.chunked_rows import root_of
 from app.cache.counters import Counters
 from app.cache.eviction import Evictor
 from app.cache.journal import Journal
-from app.cache.kvc2 import CHUNK_TOKENS
+from app.cache.kvc_chunked import CHUNK_TOKENS
 from app.cache.meta import MetaDB
 from app.cache.reconcile import reconcile
 from app.cache.tiers import FileTier

@@ -31,10 +31,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from app.cache import kvc2, seqstate
-from app.cache.blobs import Blobs, SaveJob
+from app.cache import kvc_chunked, seqstate
 from app.cache.catalog import Catalog, Pending
-from app.cache.chunked import ChunkedRows, is_cuttable
+from app.cache.chunked_rows import ChunkedRows, is_cuttable
 from app.cache.counters import COUNTER_NAMES, EXTRA_COUNTERS, Counters
 from app.cache.errors import Problem, Problems
 from app.cache.eviction import DEFAULT_QUOTAS, Evictor, check_quota
@@ -58,6 +57,7 @@ from app.cache.tiers import (
 )
 from app.cache.tree import TreeNode, build_tree
 from app.cache.verify import VerifyReport, verify_all
+from app.cache.whole_rows import Blobs, SaveJob
 from app.cache.writer import Writer
 
 log = logging.getLogger(__name__)
@@ -81,7 +81,7 @@ class CacheStore:
         quotas: dict[str, int] | None = None,
         ram_file_dir: Path | None = None,
         writer_queue: int = 32,
-        chunk_tokens: int = kvc2.CHUNK_TOKENS,
+        chunk_tokens: int = kvc_chunked.CHUNK_TOKENS,
     ) -> None:
         self.data_dir = Path(data_dir)
         try:

@@ -28,7 +28,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Protocol
 
-from app.cache import kvc
+from app.cache import kvc_whole
 
 log = logging.getLogger(__name__)
 
@@ -214,7 +214,7 @@ class FileTier:
                     size = os.fstat(f.fileno()).st_size
                     head = f.read(len(parts[0])) if parts else b""
                 if size != sum(len(p) for p in parts) or (parts and head != parts[0]):
-                    raise kvc.CorruptBlob(f"{final} does not read back as written")
+                    raise kvc_whole.CorruptBlob(f"{final} does not read back as written")
         except BaseException:
             for tmp, _ in temps:
                 with contextlib.suppress(OSError):
@@ -307,9 +307,9 @@ class FileTier:
 
 def write_blob(tier: Tier, key: bytes, prefix: bytes, payload: Buffer) -> str:
     """Store a v1 blob (``prefix + payload``) atomically and validated; its location."""
-    meta = kvc.parse_meta(prefix, total_size=len(prefix) + len(payload))
+    meta = kvc_whole.parse_meta(prefix, total_size=len(prefix) + len(payload))
     if meta.payload_offset != len(prefix) or meta.key != key:
-        raise kvc.CorruptBlob("the prefix does not describe this payload or key")
+        raise kvc_whole.CorruptBlob("the prefix does not describe this payload or key")
     return tier.put([(blob_name(key), (prefix, payload))])[0]
 
 
@@ -319,16 +319,16 @@ def read_blob_parts(tier: Tier, key: bytes) -> tuple[bytes, Buffer]:
     if len(parts) == 2:
         return bytes(parts[0]), parts[1]
     data = bytes(parts[0]) if len(parts) == 1 else b"".join(parts)
-    offset = kvc.payload_offset_of(data[: kvc.FIXED_SIZE])
+    offset = kvc_whole.payload_offset_of(data[: kvc_whole.FIXED_SIZE])
     return data[:offset], data[offset:]
 
 
 def read_blob_prefix(tier: Tier, key: bytes) -> tuple[bytes, int]:
     """The bytes before a v1 blob's payload and the blob's total size."""
-    fixed, size = tier.get_head(blob_name(key), kvc.FIXED_SIZE)
-    offset = kvc.payload_offset_of(fixed)
+    fixed, size = tier.get_head(blob_name(key), kvc_whole.FIXED_SIZE)
+    offset = kvc_whole.payload_offset_of(fixed)
     if offset > size:
-        raise kvc.CorruptBlob("payload offset beyond the end of the file")
+        raise kvc_whole.CorruptBlob("payload offset beyond the end of the file")
     head, _ = tier.get_head(blob_name(key), offset)
     return head, size
 
@@ -336,8 +336,8 @@ def read_blob_prefix(tier: Tier, key: bytes) -> tuple[bytes, int]:
 def touch_blob(tier: Tier, key: bytes, hits: int, last_used: int) -> None:
     """Best effort: record a load in a v1 blob's header (hit count, last-used time)."""
     name = blob_name(key)
-    tier.patch(name, kvc.HITS_OFFSET, kvc.HITS_FIELD.pack(min(hits, 0xFFFFFFFF)))
-    tier.patch(name, kvc.LAST_USED_OFFSET, kvc.LAST_USED_FIELD.pack(last_used))
+    tier.patch(name, kvc_whole.HITS_OFFSET, kvc_whole.HITS_FIELD.pack(min(hits, 0xFFFFFFFF)))
+    tier.patch(name, kvc_whole.LAST_USED_OFFSET, kvc_whole.LAST_USED_FIELD.pack(last_used))
 
 
 def blob_keys(tier: Tier) -> Iterator[bytes]:

@@ -1,7 +1,7 @@
 """The tree of what the cache holds, for the dashboard: one node per run of tokens that a
 set of rows shares, so a system prompt shared by twenty conversations is one node with the
 twenty under it, and a regenerated or edited reply branches from the exact token where it
-diverges (the chunk tree, at token precision: ``chunks`` decides what is stored, this
+diverges (the chunk tree, at token precision: ``chunk_index`` decides what is stored, this
 decides what is shown).
 
 Built from row snapshots (a radix tree over their token strings) in one pass: within a key

@@ -15,14 +15,14 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from app.cache import kvc, kvc2
-from app.cache.blobs import Blobs
+from app.cache import kvc_chunked, kvc_whole
 from app.cache.catalog import Catalog
-from app.cache.chunked import ChunkedRows
+from app.cache.chunked_rows import ChunkedRows
 from app.cache.counters import Counters
 from app.cache.eviction import Evictor
 from app.cache.meta import STATUS_AVAILABLE
 from app.cache.tiers import Tier
+from app.cache.whole_rows import Blobs
 
 ProgressFn = Callable[[int, int], None]
 
@@ -61,8 +61,8 @@ def verify_all(
                 bad_rows += 1
             continue
         try:
-            kvc2.read_row(tiers[row.tier], row.key)
-        except (OSError, kvc.CorruptBlob):
+            kvc_chunked.read_row(tiers[row.tier], row.key)
+        except (OSError, kvc_whole.CorruptBlob):
             with io_lock:
                 if catalog.get(row.key) is not None:
                     counters.add("corrupt_files")

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from app.cache import kvc2, seqstate
+from app.cache import kvc_chunked, seqstate
 from app.cache.keys import KeyMeta
 from app.cache.lookup import Found
 from app.cache.store import CacheStore
@@ -78,7 +78,7 @@ def test_chunks_round_trip_across_a_restart(tmp_path: Path, backend: LlamaBacken
     payload = pack(backend, prompt)
     with CacheStore(tmp_path / "d", ram_file_dir=tmp_path / "shm") as store:
         save(store, backend, prompt, "chat-1")
-        assert len(list((tmp_path / "d" / "kv").glob("*" + kvc2.CHUNK_SUFFIX))) == 3
+        assert len(list((tmp_path / "d" / "kv").glob("*" + kvc_chunked.CHUNK_SUFFIX))) == 3
     with CacheStore(tmp_path / "d", ram_file_dir=tmp_path / "shm") as store:  # a restart
         hit = store.find(meta_of(backend), prompt)
         assert isinstance(hit, Found) and hit.n == 300 and hit.source == "exact"
@@ -142,9 +142,9 @@ def test_chats_branching_inside_a_chunk_share_its_head(tmp_path: Path, backend: 
             save(store, backend, conv)
         kv = tmp_path / "d" / "kv"
         cells = 0
-        for path in kv.glob("*" + kvc2.CHUNK_SUFFIX):
+        for path in kv.glob("*" + kvc_chunked.CHUNK_SUFFIX):
             data = path.read_bytes()
-            cells += kvc2.parse_chunk_header(data, len(data), bytes.fromhex(path.stem)).n
+            cells += kvc_chunked.parse_chunk_header(data, len(data), bytes.fromhex(path.stem)).n
         assert cells == len(unique)  # each distinct prefix once
         for conv in convs:
             row = store.lookup_exact(meta, conv)
@@ -154,9 +154,9 @@ def test_chats_branching_inside_a_chunk_share_its_head(tmp_path: Path, backend: 
         assert isinstance(hit, Found) and hit.n == 230
         assert hit.payload == seqstate.cut(pack(backend, convs[1]), 230)
         assert_same(warm(backend, hit, prompt), cold(backend, prompt))
-        root = kvc2.chain_root(meta.fingerprint, meta.quant_type, meta.ctx_params_hash, 128)
+        root = kvc_chunked.chain_root(meta.fingerprint, meta.quant_type, meta.ctx_params_hash, 128)
         first_chat = b"".join(t.to_bytes(4, "little") for t in convs[0])
-        path = kv / kvc2.chunk_name(kvc2.chain_keys(root, first_chat, 128)[1])
+        path = kv / kvc_chunked.chunk_name(kvc_chunked.chain_keys(root, first_chat, 128)[1])
         data = bytearray(path.read_bytes())
         data[len(data) // 2] ^= 0x01
         path.write_bytes(bytes(data))
@@ -175,9 +175,9 @@ def test_a_damaged_shared_chunk_is_never_served(tmp_path: Path, backend: LlamaBa
     with CacheStore(tmp_path / "d", ram_file_dir=tmp_path / "shm") as store:
         for conv in convs:
             save(store, backend, conv)
-        root = kvc2.chain_root(meta.fingerprint, meta.quant_type, meta.ctx_params_hash, 128)
-        second = kvc2.chain_keys(root, b"".join(t.to_bytes(4, "little") for t in system), 128)[1]
-        path = tmp_path / "d" / "kv" / kvc2.chunk_name(second)
+        root = kvc_chunked.chain_root(meta.fingerprint, meta.quant_type, meta.ctx_params_hash, 128)
+        second = kvc_chunked.chain_keys(root, b"".join(t.to_bytes(4, "little") for t in system), 128)[1]
+        path = tmp_path / "d" / "kv" / kvc_chunked.chunk_name(second)
         data = bytearray(path.read_bytes())
         data[len(data) // 3] ^= 0x01  # one bit of K in the shared second chunk
         path.write_bytes(bytes(data))

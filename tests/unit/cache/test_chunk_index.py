@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import random
 
-from app.cache import kvc2
-from app.cache.chunked import links_for
-from app.cache.chunks import Chunk, ChunkIndex, Link
+from app.cache import kvc_chunked
+from app.cache.chunk_index import Chunk, ChunkIndex, Link
+from app.cache.chunked_rows import links_for
 from app.cache.keys import encode_tokens
 from app.cache.lcp import PrefixIndex, Tombstones
 from app.cache.prefix import common_prefix_bytes
 
 C = 4
-ROOT = kvc2.chain_root(b"\x01" * 32, "q8_0", b"\x02" * 32, C)
+ROOT = kvc_chunked.chain_root(b"\x01" * 32, "q8_0", b"\x02" * 32, C)
 
 
 def links(tokens: list[int]) -> list[Link]:
@@ -105,7 +105,7 @@ def test_plan_branches_inside_a_chunk_instead_of_storing_its_head_again() -> Non
     b = idx.plan(ROOT, encode_tokens([1, 2, 3, 4, 5, 6, 99, 98, 97, 96, 95]), C)
     assert [(ln.start, len(ln.tokens_le) // 4) for ln in b] == [(0, 4), (4, 2), (6, 4), (10, 1)]
     assert b[0].key == a[0].key and b[1].parent == a[0].key
-    assert b[2].parent == kvc2.chunk_key(a[0].key, encode_tokens([5, 6]))  # below the branch point
+    assert b[2].parent == kvc_chunked.chunk_key(a[0].key, encode_tokens([5, 6]))  # below the branch point
     assert idx.resolve(b[1]).key == a[1].key  # type: ignore[union-attr]  # the head of [5..8]
     assert [ln for ln in b if idx.resolve(ln) is None] == b[2:]  # only B's own tokens are new
     idx.attach(b"B", b)

@@ -83,7 +83,7 @@ def test_human_formats() -> None:
 
 
 def test_verify_and_stats_with_chunked_rows(tmp_path: Path) -> None:
-    from app.cache import kvc2
+    from app.cache import kvc_chunked
     from tests.helpers.kv_states import state_for
 
     data = tmp_path / "data"
@@ -97,7 +97,7 @@ def test_verify_and_stats_with_chunked_rows(tmp_path: Path) -> None:
     code, text = run(tmp_path, "verify", "--no-progress")
     assert code == 0 and "verified 3 blobs: 3 ok, 0 removed" in text
     assert "checked 5 chunks; 0 rows now restore only up to a lost chunk" in text
-    shared = next(p for p in (data / "kv").glob("*" + kvc2.CHUNK_SUFFIX)
+    shared = next(p for p in (data / "kv").glob("*" + kvc_chunked.CHUNK_SUFFIX)
                   if int.from_bytes(p.read_bytes()[32:36], "little") == 4)  # fmt: skip
     raw = bytearray(shared.read_bytes())
     raw[-1] ^= 1

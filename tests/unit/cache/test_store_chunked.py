@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from app.cache import kvc2
+from app.cache import kvc_chunked
 from app.cache.keys import KeyMeta
-from app.cache.kvc import crc32c
+from app.cache.kvc_whole import crc32c
 from app.cache.lookup import Found, NotFound
 from app.cache.store import CacheStore
 from tests.helpers.kv_states import bytes_per_token, state_for
@@ -66,8 +66,8 @@ def test_chunked_round_trip_in_every_tier(small: CacheStore, tier: str) -> None:
     got = found(small, tokens)
     assert (got.source, got.n) == ("exact", 11)
     if tier != "ram":
-        assert len(files(small, kvc2.CHUNK_SUFFIX, tier)) == 3
-        assert len(files(small, kvc2.ROW_SUFFIX, tier)) == 1
+        assert len(files(small, kvc_chunked.CHUNK_SUFFIX, tier)) == 3
+        assert len(files(small, kvc_chunked.ROW_SUFFIX, tier)) == 1
     assert small.counters()[f"bytes_{tier}"] == sum(small.tier_usage()[tier][:1])
 
 
@@ -133,10 +133,10 @@ def test_a_shared_system_prompt_is_stored_once(open_store: Callable[..., CacheSt
 def test_a_full_chunk_supersedes_the_partial_tail_of_an_earlier_turn(small: CacheStore) -> None:
     turn1 = list(range(200, 206))  # chunks [4] [2]
     put(small, turn1)
-    assert len(files(small, kvc2.CHUNK_SUFFIX)) == 2
+    assert len(files(small, kvc_chunked.CHUNK_SUFFIX)) == 2
     turn2 = turn1 + [300, 301, 302, 303]  # extends the partial: [4] [4] [2]
     put(small, turn2)
-    assert len(files(small, kvc2.CHUNK_SUFFIX)) == 3  # the 2-token partial is gone
+    assert len(files(small, kvc_chunked.CHUNK_SUFFIX)) == 3  # the 2-token partial is gone
     for tokens in (turn1, turn2):
         assert found(small, tokens).n == len(tokens)
 
@@ -144,9 +144,9 @@ def test_a_full_chunk_supersedes_the_partial_tail_of_an_earlier_turn(small: Cach
 def stored_chunk_tokens(store: CacheStore, tier: str = "disk") -> list[int]:
     """How many tokens each chunk file on ``tier`` holds (read from the files themselves)."""
     out = []
-    for path in files(store, kvc2.CHUNK_SUFFIX, tier):
+    for path in files(store, kvc_chunked.CHUNK_SUFFIX, tier):
         data = path.read_bytes()
-        out.append(kvc2.parse_chunk_header(data, len(data), bytes.fromhex(path.stem)).n)
+        out.append(kvc_chunked.parse_chunk_header(data, len(data), bytes.fromhex(path.stem)).n)
     return out
 
 
@@ -168,7 +168,7 @@ def test_branches_inside_chunks_store_every_token_once(open_store: Callable[...,
         put(store, conv)
     unique = {tuple(conv[: i + 1]) for conv in saved for i in range(len(conv))}
     assert sum(stored_chunk_tokens(store)) == len(unique)
-    on_disk = files(store, kvc2.CHUNK_SUFFIX) + files(store, kvc2.ROW_SUFFIX)
+    on_disk = files(store, kvc_chunked.CHUNK_SUFFIX) + files(store, kvc_chunked.ROW_SUFFIX)
     assert store.tier_usage()["disk"][0] == sum(p.stat().st_size for p in on_disk)
     for conv in saved:  # every row restores exactly, also cut at every length
         row = store.lookup_exact(META, conv)
@@ -197,9 +197,9 @@ def test_quotas_count_unique_bytes_and_evict_by_reference(open_store: Callable[.
     base = list(range(1, 13))  # three full chunks every row shares
     put(store, base + [100, 101])
     one_row = store.tier_usage()["disk"][0]
-    shared = sum(p.stat().st_size for p in files(store, kvc2.CHUNK_SUFFIX)) - (
-        store.tier_usage()["disk"][0] - sum(p.stat().st_size for p in files(store, kvc2.ROW_SUFFIX))
-        - sum(p.stat().st_size for p in files(store, kvc2.CHUNK_SUFFIX))
+    shared = sum(p.stat().st_size for p in files(store, kvc_chunked.CHUNK_SUFFIX)) - (
+        store.tier_usage()["disk"][0] - sum(p.stat().st_size for p in files(store, kvc_chunked.ROW_SUFFIX))
+        - sum(p.stat().st_size for p in files(store, kvc_chunked.CHUNK_SUFFIX))
     )
     assert shared > 0
     for i in range(2, 6):
@@ -274,10 +274,10 @@ def test_unreferenced_chunks_are_collected_at_start_up(open_store: Callable[...,
     key = put(store, list(range(1, 10)))  # three chunks and a manifest
     store.close()
     # the crash: the manifest never landed, nor did the database learn of the chunks
-    (store._file_tiers["disk"].dir / kvc2.row_name(key)).unlink()  # type: ignore[arg-type]
+    (store._file_tiers["disk"].dir / kvc_chunked.row_name(key)).unlink()  # type: ignore[arg-type]
     for suffix in ("", "-wal", "-shm"):
         Path(f"{store.data_dir / 'kvcache.sqlite'}{suffix}").unlink(missing_ok=True)
-    chunk_files = files(store, kvc2.CHUNK_SUFFIX)
+    chunk_files = files(store, kvc_chunked.CHUNK_SUFFIX)
     for path in chunk_files[:2]:  # two written an hour ago; the third may be another
         data = bytearray(path.read_bytes())  # process's save in progress: kept
         data[40:48] = int(time.time() - 3600).to_bytes(8, "little")
@@ -287,7 +287,7 @@ def test_unreferenced_chunks_are_collected_at_start_up(open_store: Callable[...,
     again = open_store(chunk_tokens=4)
     assert again.rows() == []
     assert again.counters()["chunks_orphaned"] == 2
-    assert files(again, kvc2.CHUNK_SUFFIX) == chunk_files[2:]
+    assert files(again, kvc_chunked.CHUNK_SUFFIX) == chunk_files[2:]
 
 
 def test_miss_reasons(open_store: Callable[..., CacheStore]) -> None:
@@ -312,9 +312,9 @@ def test_a_damaged_shared_chunk_makes_every_row_fall_back_never_serve_bad_kv(
     convs = [head + [100 * i + j for j in range(6)] for i in range(1, 4)]
     for conv in convs:
         put(store, conv)
-    h1 = kvc2.chain_keys(kvc2.chain_root(META.fingerprint, META.quant_type, META.ctx_params_hash, 4),
+    h1 = kvc_chunked.chain_keys(kvc_chunked.chain_root(META.fingerprint, META.quant_type, META.ctx_params_hash, 4),
                          bytes(b"".join(t.to_bytes(4, "little") for t in head)), 4)[1]  # fmt: skip
-    path = store._file_tiers["disk"].dir / kvc2.chunk_name(h1)
+    path = store._file_tiers["disk"].dir / kvc_chunked.chunk_name(h1)
     data = bytearray(path.read_bytes())
     data[-3] ^= 0x40  # one flipped bit in the KV bytes
     path.write_bytes(bytes(data))
@@ -334,7 +334,7 @@ def test_a_row_saved_again_restores_its_lost_chunks(open_store: Callable[..., Ca
     store = open_store(chunk_tokens=4)
     conv = list(range(1, 15))
     put(store, conv)
-    victim = files(store, kvc2.CHUNK_SUFFIX)[0]
+    victim = files(store, kvc_chunked.CHUNK_SUFFIX)[0]
     victim.write_bytes(b"garbage")
     assert store.verify().rows_damaged == 1
     assert found(store, conv).n < len(conv)
@@ -347,7 +347,7 @@ def test_verify_finds_a_flipped_byte_in_a_shared_chunk(open_store: Callable[...,
     store = open_store(chunk_tokens=4)
     for i in range(3):
         put(store, list(range(1, 9)) + [i])
-    victim = files(store, kvc2.CHUNK_SUFFIX)[0]
+    victim = files(store, kvc_chunked.CHUNK_SUFFIX)[0]
     data = bytearray(victim.read_bytes())
     data[len(data) // 2] ^= 1
     victim.write_bytes(bytes(data))
@@ -365,7 +365,7 @@ def test_v1_blobs_and_chunked_rows_live_together(open_store: Callable[..., Cache
     assert store.flush(10)
     formats = sorted(r.format for r in store.rows())
     assert formats == [1, 2]
-    assert files(store, ".kvc") and files(store, kvc2.ROW_SUFFIX)
+    assert files(store, ".kvc") and files(store, kvc_chunked.ROW_SUFFIX)
     store.close()
     again = open_store(chunk_tokens=4)
     row = again.lookup_exact(META, opaque)
@@ -379,19 +379,19 @@ def test_a_v1_blob_is_converted_to_chunks_the_first_time_it_is_used(
     open_store: Callable[..., CacheStore],
 ) -> None:
     """Blobs written before KVC v2 keep working, and become chunks when first loaded."""
-    from app.cache import kvc
+    from app.cache import kvc_whole
     from app.cache.keys import encode_tokens
     from app.cache.tiers import blob_name
 
     store = open_store(chunk_tokens=4)
     old = list(range(1, 15))
     # a KVC v1 blob as the previous version wrote it, dropped into the disk tier
-    meta = kvc.BlobMeta(META.fingerprint, META.quant_type, META.ctx_params_hash, tuple(old),
+    meta = kvc_whole.BlobMeta(META.fingerprint, META.quant_type, META.ctx_params_hash, tuple(old),
                         save_reason="finish", model_id="m", session_id="chat-old")  # fmt: skip
     payload = state_for(old)
     store.close()
     blob = store._file_tiers["disk"].dir / blob_name(META.key(encode_tokens(old)))
-    blob.write_bytes(kvc.build_file(meta, payload))
+    blob.write_bytes(kvc_whole.build_file(meta, payload))
     store = open_store(chunk_tokens=4)
     row = store.lookup_exact(META, old)
     assert row is not None and row.format == 1 and row.session_id == "chat-old"
@@ -428,7 +428,7 @@ def test_a_row_whose_first_chunk_was_lost_misses_as_corrupt(open_store: Callable
     store = open_store(chunk_tokens=4)
     conv = list(range(1, 11))
     put(store, conv)
-    first = next(p for p in files(store, kvc2.CHUNK_SUFFIX) if int.from_bytes(p.read_bytes()[32:36], "little") == 0)
+    first = next(p for p in files(store, kvc_chunked.CHUNK_SUFFIX) if int.from_bytes(p.read_bytes()[32:36], "little") == 0)
     first.write_bytes(b"damaged")
     assert store.find(META, conv) == NotFound("corrupt", 10)  # found damaged now
     assert store.find(META, conv) == NotFound("corrupt", 10)  # and still said later

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from app.cache import kvc, tiers
+from app.cache import kvc_whole, tiers
 from app.cache.store import DB_NAME, CacheStore
 from app.cache.tiers import blob_name
 from tests.unit.cache.conftest import META, Gate, payload_for, save
@@ -98,16 +98,16 @@ def test_full_disk_fails_the_save_and_leaves_no_temp_file(
 def test_a_bug_in_the_writer_does_not_kill_it(
     store: CacheStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real_build = kvc.build
+    real_build = kvc_whole.build
     calls = []
 
-    def flaky(meta: kvc.BlobMeta, payload: bytes) -> bytes:
+    def flaky(meta: kvc_whole.BlobMeta, payload: bytes) -> bytes:
         calls.append(1)
         if len(calls) == 1:
             raise RuntimeError("boom")
         return real_build(meta, payload)
 
-    monkeypatch.setattr(kvc, "build", flaky)
+    monkeypatch.setattr(kvc_whole, "build", flaky)
     store.expected_internal_errors = 1  # type: ignore[attr-defined]
     save(store, PROMPT)
     # our bug, not the user's disk: counted apart from save_errors, shown as no Problem
@@ -277,7 +277,7 @@ def test_hits_live_in_the_blob_header_and_survive_a_rebuild(
     assert store.load(row) and store.load(row)
     data = blob_path(store, PROMPT).read_bytes()
     assert int.from_bytes(data[12:16], "little") == 2
-    assert kvc.parse(data, row.key)[1] == payload_for(PROMPT)  # still a valid blob
+    assert kvc_whole.parse(data, row.key)[1] == payload_for(PROMPT)  # still a valid blob
     store.close()
     Path(store.data_dir / DB_NAME).unlink()
     rebuilt = open_store().lookup_exact(META, PROMPT)

@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any
 
-from app.cache import kvc
+from app.cache import kvc_whole
 from app.cache.catalog import Catalog
 from app.cache.counters import Counters
 from app.cache.eviction import Evictor
@@ -91,7 +91,7 @@ class Blobs:
 
     def write(self, job: SaveJob) -> Row | None:
         """Store ``job`` as a KVC v1 blob; the published row, or None when not stored."""
-        meta = kvc.BlobMeta(
+        meta = kvc_whole.BlobMeta(
             fingerprint=job.meta.fingerprint,
             quant_type=job.meta.quant_type,
             ctx_params_hash=job.meta.ctx_params_hash,
@@ -103,7 +103,7 @@ class Blobs:
             model_id=job.model_id,
             session_id=job.session_id,
         )
-        prefix = kvc.build(meta, job.payload)
+        prefix = kvc_whole.build(meta, job.payload)
         size = len(prefix) + len(job.payload)
         with self._io_lock:
             tier = self._evictor.place(job.tier, size)
@@ -112,12 +112,12 @@ class Blobs:
             row = job.row(
                 tier=tier, size=size, status=STATUS_WRITING, created=time.time(),
                 location=self._tiers[tier].location(blob_name(job.key)),
-                checksum=kvc.payload_crc_of(prefix),
+                checksum=kvc_whole.payload_crc_of(prefix),
             )  # fmt: skip
             self._journal.put(row)
             try:
                 write_blob(self._tiers[tier], job.key, prefix, job.payload)
-            except (OSError, kvc.CorruptBlob) as exc:
+            except (OSError, kvc_whole.CorruptBlob) as exc:
                 self._evictor.write_failed(exc, f"saving to the {tier} tier")
                 self._journal.delete([job.key])
                 return None
@@ -131,9 +131,9 @@ class Blobs:
         for _ in range(3):  # a concurrent move changes the tier under us: follow it
             try:
                 prefix, payload = read_blob_parts(self._tiers[row.tier], row.key)
-                kvc.parse_parts(prefix, payload, row.key)
+                kvc_whole.parse_parts(prefix, payload, row.key)
                 return payload
-            except (OSError, kvc.CorruptBlob) as exc:
+            except (OSError, kvc_whole.CorruptBlob) as exc:
                 now = self._catalog.get(row.key)
                 if now is None:
                     return None  # deleted meanwhile: a plain miss

@@ -1,4 +1,4 @@
-"""Chunked rows (KVC v2, ``app.cache.kvc2``): a save becomes the chunks its chain does not
+"""Chunked rows (KVC v2, ``app.cache.kvc_chunked``): a save becomes the chunks its chain does not
 have yet plus a manifest; a restore reads a chain's chunks back into one per-seq state.
 
 A save, on the writer thread with the store's ``io_lock`` held: the row's chain is laid
@@ -25,16 +25,16 @@ import threading
 import time
 from dataclasses import dataclass, replace
 
-from app.cache import kvc, kvc2, seqstate
-from app.cache.blobs import SaveJob
+from app.cache import kvc_chunked, kvc_whole, seqstate
 from app.cache.catalog import Catalog
-from app.cache.chunks import Chunk, Link
+from app.cache.chunk_index import Chunk, Link
 from app.cache.counters import Counters
 from app.cache.eviction import Evictor
 from app.cache.journal import Journal
 from app.cache.meta import STATUS_AVAILABLE, STATUS_WRITING
 from app.cache.rows import Row
 from app.cache.tiers import Buffer, Tier, blob_name
+from app.cache.whole_rows import SaveJob
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +47,7 @@ def links_for(row_tokens_le: bytes, root: bytes, chunk_size: int) -> list[Link]:
     step = chunk_size * 4
     for a in range(0, len(row_tokens_le), step):
         tokens = row_tokens_le[a : a + step]
-        key = kvc2.chunk_key(parent, tokens)
+        key = kvc_chunked.chunk_key(parent, tokens)
         links.append(Link(key, parent, a // 4, tokens))
         parent = key
     return links
@@ -56,9 +56,9 @@ def links_for(row_tokens_le: bytes, root: bytes, chunk_size: int) -> list[Link]:
 def root_of(job_or_row: SaveJob | Row, chunk_size: int) -> bytes:
     if isinstance(job_or_row, SaveJob):
         meta = job_or_row.meta
-        return kvc2.chain_root(meta.fingerprint, meta.quant_type, meta.ctx_params_hash, chunk_size)
+        return kvc_chunked.chain_root(meta.fingerprint, meta.quant_type, meta.ctx_params_hash, chunk_size)
     r = job_or_row
-    return kvc2.chain_root(bytes.fromhex(r.fingerprint), r.quant_type, bytes.fromhex(r.ctx_hash), chunk_size)
+    return kvc_chunked.chain_root(bytes.fromhex(r.fingerprint), r.quant_type, bytes.fromhex(r.ctx_hash), chunk_size)
 
 
 def is_cuttable(payload: Buffer, n_tokens: int) -> bool:
@@ -90,7 +90,7 @@ class ChunkedRows:
         journal: Journal,
         counters: Counters,
         io_lock: threading.RLock,
-        chunk_size: int = kvc2.CHUNK_TOKENS,
+        chunk_size: int = kvc_chunked.CHUNK_TOKENS,
     ) -> None:
         self._catalog = catalog
         self._tiers = tiers
@@ -144,8 +144,8 @@ class ChunkedRows:
     def _write_locked(self, job: SaveJob, links: list[Link], missing: list[Link]) -> Row | None:
         now = time.time()
         files, new_chunks = self._new_chunk_files(job, missing, now)
-        manifest = kvc2.build_row(
-            kvc2.RowManifest(
+        manifest = kvc_chunked.build_row(
+            kvc_chunked.RowManifest(
                 fingerprint=job.meta.fingerprint, quant_type=job.meta.quant_type,
                 ctx_params_hash=job.meta.ctx_params_hash, tokens_le=job.tokens_le,
                 chunk_size=self.chunk_size, save_reason=job.reason, created=int(now),
@@ -157,7 +157,7 @@ class ChunkedRows:
         tier = self._evictor.place(job.tier, size, frozenset({job.key}))
         if tier is None:
             return None
-        name = kvc2.row_name(job.key)
+        name = kvc_chunked.row_name(job.key)
         row = job.row(
             tier=tier, size=size, status=STATUS_WRITING, created=now, format=2,
             chunk_size=self.chunk_size, location=self._tiers[tier].location(name),
@@ -165,7 +165,7 @@ class ChunkedRows:
         self._journal.put(row)
         try:
             self._tiers[tier].put([*files, (name, (manifest,))])
-        except (OSError, kvc.CorruptBlob) as exc:
+        except (OSError, kvc_whole.CorruptBlob) as exc:
             self._evictor.write_failed(exc, f"saving to the {tier} tier")
             self._journal.delete([job.key])
             return None
@@ -192,14 +192,14 @@ class ChunkedRows:
         pieces = dict(zip(bounds, seqstate.split(job.payload, bounds), strict=False))
         for ln in missing:
             piece = pieces[ln.start]
-            header = kvc2.ChunkHeader(
+            header = kvc_chunked.ChunkHeader(
                 key=ln.key, parent=ln.parent, start=ln.start, tokens_le=ln.tokens_le,
                 chunk_size=self.chunk_size, fingerprint=job.meta.fingerprint,
                 quant_type=job.meta.quant_type, ctx_params_hash=job.meta.ctx_params_hash,
                 created=int(now),
             )  # fmt: skip
-            head = kvc2.build_chunk(header, piece)
-            files.append((kvc2.chunk_name(ln.key), (head, piece)))
+            head = kvc_chunked.build_chunk(header, piece)
+            files.append((kvc_chunked.chunk_name(ln.key), (head, piece)))
             chunks.append(
                 Chunk(ln.key, ln.parent, ln.start, ln.tokens_le, self.chunk_size,
                       tier="pending", size=len(head) + len(piece), created=now)  # fmt: skip
@@ -251,7 +251,7 @@ class ChunkedRows:
                 # it is all that can be restored; a miss here says "corrupt"
                 return pieces, covered, True, False
             try:
-                header, payload = kvc2.read_chunk(self._tiers[tier], key)
+                header, payload = kvc_chunked.read_chunk(self._tiers[tier], key)
             except FileNotFoundError as exc:
                 with self._catalog.lock:
                     now = self._catalog.chunks.get(key)
@@ -260,7 +260,7 @@ class ChunkedRows:
                 with self._io_lock:
                     self._evictor.drop_chunk(key, exc)
                 break
-            except kvc.CorruptBlob as exc:
+            except kvc_whole.CorruptBlob as exc:
                 with self._io_lock:
                     self._evictor.drop_chunk(key, exc)
                 return pieces, covered, True, False
@@ -281,7 +281,7 @@ class ChunkedRows:
         if chunk.tier is None:
             return True
         try:
-            kvc2.read_chunk(self._tiers[chunk.tier], chunk.key)
+            kvc_chunked.read_chunk(self._tiers[chunk.tier], chunk.key)
             return True
         except FileNotFoundError:
             with self._catalog.lock:
@@ -291,7 +291,7 @@ class ChunkedRows:
             with self._io_lock:
                 self._evictor.drop_chunk(chunk.key, FileNotFoundError("chunk file is gone"))
             return False
-        except kvc.CorruptBlob as exc:
+        except kvc_whole.CorruptBlob as exc:
             with self._io_lock:
                 self._evictor.drop_chunk(chunk.key, exc)
             return False

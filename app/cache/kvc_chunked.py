@@ -97,7 +97,7 @@ A row manifest, ``<hex key>.kvr``, where key is the SPEC §4 row key
 Writes use the tiers' publish protocol (exclusive temp file, fsync, rename, fsync dir):
 a save writes its new chunks first and its manifest last, so a crash leaves at worst
 unreferenced chunks, which start-up deletes. Payloads whose layout ``seqstate`` does not
-recognise are stored whole as KVC v1 blobs (``app.cache.kvc``) instead.
+recognise are stored whole as KVC v1 blobs (``app.cache.kvc_whole``) instead.
 """
 
 from __future__ import annotations
@@ -107,7 +107,7 @@ import struct
 from dataclasses import dataclass
 
 from app.cache.keys import KEY_LEN, make_key, quant_byte, quant_name
-from app.cache.kvc import SAVE_REASONS, CorruptBlob, crc32c, iter_tlv
+from app.cache.kvc_whole import SAVE_REASONS, CorruptBlob, crc32c, iter_tlv
 from app.cache.tiers import Buffer, Tier
 
 # NOTE: 128 tokens, from measurements on this 2-core machine (SmolLM2-135M, q8_0 K/V,

@@ -1,4 +1,4 @@
-"""The in-memory index of KVC v2 chunks (``app.cache.kvc2``): which chunks are stored and
+"""The in-memory index of KVC v2 chunks (``app.cache.kvc_chunked``): which chunks are stored and
 where, which rows use each one (its reference count), and, under each parent, the children
 sorted by their tokens — the chunk tree.
 
@@ -26,7 +26,7 @@ import bisect
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from app.cache.kvc2 import chunk_key
+from app.cache.kvc_chunked import chunk_key
 from app.cache.prefix import common_prefix_bytes
 from app.cache.tiers import TIERS
 
