@@ -94,15 +94,23 @@ def finish_words(stats: ReplyStats) -> str:
 
 
 def reply_line(stats: ReplyStats, conversation_id: str = "", title_of: TitleOf | None = None) -> str:
-    """The line under a reply: speed, what was reused, and how it ended."""
-    parts = [f"{stats.tokens_per_s:.1f} tok/s", f"first token {stats.ttft_ms:,.0f} ms"]
+    """The line under a reply: how it ended (when that is worth saying), speed, what was
+    reused. The reason comes first: the line wraps in a narrow window, and the reason is
+    the part a person must not miss."""
+    return "  ·  ".join(reply_line_parts(stats, conversation_id, title_of))
+
+
+def reply_line_parts(
+    stats: ReplyStats, conversation_id: str = "", title_of: TitleOf | None = None
+) -> list[str]:
+    """The parts of :func:`reply_line`, in order."""
+    end = finish_words(stats)
+    parts = [end] if end else []
+    parts += [f"{stats.tokens_per_s:.1f} tok/s", f"first token {stats.ttft_ms:,.0f} ms"]
     parts.append(reuse_words(stats, conversation_id, title_of))
     if stats.drafted_tokens:
         parts.append(speculation_words(stats))
-    end = finish_words(stats)
-    if end:
-        parts.append(end)
-    return "  ·  ".join(parts)
+    return parts
 
 
 def speculation_words(stats: ReplyStats) -> str:

@@ -177,6 +177,9 @@ class MessageWidget(QFrame):
         self._layout.addWidget(self.body)
         self.meta = QLabel()
         self.meta.setObjectName("replyMeta")
+        # NOTE: the line wraps instead of running past the column's right edge (at 1280 px
+        # it held ~110 characters; a cut reply's reason came last and was clipped).
+        self.meta.setWordWrap(True)
         actions = QHBoxLayout()
         actions.setContentsMargins(0, 0, 0, 0)
         actions.setSpacing(2)
@@ -189,8 +192,7 @@ class MessageWidget(QFrame):
         actions.addWidget(regen)
         self._add_switcher(actions, branch)
         actions.addSpacing(10)
-        actions.addWidget(self.meta)
-        actions.addStretch(1)
+        actions.addWidget(self.meta, 1)
         self._actions_row = QWidget()
         self._actions_row.setLayout(actions)
         self._layout.addWidget(self._actions_row)

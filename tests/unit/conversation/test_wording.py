@@ -41,6 +41,9 @@ def test_how_a_reply_ended():
     assert finish_words(ReplyStats(finish_reason="stop")) == ""
     line = reply_line(ReplyStats(tokens_per_s=12.34, ttft_ms=250, prompt_tokens=9, cache_hit_kind="cold"))
     assert line == "12.3 tok/s  ·  first token 250 ms  ·  read all 9 prompt tokens"
+    cut = ReplyStats(tokens_per_s=12.34, ttft_ms=250, prompt_tokens=9, cache_hit_kind="cold",
+                     finish_reason="length", context_full=True)
+    assert reply_line(cut).startswith("cut: the context is full  ·  12.3 tok/s")  # reason first
 
 
 def test_prefill_progress_with_an_estimate():
