@@ -162,7 +162,7 @@ def create_window(
     for text in errors:
         window.show_error(text)
     if pending is not None and engine is not None:
-        window.model_loading = ModelLoading(window, engine, *pending)
+        window.model_loading = ModelLoading(window, window, engine, *pending)
         window.model_loading.start()
     return window
 

@@ -12,32 +12,56 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from PySide6.QtCore import QObject, Qt
 from PySide6.QtGui import QAction, QActionGroup, QKeySequence
-from PySide6.QtWidgets import QDialog, QMenu, QMessageBox
+from PySide6.QtWidgets import QDialog, QMainWindow, QMenu, QMessageBox, QToolButton, QWidget
 
-from app.storage import THEMES, ChatPreset, Preferences, StorageError
+from app.storage import THEMES, ChatPreset, Preferences, Storage, StorageError
 from app.ui.chat.adapter_chip import AdapterIndicator
+from app.ui.chat.chat_page import ChatPage
+from app.ui.chat.controller import ChatController
+from app.ui.engine_api import EngineApi
 from app.ui.preferences_dialog import THEME_LABELS, PreferencesDialog
-from app.ui.server import LocalServerPanel
+from app.ui.server import LocalServer, LocalServerPanel
 from app.ui.shortcuts import ShortcutsDialog, shortcut
-
-if TYPE_CHECKING:
-    from app.ui.main_window import MainWindow
 
 log = logging.getLogger(__name__)
 
 AREAS = ("chat", "models", "cache")
 
 
+class ActionsWindow(Protocol):
+    """What the actions reach in the main window (``MainWindow`` is one)."""
+
+    @property
+    def storage(self) -> Storage: ...
+    @property
+    def controller(self) -> ChatController: ...
+    @property
+    def chat_page(self) -> ChatPage: ...
+    @property
+    def engine(self) -> EngineApi | None: ...
+    @property
+    def model_manager(self) -> QWidget: ...
+    @property
+    def local_server(self) -> LocalServer | None: ...
+    @property
+    def nav_buttons(self) -> dict[str, QToolButton]: ...
+    def show_error(self, text: str) -> None: ...
+    def apply_scheme(self, scheme: str) -> None: ...
+
+
 class AppActions(QObject):
     """Owns the window's QActions (``actions`` by name) and the Settings dialog."""
 
-    def __init__(self, window: MainWindow) -> None:
-        super().__init__(window)
+    def __init__(self, window: ActionsWindow, widget: QMainWindow) -> None:
+        """``window`` is what the actions reach; ``widget`` is the same window as the
+        ``QMainWindow`` that holds the menu bar and parents the dialogs."""
+        super().__init__(widget)
         self.window = window
+        self.widget = widget
         self.prefs = Preferences(window.storage)
         controller = window.controller
         self.builtin = ChatPreset(
@@ -70,8 +94,7 @@ class AppActions(QObject):
     # -- construction ---------------------------------------------------------------------
 
     def _build_menus(self) -> None:
-        w = self.window
-        bar = w.menuBar()
+        bar = self.widget.menuBar()
         bar.setObjectName("menuBar")
         app_menu = bar.addMenu("&Hearth")
         self._add(app_menu, "new_chat", self.new_chat)
@@ -79,7 +102,7 @@ class AppActions(QObject):
         app_menu.addSeparator()
         self._add(app_menu, "settings", self.open_settings, text="Settings…")
         app_menu.addSeparator()
-        self._add(app_menu, "quit", w.close)
+        self._add(app_menu, "quit", self.widget.close)
 
         view = bar.addMenu("&View")
         for name, area in zip(("go_chat", "go_models", "go_cache"), AREAS, strict=True):
@@ -108,7 +131,7 @@ class AppActions(QObject):
         # Esc has no menu entry: it acts on the open chat, and only while it streams.
         stop = self._action("stop", self.stop_reply)
         stop.setShortcutContext(Qt.ShortcutContext.WindowShortcut)
-        w.addAction(stop)
+        self.widget.addAction(stop)
 
     def _action(self, name: str, slot: Callable[[], object], text: str | None = None) -> QAction:
         s = shortcut(name)
@@ -165,7 +188,7 @@ class AppActions(QObject):
     def open_settings(self) -> PreferencesDialog:
         if self.dialog is None:
             self.dialog = PreferencesDialog(
-                self.prefs, builtin_defaults=self.builtin, parent=self.window
+                self.prefs, builtin_defaults=self.builtin, parent=self.widget
             )
             self.dialog.theme_chosen.connect(self._on_theme_chosen)
             self.dialog.defaults_changed.connect(self.apply_defaults)
@@ -182,7 +205,7 @@ class AppActions(QObject):
 
     def show_shortcuts(self) -> ShortcutsDialog:
         if self.shortcuts_dialog is None:
-            self.shortcuts_dialog = ShortcutsDialog(self.window)
+            self.shortcuts_dialog = ShortcutsDialog(self.widget)
         _present(self.shortcuts_dialog)
         return self.shortcuts_dialog
 
@@ -201,7 +224,7 @@ class AppActions(QObject):
         from app import __version__
 
         QMessageBox.about(
-            self.window,
+            self.widget,
             "About Hearth",
             f"Hearth {__version__}\nLocal language models that never make you wait twice "
             "for the same prompt.",
@@ -221,6 +244,6 @@ def _present(dialog: QDialog) -> None:
         dialog.show()
 
 
-def install_app_actions(window: MainWindow) -> AppActions:
+def install_app_actions(window: ActionsWindow, widget: QMainWindow) -> AppActions:
     """Menus, shortcuts and preferences for ``window`` (call once, at the end of its setup)."""
-    return AppActions(window)
+    return AppActions(window, widget)

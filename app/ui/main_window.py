@@ -126,7 +126,7 @@ class MainWindow(QMainWindow):
         # The "Local server" switch (Settings): the OpenAI-compatible API on this engine.
         self.local_server = LocalServer(engine, self) if engine is not None else None
         # Menus, shortcuts (Ctrl+N, Ctrl+K, Esc …), theme switch and presets: app_actions.py.
-        self.app_actions = install_app_actions(self)
+        self.app_actions = install_app_actions(self, self)
         if self.local_server is not None:
             restore_local_server(self.local_server, storage)
 

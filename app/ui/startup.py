@@ -14,19 +14,31 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from PySide6.QtCore import QObject, Signal
-from PySide6.QtWidgets import QProgressBar
+from PySide6.QtWidgets import QLabel, QMainWindow, QProgressBar
 
 from app.engine.config import ModelConfig
+from app.ui.chat.chat_page import ChatPage
 from app.ui.engine_api import EngineApi
 from app.ui.tasks import TaskRunner
-
-if TYPE_CHECKING:
-    from app.ui.main_window import MainWindow
+from app.ui.widgets.banner import NotificationBanner
 
 log = logging.getLogger(__name__)
+
+
+class LoadingWindow(Protocol):
+    """What a load shows its progress in (``MainWindow`` is one)."""
+
+    @property
+    def status_model(self) -> QLabel: ...
+    @property
+    def chat_page(self) -> ChatPage: ...
+    @property
+    def banner(self) -> NotificationBanner: ...
+    def show_error(self, text: str) -> None: ...
+    def attach_model(self, model_id: str) -> None: ...
 
 
 class ModelLoading(QObject):
@@ -36,13 +48,15 @@ class ModelLoading(QObject):
 
     def __init__(
         self,
-        window: MainWindow,
+        window: LoadingWindow,
+        widget: QMainWindow,
         engine: EngineApi,
         model_id: str,
         make_config: Callable[[], ModelConfig],
         label: str,
     ) -> None:
-        super().__init__(window)
+        """``widget`` is ``window`` as the ``QMainWindow`` whose status bar holds the busy bar."""
+        super().__init__(widget)
         self.window = window
         self.engine = engine
         self.model_id = model_id
@@ -56,7 +70,7 @@ class ModelLoading(QObject):
         self.busy_bar.setMaximumWidth(120)
         self.busy_bar.setMaximumHeight(10)
         self.busy_bar.hide()
-        window.statusBar().addPermanentWidget(self.busy_bar)
+        widget.statusBar().addPermanentWidget(self.busy_bar)
         self.is_loading = False
 
     def start(self) -> None:

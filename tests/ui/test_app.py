@@ -10,8 +10,8 @@ import pytest
 from PySide6.QtCore import Qt
 
 from app.storage import SamplingSettings
-from app.ui.chat.catalog import ConversationCatalog, ConversationEntry
 from app.ui.qt_models.conversation_list import ConversationListModel
+from app.ui.state.conversation_catalog import ConversationCatalog, ConversationEntry
 from tests.ui.conftest import ASCII_GRAMMAR
 from tests.ui.helpers import chat_view, current_id, type_and_send, wait_idle
 

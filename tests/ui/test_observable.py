@@ -1,4 +1,4 @@
-"""The one observable list (app.ui.observable) and its one Qt adapter (qt_models.adapter):
+"""The one observable list (app.ui.state.observable) and its one Qt adapter (qt_models.adapter):
 every change is announced before and after, and a Qt model over it stays consistent —
 including persistent indexes across moves and sorts."""
 
@@ -9,8 +9,8 @@ from typing import Any
 
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, QPersistentModelIndex, Qt
 
-from app.ui.observable import ObservableList
 from app.ui.qt_models.adapter import ListAdapter
+from app.ui.state.observable import ObservableList
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from app.cache import cli
 from app.ui.cache import rows_panel
-from app.ui.models import format as ui_format
+from app.ui.state import format as ui_format
 from app.units import human_bytes
 
 

@@ -16,7 +16,7 @@ from PySide6.QtCore import QObject, Signal
 
 from app.cache.store import CacheStore
 from app.ui.aio import gui_loop
-from app.ui.cache import fmt
+from app.ui.state import cache_fmt as fmt
 from app.ui.tasks import TaskRunner
 from app.units import human_bytes
 

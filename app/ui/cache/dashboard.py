@@ -27,17 +27,17 @@ from app.conversation.accounting import HitAccount
 from app.ui.cache import style
 from app.ui.cache.actions import CacheActions
 from app.ui.cache.feed import CacheFeed
-from app.ui.cache.previews import Detokenizer, PreviewCache
 from app.ui.cache.reuse_panel import ReusePanel
-from app.ui.cache.row_state import CacheRowState
 from app.ui.cache.rows_panel import RowsPanel
 from app.ui.cache.scheduler_panel import SchedulerPanel, SessionNamer
 from app.ui.cache.stats_panel import StatsHistory, StatsPanel
 from app.ui.cache.tiers_panel import TiersPanel
-from app.ui.cache.titles import ConversationTitles
 from app.ui.cache.tree_panel import TreePanel
 from app.ui.engine_api import EngineApi, ModelApi
 from app.ui.qt_models.cache_rows import CacheRowsModel
+from app.ui.state.previews import Detokenizer, PreviewCache
+from app.ui.state.row_state import CacheRowState
+from app.ui.state.titles import ConversationTitles
 
 log = logging.getLogger(__name__)
 

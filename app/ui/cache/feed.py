@@ -15,7 +15,7 @@ from PySide6.QtCore import QObject, QTimer, Signal
 
 from app.cache.rows import Row
 from app.cache.store import CacheStore
-from app.ui.cache.row_state import CacheRowState
+from app.ui.state.row_state import CacheRowState
 
 log = logging.getLogger(__name__)
 

@@ -22,10 +22,10 @@ from PySide6.QtWidgets import (
 )
 
 from app.engine.events import ReuseRecord
-from app.ui.cache import fmt
 from app.ui.cache.reuse_words import reuse_words
-from app.ui.cache.titles import ConversationTitles
 from app.ui.engine_api import ModelApi
+from app.ui.state import cache_fmt as fmt
+from app.ui.state.titles import ConversationTitles
 
 COLUMNS = ("When", "Conversation", "Model", "What was reused")
 

@@ -23,10 +23,8 @@ from PySide6.QtWidgets import (
 
 from app.cache.index import Row
 from app.template_text import transcript
-from app.ui.cache import fmt
 from app.ui.cache.actions import CacheActions
 from app.ui.cache.detail_split import detail_split
-from app.ui.cache.previews import PreviewCache
 from app.ui.qt_models.cache_rows import (
     COL_PREVIEW,
     COLUMNS,
@@ -34,6 +32,8 @@ from app.ui.qt_models.cache_rows import (
     CacheRowsModel,
     CacheRowsProxy,
 )
+from app.ui.state import cache_fmt as fmt
+from app.ui.state.previews import PreviewCache
 from app.units import human_bytes
 
 ALL = "All"

@@ -15,7 +15,8 @@ from PySide6.QtWidgets import QFrame, QGridLayout, QHBoxLayout, QLabel, QVBoxLay
 
 from app.cache.tiers import TIERS
 from app.conversation.accounting import HitTotals
-from app.ui.cache import fmt, style
+from app.ui.cache import style
+from app.ui.state import cache_fmt as fmt
 
 WINDOW_S = 300  # the plots show the last five minutes
 

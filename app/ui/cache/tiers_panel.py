@@ -15,8 +15,8 @@ from PySide6.QtWidgets import (
 )
 
 from app.cache.tiers import TIERS
-from app.ui.cache import fmt
 from app.ui.cache.actions import CacheActions
+from app.ui.state import cache_fmt as fmt
 from app.units import human_bytes
 
 UNITS = {"MiB": 1 << 20, "GiB": 1 << 30}

@@ -23,12 +23,12 @@ from PySide6.QtWidgets import (
 from app.cache.store import CacheStore
 from app.cache.tree import TreeNode
 from app.template_text import transcript
-from app.ui.cache import fmt
 from app.ui.cache.detail_split import detail_split
-from app.ui.cache.previews import PreviewCache
-from app.ui.cache.row_state import CacheRowState
-from app.ui.cache.titles import ConversationTitles
 from app.ui.qt_models.cache_tree import COL_LABEL, KEY_ROLE, NODE_ROLE, CacheTreeModel
+from app.ui.state import cache_fmt as fmt
+from app.ui.state.previews import PreviewCache
+from app.ui.state.row_state import CacheRowState
+from app.ui.state.titles import ConversationTitles
 from app.ui.tasks import TaskRunner
 from app.units import human_bytes
 

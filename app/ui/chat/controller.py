@@ -30,8 +30,8 @@ from app.storage import (
     StorageError,
 )
 from app.ui.bridges import ModelBridges
-from app.ui.chat.catalog import ConversationCatalog, ConversationEntry
 from app.ui.chat.replies import ContextUse, LiveReply, ReplyRunner
+from app.ui.state.conversation_catalog import ConversationCatalog, ConversationEntry
 
 log = logging.getLogger(__name__)
 

@@ -31,8 +31,8 @@ from PySide6.QtWidgets import (
 from app.cache.keys import effective_fingerprint
 from app.models.adapters import AdapterError, check_adapter_matches
 from app.ui.engine_api import EngineApi, ModelApi
-from app.ui.models.format import short_hex
 from app.ui.models.widgets import MessageCard, button, caption, section
+from app.ui.state.format import short_hex
 from app.ui.tasks import TaskRunner
 
 log = logging.getLogger(__name__)

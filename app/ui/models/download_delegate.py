@@ -6,8 +6,8 @@ from PySide6.QtCore import QModelIndex, QPersistentModelIndex, QRectF, QSize, Qt
 from PySide6.QtGui import QColor, QFont, QPainter, QPainterPath
 from PySide6.QtWidgets import QStyle, QStyledItemDelegate, QStyleOptionViewItem
 
-from app.ui.models.downloads import DownloadItem, DownloadState
 from app.ui.qt_models.download_list import ITEM_ROLE, STATUS_ROLE
+from app.ui.state.downloads import DownloadItem, DownloadState
 from app.ui.theme import colors
 
 ROW_HEIGHT = 66

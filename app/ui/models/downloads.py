@@ -1,8 +1,8 @@
 """The download manager: owns the list of Hub downloads and runs them on worker threads.
 
 Shaped after qutebrowser's ``browser/downloads.py``: the manager owns the list of frozen
-``DownloadItem`` snapshots (``items``, an :class:`~app.ui.observable.ObservableList` keyed by
-id) and routes every change through ``_insert`` / ``_replace`` / ``_remove``;
+``DownloadItem`` snapshots (``items``, a :class:`~app.ui.state.downloads.DownloadList` keyed
+by id) and routes every change through ``_insert`` / ``_replace`` / ``_remove``;
 ``app.ui.qt_models.download_list`` only translates its notifications into a
 ``QAbstractListModel``.
 
@@ -21,8 +21,7 @@ import logging
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
-from enum import StrEnum
+from dataclasses import replace
 from pathlib import Path
 
 from PySide6.QtCore import QObject, Signal
@@ -30,86 +29,10 @@ from PySide6.QtCore import QObject, Signal
 from app.models.hub import Downloaded, HubClient, HubError
 from app.models.library import quant_from_filename
 from app.ui.aio import gui_loop
-from app.ui.models.format import human_duration, human_rate
-from app.ui.observable import ObservableList
+from app.ui.state.downloads import DownloadItem, DownloadList, DownloadState
 from app.ui.tasks import TaskRunner
-from app.units import human_bytes
 
 log = logging.getLogger(__name__)
-
-
-class DownloadState(StrEnum):
-    QUEUED = "queued"
-    DOWNLOADING = "downloading"
-    PAUSING = "pausing"
-    PAUSED = "paused"
-    FINISHED = "finished"
-    FAILED = "failed"
-
-
-@dataclass(frozen=True, slots=True)
-class DownloadItem:
-    """A snapshot of one download; the manager replaces it on every change."""
-
-    id: int
-    repo_id: str
-    filename: str
-    quant: str | None
-    num_bytes_total: int
-    num_bytes_done: int = 0
-    bytes_per_s: float = 0.0
-    state: DownloadState = DownloadState.QUEUED
-    error: str | None = None
-    path: Path | None = None  # the installed file once finished
-    verified: bool = True  # False: the Hub gave no checksum, only the size was checked
-    started_at: float = 0.0
-
-    @property
-    def fraction(self) -> float:
-        return self.num_bytes_done / self.num_bytes_total if self.num_bytes_total else 0.0
-
-    @property
-    def eta_s(self) -> float | None:
-        if self.state != DownloadState.DOWNLOADING or self.bytes_per_s <= 0:
-            return None
-        return max(0.0, (self.num_bytes_total - self.num_bytes_done) / self.bytes_per_s)
-
-    @property
-    def is_active(self) -> bool:
-        return self.state in (DownloadState.QUEUED, DownloadState.DOWNLOADING,
-                              DownloadState.PAUSING)
-
-    @property
-    def can_pause(self) -> bool:
-        return self.state in (DownloadState.QUEUED, DownloadState.DOWNLOADING)
-
-    @property
-    def can_resume(self) -> bool:
-        return self.state in (DownloadState.PAUSED, DownloadState.FAILED)
-
-
-class DownloadList(ObservableList[DownloadItem, int]):
-    """The downloads in the order they were started."""
-
-    def __init__(self) -> None:
-        super().__init__(_item_id)
-
-    def append(self, item: DownloadItem) -> None:
-        self._insert(len(self), [item])
-
-    def replace(self, item: DownloadItem) -> None:
-        row = self.position(item.id)
-        assert row is not None, item
-        self._replace(row, item)
-
-    def remove(self, item_id: int) -> None:
-        row = self.position(item_id)
-        if row is not None:
-            self._remove(row, row)
-
-
-def _item_id(item: DownloadItem) -> int:
-    return item.id
 
 
 class DownloadManager(QObject):
@@ -319,22 +242,3 @@ class DownloadManager(QObject):
             self.hub.discard_partial(item.repo_id, item.filename)
         except (HubError, OSError) as e:
             log.warning("could not delete the partial of %s: %s", item.filename, e)
-
-
-def describe(item: DownloadItem) -> str:
-    """The status line under a download: ``"2.1 MiB of 5.2 MiB · 1.3 MiB/s · 3 s left"``."""
-    sizes = f"{human_bytes(item.num_bytes_done)} of {human_bytes(item.num_bytes_total)}"
-    if item.state == DownloadState.DOWNLOADING:
-        return f"{sizes} · {human_rate(item.bytes_per_s)} · {human_duration(item.eta_s)} left"
-    if item.state == DownloadState.QUEUED:
-        return f"Waiting… {sizes}"
-    if item.state == DownloadState.PAUSING:
-        return f"Stopping… {sizes}"
-    if item.state == DownloadState.PAUSED:
-        return f"Paused · {sizes}"
-    if item.state == DownloadState.FINISHED and not item.verified:
-        return (f"Done · {human_bytes(item.num_bytes_total)} · added to the library, but NOT verified: "
-                "the Hub lists no checksum for this file")
-    if item.state == DownloadState.FINISHED:
-        return f"Done · {human_bytes(item.num_bytes_total)} · verified and added to the library"
-    return f"Failed · {item.error or 'unknown error'}"

@@ -22,10 +22,11 @@ from PySide6.QtWidgets import (
 
 from app.models.hub import DEFAULT_ENDPOINT, HubClient, HubError, RemoteFile, RepoInfo
 from app.ui.models.download_delegate import DownloadDelegate
-from app.ui.models.downloads import DownloadItem, DownloadManager
+from app.ui.models.downloads import DownloadManager
 from app.ui.models.widgets import MessageCard, beside_card, button, caption, section, side_card
 from app.ui.qt_models.download_list import ITEM_ROLE, DownloadListModel
 from app.ui.qt_models.model_hub import HubResultsModel
+from app.ui.state.downloads import DownloadItem
 from app.ui.tasks import TaskRunner
 from app.units import human_bytes
 
@@ -57,7 +58,7 @@ class HubPage(QWidget):
         self._search_task: asyncio.Task[None] | None = None
         self._files_task: asyncio.Task[None] | None = None
         self.results_model = HubResultsModel()
-        self.download_model = DownloadListModel(downloads)
+        self.download_model = DownloadListModel(downloads.items)
 
         self.search_field = QLineEdit()
         self.search_field.setObjectName("hubSearch")

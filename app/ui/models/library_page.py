@@ -25,10 +25,10 @@ from PySide6.QtWidgets import (
 
 from app.engine.backend import REUSE_WORDS
 from app.models.library import ModelEntry, ModelLibrary, estimate_memory
-from app.ui.models.library_state import LibraryCatalog, LibraryRow
 from app.ui.models.settings import LoadSettings, load_settings_for, save_settings_for
 from app.ui.models.widgets import MessageCard, beside_card, button, caption, section, side_card
 from app.ui.qt_models.model_library import COL_NAME, LibraryTableModel
+from app.ui.state.library_catalog import LibraryCatalog, LibraryRow
 from app.ui.widgets.elided import ElidedLabel
 from app.units import human_bytes
 

@@ -33,13 +33,14 @@ from app.models.hub import HubClient
 from app.models.library import ModelEntry, ModelLibrary
 from app.ui.engine_api import EngineApi
 from app.ui.models.adapters_page import AdaptersPage
-from app.ui.models.downloads import DownloadItem, DownloadManager
+from app.ui.models.downloads import DownloadManager
 from app.ui.models.hub_page import HubPage
 from app.ui.models.library_page import LibraryPage
-from app.ui.models.library_state import LibraryCatalog
 from app.ui.models.settings import SETTINGS_FILE, JsonSettingsStore, LoadSettings
 from app.ui.models.style import models_stylesheet
 from app.ui.models.widgets import caption
+from app.ui.state.downloads import DownloadItem
+from app.ui.state.library_catalog import LibraryCatalog
 from app.ui.tasks import TaskRunner
 from app.ui.theme import colors
 

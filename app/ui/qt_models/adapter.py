@@ -1,7 +1,7 @@
-"""The one Qt adapter over :class:`app.ui.observable.ObservableList`.
+"""The one Qt adapter over :class:`app.ui.state.observable.ObservableList`.
 
 ``ListAdapter`` is a mixin for a ``QAbstractListModel`` / ``QAbstractTableModel`` subclass:
-it implements :class:`~app.ui.observable.ListListener` by calling Qt's matching
+it implements :class:`~app.ui.state.observable.ListListener` by calling Qt's matching
 ``begin*/end*`` methods, so the item model owns no rows and only formats cells. Put it first
 in the bases: ``class M(ListAdapter, QAbstractTableModel)``, then ``self.observe(source)``.
 """
@@ -13,7 +13,7 @@ from typing import Generic, TypeVar
 
 from PySide6.QtCore import QAbstractItemModel, QAbstractListModel, QModelIndex
 
-from app.ui.observable import ObservableList
+from app.ui.state.observable import ObservableList
 
 T = TypeVar("T")
 K = TypeVar("K", bound=Hashable)

@@ -1,4 +1,4 @@
-"""Qt adapters over :class:`~app.ui.cache.row_state.CacheRowState` (they own no rows).
+"""Qt adapters over :class:`~app.ui.state.row_state.CacheRowState` (they own no rows).
 
 ``CacheRowsModel`` translates the state's notifications into row signals (through
 :class:`~app.ui.qt_models.adapter.ListAdapter`) and formats cells; sorting is done by the state in plain Python (one ``list.sort`` with a key, ~10 ms
@@ -21,11 +21,11 @@ from PySide6.QtCore import (
 from PySide6.QtGui import QColor
 
 from app.cache.index import Row
-from app.ui.cache import fmt
-from app.ui.cache.previews import PreviewCache
-from app.ui.cache.row_state import TIER_ORDER, CacheRowState, SortKey
-from app.ui.cache.titles import ConversationTitles
 from app.ui.qt_models.adapter import ListAdapter
+from app.ui.state import cache_fmt as fmt
+from app.ui.state.previews import PreviewCache
+from app.ui.state.row_state import TIER_ORDER, CacheRowState, SortKey
+from app.ui.state.titles import ConversationTitles
 from app.units import human_bytes
 
 Index = QModelIndex | QPersistentModelIndex

@@ -14,9 +14,9 @@ from PySide6.QtCore import QAbstractItemModel, QModelIndex, QObject, QPersistent
 from app.cache.index import Row
 from app.cache.tree import TreeNode
 from app.template_text import readable
-from app.ui.cache import fmt
-from app.ui.cache.previews import PreviewCache
-from app.ui.cache.titles import ConversationTitles
+from app.ui.state import cache_fmt as fmt
+from app.ui.state.previews import PreviewCache
+from app.ui.state.titles import ConversationTitles
 
 Index = QModelIndex | QPersistentModelIndex
 

@@ -8,8 +8,8 @@ from collections.abc import Callable
 
 from PySide6.QtCore import QAbstractListModel, QModelIndex, QPersistentModelIndex, Qt
 
-from app.ui.chat.catalog import ConversationCatalog, ConversationEntry
 from app.ui.qt_models.adapter import ListAdapter
+from app.ui.state.conversation_catalog import ConversationCatalog, ConversationEntry
 
 Index = QModelIndex | QPersistentModelIndex
 

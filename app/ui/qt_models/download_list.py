@@ -1,13 +1,13 @@
-"""``QAbstractListModel`` adapter over :class:`DownloadManager`'s list (qutebrowser's pattern:
-the manager owns the list; this model only translates its notifications, through
-:class:`~app.ui.qt_models.adapter.ListAdapter`)."""
+"""``QAbstractListModel`` adapter over the download manager's :class:`DownloadList`
+(qutebrowser's pattern: the manager owns the list; this model only translates its
+notifications, through :class:`~app.ui.qt_models.adapter.ListAdapter`)."""
 
 from __future__ import annotations
 
 from PySide6.QtCore import QAbstractListModel, QModelIndex, QPersistentModelIndex, Qt
 
-from app.ui.models.downloads import DownloadItem, DownloadManager, describe
 from app.ui.qt_models.adapter import ListAdapter
+from app.ui.state.downloads import DownloadItem, DownloadList, describe
 
 Index = QModelIndex | QPersistentModelIndex
 
@@ -18,13 +18,13 @@ STATE_ROLE = Qt.ItemDataRole.UserRole + 4  # DownloadState value (str)
 
 
 class DownloadListModel(ListAdapter[DownloadItem, int], QAbstractListModel):
-    def __init__(self, manager: DownloadManager) -> None:
+    def __init__(self, items: DownloadList) -> None:
         super().__init__()
-        self._manager = manager
-        self.observe(manager.items)
+        self._items = items
+        self.observe(items)
 
     def rowCount(self, parent: Index = QModelIndex()) -> int:  # noqa: B008, N802
-        return 0 if parent.isValid() else len(self._manager.downloads)
+        return 0 if parent.isValid() else len(self._items)
 
     def flags(self, index: Index) -> Qt.ItemFlag:
         if not index.isValid():
@@ -33,9 +33,9 @@ class DownloadListModel(ListAdapter[DownloadItem, int], QAbstractListModel):
             Qt.ItemFlag.ItemNeverHasChildren
 
     def data(self, index: Index, role: int = Qt.ItemDataRole.DisplayRole) -> object:
-        if not index.isValid() or not 0 <= index.row() < len(self._manager.downloads):
+        if not index.isValid() or not 0 <= index.row() < len(self._items):
             return None
-        item = self._manager.downloads[index.row()]
+        item = self._items[index.row()]
         if role == Qt.ItemDataRole.DisplayRole:
             return item.filename
         if role == Qt.ItemDataRole.ToolTipRole:
@@ -51,4 +51,4 @@ class DownloadListModel(ListAdapter[DownloadItem, int], QAbstractListModel):
         return None
 
     def item_id(self, row: int) -> int:
-        return self._manager.downloads[row].id
+        return self._items[row].id

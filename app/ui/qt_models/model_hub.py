@@ -5,8 +5,8 @@ from __future__ import annotations
 from PySide6.QtCore import Qt
 
 from app.models.hub import RepoInfo
-from app.ui.models.format import human_count, human_date
 from app.ui.qt_models.flat_table import FlatTableModel, Index
+from app.ui.state.format import human_count, human_date
 
 REPO_ID_ROLE = Qt.ItemDataRole.UserRole + 1
 COLUMNS = ("Repository", "Downloads", "Likes", "Updated")

@@ -8,9 +8,9 @@ from pathlib import Path
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor, QPainter, QPixmap
 
-from app.ui.models.library_state import LibraryCatalog, LibraryRow
 from app.ui.qt_models.adapter import ListAdapter
 from app.ui.qt_models.flat_table import FlatTableModel, Index
+from app.ui.state.library_catalog import LibraryCatalog, LibraryRow
 from app.units import human_bytes
 
 ROW_ROLE = Qt.ItemDataRole.UserRole + 1  # the LibraryRow

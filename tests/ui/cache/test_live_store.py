@@ -10,8 +10,8 @@ from PySide6.QtCore import Qt
 
 from app.cache.policy import DESKTOP_POLICY
 from app.ui.cache.dashboard import TAB_SPACE, TAB_TREE
-from app.ui.cache.previews import NO_PREVIEW
 from app.ui.qt_models.cache_rows import COL_CONVERSATION, COL_PINNED, COL_PREVIEW, KEY_ROLE
+from app.ui.state.previews import NO_PREVIEW
 from tests.ui.cache.conftest import screenshot, tiny_config
 
 SYSTEM = (

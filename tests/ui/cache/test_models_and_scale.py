@@ -10,11 +10,11 @@ from PySide6.QtWidgets import QApplication
 
 from app.cache.tree import build_tree
 from app.ui.cache.dashboard import TAB_TREE
-from app.ui.cache.previews import PreviewCache
-from app.ui.cache.row_state import CacheRowState
-from app.ui.cache.titles import ConversationTitles
 from app.ui.qt_models.cache_rows import COL_TOKENS, COL_USED, CacheRowsModel, CacheRowsProxy
 from app.ui.qt_models.cache_tree import CacheTreeModel
+from app.ui.state.previews import PreviewCache
+from app.ui.state.row_state import CacheRowState
+from app.ui.state.titles import ConversationTitles
 from tests.ui.cache.conftest import fake_row, fill_index
 
 

@@ -10,7 +10,7 @@ from app.engine.events import Reuse, ReuseRecord, SchedulerSnapshot
 from app.ui.cache.dashboard import TAB_REUSE
 from app.ui.cache.reuse_panel import ReusePanel
 from app.ui.cache.reuse_words import reuse_words
-from app.ui.cache.titles import ConversationTitles
+from app.ui.state.titles import ConversationTitles
 from tests.ui.cache.conftest import screenshot
 from tests.ui.cache.test_live_store import chat
 

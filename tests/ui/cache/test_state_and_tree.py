@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from app.ui.cache.row_state import CacheRowState
+from app.ui.state.row_state import CacheRowState
 from tests.ui.cache.conftest import fake_row
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from PySide6.QtCore import Qt
 
-from app.ui.models.downloads import DownloadState
 from app.ui.qt_models.download_list import PROGRESS_ROLE, STATUS_ROLE
 from app.ui.qt_models.model_library import COL_NAME, COL_QUANT, COL_STATUS
+from app.ui.state.downloads import DownloadState
 from tests.ui.models.conftest import Q8_FILE, REPO, snap, wait_idle
 
 LEFT = Qt.MouseButton.LeftButton

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from PySide6.QtCore import Qt
 
-from app.ui.models.downloads import DownloadState
 from app.ui.qt_models.download_list import PROGRESS_ROLE, STATE_ROLE, STATUS_ROLE
+from app.ui.state.downloads import DownloadState
 from tests.ui.models.conftest import Q4_FILE, Q8_FILE, REPO, wait_idle
 
 LEFT = Qt.MouseButton.LeftButton

@@ -12,7 +12,6 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QFileDialog
 
 from app.models.library import estimate_memory
-from app.ui.models.format import human_bytes
 from app.ui.models.settings import SETTINGS_FILE, settings_key
 from app.ui.qt_models.model_library import (
     COL_ARCH,
@@ -22,6 +21,7 @@ from app.ui.qt_models.model_library import (
     COL_TEMPLATE,
     ROW_ROLE,
 )
+from app.ui.state.format import human_bytes
 from tests.helpers.hub_server import make_gguf_bytes
 from tests.ui.models.conftest import snap, wait_idle
 

@@ -7,8 +7,6 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from app.models.library import ModelEntry
-from app.ui.models.format import human_bytes, human_count, human_date, human_duration, short_hex
-from app.ui.models.library_state import LibraryCatalog
 from app.ui.models.settings import (
     JsonSettingsStore,
     LoadSettings,
@@ -16,6 +14,8 @@ from app.ui.models.settings import (
     save_settings_for,
     settings_key,
 )
+from app.ui.state.format import human_bytes, human_count, human_date, human_duration, short_hex
+from app.ui.state.library_catalog import LibraryCatalog
 
 
 def test_json_store_round_trip_and_bad_files(tmp_path: Path):

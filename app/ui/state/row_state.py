@@ -1,6 +1,6 @@
 """The dashboard's list of cache rows: plain-Python state, no Qt.
 
-``CacheRowState`` is an :class:`~app.ui.observable.ObservableList` of ``Row`` snapshots keyed
+``CacheRowState`` is an :class:`~app.ui.state.observable.ObservableList` of ``Row`` snapshots keyed
 by the row's cache key. Every change goes through ``reset``, ``apply`` or ``sort``, so the Qt
 adapter (``app.ui.qt_models.cache_rows``) only translates notifications into row signals and
 owns no rows itself (STYLE: Qt models are adapters over plain-Python state).
@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol, Self
 
 from app.cache.index import Row
-from app.ui.observable import ObservableList
+from app.ui.state.observable import ObservableList
 
 TIER_ORDER = {"ram": 0, "ram_file": 1, "disk": 2}
 

@@ -1,6 +1,6 @@
 """The sidebar's plain-Python state: the listed conversations and which ones are busy.
 
-An :class:`~app.ui.observable.ObservableList` of frozen entries, newest activity first; the
+An :class:`~app.ui.state.observable.ObservableList` of frozen entries, newest activity first; the
 sidebar's Qt model is a thin adapter over it (STYLE §2). No Qt here.
 
 While the pointer is over the list (``hold_order``), an entry whose activity changed (a reply
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from app.ui.observable import ObservableList
+from app.ui.state.observable import ObservableList
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,6 +1,6 @@
 """The library table's plain-Python state: the scanned entries and what is loaded or busy.
 
-An :class:`~app.ui.observable.ObservableList` keyed by the resolved path; every change goes
+An :class:`~app.ui.state.observable.ObservableList` keyed by the resolved path; every change goes
 through ``reset`` / ``update``, so ``app.ui.qt_models.model_library.LibraryTableModel`` is a
 thin adapter (STYLE §2). No Qt.
 """
@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from app.models.library import ModelEntry
-from app.ui.observable import ObservableList
+from app.ui.state.observable import ObservableList
 
 
 @dataclass(frozen=True, slots=True)
