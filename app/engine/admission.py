@@ -13,8 +13,8 @@ Three paths (``AdmissionPath``):
   (``app.engine.shares``) or the cache (exact → ``parent_key`` → longest common prefix with
   any row), else nothing (cold, with the policy's cold-save split) — ``app.engine.reuse``.
 
-The request table and the seq pool are the scheduler's; admission adds to the first and
-takes from the second. Any failure while a request is being set up returns its seq (and
+The request table and the seq pool are the scheduler's; admission adds to the first
+(``RequestTable.add``) and takes from the second. Any failure while a request is being set up returns its seq (and
 sampler) before the error reaches the caller: no path leaks a seq.
 """
 
@@ -24,7 +24,7 @@ import enum
 import logging
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -48,6 +48,7 @@ from app.engine.events import (
     Stats,
 )
 from app.engine.request import Mode, Request, RequestOptions, Timings
+from app.engine.request_table import RequestTable
 from app.engine.reuse import OwnSeq, Reuser
 from app.engine.saves import Saver
 from app.engine.sessions import SeqPool
@@ -57,17 +58,19 @@ from app.engine.streaming import TextPipeline
 log = logging.getLogger(__name__)
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class Admission:
-    """A request as posted by the Model, before it owns a seq."""
+    """A request as posted by the Model, before it owns a seq (it crosses to the scheduler
+    thread in ``commands.Admit``)."""
 
     ref: int
     mode: Mode
-    prompt: list[int]
+    prompt: tuple[int, ...]
+    """For ``continue_session``: empty until admission joins the session's tokens and the suffix."""
     options: RequestOptions
     emit: Callable[[Event], None]
     result: Future[Any] = field(default_factory=Future)
-    continue_suffix: list[int] | None = None
+    continue_suffix: tuple[int, ...] | None = None
     submitted_at: float = field(default_factory=time.perf_counter)
 
 
@@ -96,7 +99,7 @@ class Admitter:
         backend: Backend,
         cache: CacheHooks,
         pool: SeqPool,
-        reqs: dict[int, Request],
+        reqs: RequestTable,
         saver: Saver,
         shares: Shares,
         meta: KeyMeta | None,
@@ -135,8 +138,8 @@ class Admitter:
 
     def admit(self, adm: Admission) -> None:
         """Start ``adm`` on a seq now, or queue it in ``pending``; a bad admission raises."""
-        adm.emit = _logging_errors(adm.emit)
-        route = self._route(adm)
+        adm = replace(adm, emit=_logging_errors(adm.emit))
+        adm, route = self._route(adm)
         if route is None:
             self.pending.append(adm)
         else:
@@ -187,8 +190,9 @@ class Admitter:
 
     # ------------------------------------------------------------------ routing
 
-    def _route(self, adm: Admission) -> Route | None:
-        """Choose the path; None when the admission must wait for a seq."""
+    def _route(self, adm: Admission) -> tuple[Admission, Route | None]:
+        """Choose the path (None when the admission must wait for a seq); a continuation's
+        admission comes back with its whole prompt."""
         sid = adm.options.session_id
         if sid is not None and self._session_in_flight(sid):
             raise StickyBusy(f"session {sid!r} already has a request in flight")
@@ -196,16 +200,16 @@ class Admitter:
         if adm.continue_suffix is not None:
             if session is None:
                 raise NoSession(f"no live session {sid!r} to continue")
-            adm.prompt = session.tokens + adm.continue_suffix
+            adm = replace(adm, prompt=(*session.tokens, *adm.continue_suffix))
             self._check_fits(adm.prompt)
-            return Route(AdmissionPath.CONTINUE, session.seq_id, tuple(session.tokens), session.read_ahead_from)
+            return adm, Route(AdmissionPath.CONTINUE, session.seq_id, tuple(session.tokens), session.read_ahead_from)
         self._check_fits(adm.prompt)
         if session is not None and sid is not None:
-            return Route(AdmissionPath.STICKY, session.seq_id, tuple(session.tokens), session.read_ahead_from)
+            return adm, Route(AdmissionPath.STICKY, session.seq_id, tuple(session.tokens), session.read_ahead_from)
         seq_id = self._take_seq()
-        return None if seq_id is None else Route(AdmissionPath.NEW, seq_id)
+        return adm, None if seq_id is None else Route(AdmissionPath.NEW, seq_id)
 
-    def _check_fits(self, prompt: list[int]) -> None:
+    def _check_fits(self, prompt: Sequence[int]) -> None:
         if not prompt:
             raise InvalidRequest("the prompt is empty")
         if len(prompt) >= self._n_ctx_per_seq:
@@ -216,7 +220,7 @@ class Admitter:
 
     def _session_in_flight(self, sid: str) -> bool:
         """A request of this session is running or waiting for a seq."""
-        return any(r.options.session_id == sid for r in self._reqs.values()) or any(
+        return self._reqs.in_session(sid) or any(
             a.options.session_id == sid for a in self.pending
         )
 
@@ -274,7 +278,7 @@ class Admitter:
             raise EngineError(f"admission failed: {exc!r}") from exc
         if adm.options.session_id is not None:
             self._pool.unpin(adm.options.session_id)  # the request holds the seq now
-        self._reqs[req.seq_id] = req
+        self._reqs.add(req)
         if not req.is_background:
             self.last_hit = LastCacheHit(req.cache.hit_kind, req.cache.num_reused)
         req.emit(PrefillProgress(len(req.context_tokens), req.num_prompt_tokens))
@@ -296,7 +300,7 @@ class Admitter:
             self._pool.unpin(adm.options.session_id)  # the session's KV is no longer known
             self._pool.quarantine(route.seq_id)
 
-    def _extends(self, route: Route, prompt: list[int]) -> bool:
+    def _extends(self, route: Route, prompt: Sequence[int]) -> bool:
         """Does ``prompt`` extend what the session's seq holds, so that only its new tokens
         are prefilled? Equal counts only when the seq's last cell can be re-read (fresh
         logits), which a state that cannot be cut does not allow."""

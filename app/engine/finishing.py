@@ -18,6 +18,7 @@ from app.engine.backend import Backend
 from app.engine.errors import EngineError
 from app.engine.events import Done, Error, ReuseRecord
 from app.engine.request import Request
+from app.engine.request_table import RequestTable
 from app.engine.saves import Saver
 from app.engine.sessions import SeqPool
 from app.engine.shares import Shares
@@ -32,7 +33,7 @@ class Finisher:
     def __init__(
         self,
         backend: Backend,
-        reqs: dict[int, Request],
+        reqs: RequestTable,
         pool: SeqPool,
         saver: Saver,
         shares: Shares,
@@ -64,7 +65,7 @@ class Finisher:
     def _release(self, req: Request) -> None:
         """Out of the table; free the sampler; pin the seq to the request's session, or give
         it back to the pool."""
-        del self._reqs[req.seq_id]
+        self._reqs.remove(req)
         self._shares.on_leaving(req)  # waiters take the shared head while the seq holds it
         if req.sampler is not None:
             sampler, req.sampler = req.sampler, None

@@ -13,11 +13,22 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import replace
 from typing import Any, TypeVar
 
 from app.cache.keys import KeyMeta
 from app.engine.admission import Admission
 from app.engine.backend import Backend
+from app.engine.commands import (
+    Admit,
+    Cancel,
+    ChangeAdapters,
+    Embed,
+    EndSession,
+    SaveInFlight,
+    Verify,
+    WindDown,
+)
 from app.engine.config import ModelConfig
 from app.engine.errors import EngineError, NotFound
 from app.engine.events import (
@@ -145,8 +156,7 @@ class Model:
         """Read ``tokens`` into a seq, no sampling; blocks until read. ``priority="background"``
         (beyond SPEC, needs ``session_id``): the lowest priority, for type-ahead — see
         ``read_ahead``, its non-blocking form."""
-        adm = self._admission(Mode.PREFILL_ONLY, tokens, opts, default_tokens=0, emit=lambda e: None)
-        check_priority(priority, adm.options)
+        adm = self._admission(Mode.PREFILL_ONLY, tokens, opts, default_tokens=0, emit=lambda e: None, priority=priority)
         self._post_admit(adm)
         result: PrefillResult = adm.result.result()
         return result
@@ -164,8 +174,9 @@ class Model:
         ref = next(_refs)
         stream = Stream(ref, self.cancel, on_event)
         opts = {**opts, "session_id": session_id}
-        adm = self._admission(Mode.PREFILL_ONLY, tokens, opts, default_tokens=0, emit=stream._push, ref=ref)
-        check_priority("background", adm.options)
+        adm = self._admission(
+            Mode.PREFILL_ONLY, tokens, opts, default_tokens=0, emit=stream._push, ref=ref, priority="background"
+        )
         self._post_admit(adm)
         return stream
 
@@ -182,14 +193,16 @@ class Model:
         ref = next(_refs)
         stream = Stream(ref, self.cancel, on_event)
         params = {**params, "session_id": session_id}
-        adm = self._admission(Mode.STREAM, [], params, default_tokens=64, emit=stream._push, ref=ref)
-        adm.continue_suffix = check_tokens(suffix_tokens, self.backend.info.n_vocab, what="suffix_tokens")
+        adm = self._admission(
+            Mode.STREAM, [], params, default_tokens=64, emit=stream._push, ref=ref, continue_suffix=suffix_tokens
+        )
         self._post_admit(adm)
         return stream
 
     def _admission(
         self, mode: Mode, tokens: Sequence[int], opts: dict[str, Any], *, default_tokens: int,
-        emit: Callable[[Event], None], ref: int | None = None,
+        emit: Callable[[Event], None], ref: int | None = None, priority: object = "normal",
+        continue_suffix: Sequence[int] | None = None,
     ) -> Admission:
         self._check_open()
         options = parse_options(opts, default_tokens)
@@ -197,25 +210,28 @@ class Model:
         if grammar:
             # Before llama.cpp sees it: it aborts the process on a grammar it cannot follow.
             self._with_vocab(lambda: self.backend.check_grammar(grammar))
-        prompt = check_tokens(tokens, self.backend.info.n_vocab)
-        return Admission(next(_refs) if ref is None else ref, mode, prompt, options, emit)
+        n_vocab = self.backend.info.n_vocab
+        prompt = tuple(check_tokens(tokens, n_vocab))
+        options = replace(options, priority=check_priority(priority, options))
+        suffix = None if continue_suffix is None else tuple(check_tokens(continue_suffix, n_vocab, what="suffix_tokens"))
+        return Admission(next(_refs) if ref is None else ref, mode, prompt, options, emit, continue_suffix=suffix)
 
     def _post_admit(self, adm: Admission) -> None:
-        self.scheduler.call(lambda: self.scheduler.admit(adm))
+        self.scheduler.call(Admit(adm))
 
     def cancel(self, ref: int) -> None:
         """Idempotent; unknown refs are ignored. Observed at the next tick boundary."""
-        self.scheduler.post(lambda: self.scheduler.cancel(ref))
+        self.scheduler.post(Cancel(ref))
 
     def end_session(self, session_id: str) -> None:
         session_id = check_session_id(session_id)
-        self.scheduler.call(lambda: self.scheduler.end_session(session_id))
+        self.scheduler.call(EndSession(session_id))
 
     def evict(self) -> None:
-        self.scheduler.call(lambda: self.scheduler.save_in_flight("evict"))
+        self.scheduler.call(SaveInFlight("evict"))
 
     def shutdown(self) -> None:
-        self.scheduler.call(lambda: self.scheduler.save_in_flight("shutdown"))
+        self.scheduler.call(SaveInFlight("shutdown"))
 
     # ------------------------------------------------------------------ observation
 
@@ -302,7 +318,7 @@ class Model:
 
     def embed(self, tokens: Sequence[int]) -> list[float]:
         tokens = check_tokens(tokens, self.backend.info.n_vocab, what="tokens")
-        result: list[float] = self.scheduler.call(lambda: self.backend.embed(tokens))
+        result: list[float] = self.scheduler.call(Embed(tuple(tokens)))
         return result
 
     # ------------------------------------------------------------------ adapters
@@ -331,14 +347,11 @@ class Model:
         identity (see ``Scheduler.adapters_changed``) — also after a failed change, whose
         native state cannot be trusted to equal the old one."""
 
-        def run() -> T:
-            try:
-                return change()
-            finally:
-                info = self.backend.info
-                self.scheduler.adapters_changed(KeyMeta(self.effective_fingerprint(), info.quant_type, info.ctx_params_hash))
+        def new_meta() -> KeyMeta:
+            info = self.backend.info
+            return KeyMeta(self.effective_fingerprint(), info.quant_type, info.ctx_params_hash)
 
-        result: T = self.scheduler.call(run)
+        result: T = self.scheduler.call(ChangeAdapters(change, new_meta))
         return result
 
     # ------------------------------------------------------------------ speculative decoding
@@ -346,7 +359,7 @@ class Model:
     def verify(self, prefix: Sequence[int], candidates: Sequence[int], k: int) -> tuple[int, int | str]:
         """Greedy check of up to ``k`` draft tokens; ``Busy`` unless the model is idle."""
         drafts = check_verify(prefix, candidates, k, self.backend.info.n_vocab)
-        accepted, nxt = self.scheduler.call(lambda: self.scheduler.verify(drafts[0], drafts[1]))
+        accepted, nxt = self.scheduler.call(Verify(tuple(drafts[0]), tuple(drafts[1])))
         return accepted, "eos" if nxt is None else nxt
 
     # ------------------------------------------------------------------ lifecycle
@@ -357,7 +370,7 @@ class Model:
             return
         self._closed = True
         try:
-            self.scheduler.call(lambda: self.scheduler.wind_down(save), timeout=60)
+            self.scheduler.call(WindDown(save), timeout=60)
         except EngineError as exc:  # the scheduler had stopped already: its requests have ended
             log.warning("model %s: %s", self.id, exc)
         finally:

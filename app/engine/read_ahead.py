@@ -24,7 +24,7 @@ the way:
 from __future__ import annotations
 
 import time
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 
 from app.engine.admission import Admission, Admitter
 from app.engine.backend import PrefillOp
@@ -52,7 +52,7 @@ are ~0.25 s at the start of a chat, against ~0.5 s for the default 128-token chu
 class ReadAhead:
     """The scheduler's background requests: their slices, and how they make way."""
 
-    def __init__(self, reqs: dict[int, Request], admission: Admitter, finisher: Finisher, *, n_batch: int,
+    def __init__(self, reqs: Mapping[int, Request], admission: Admitter, finisher: Finisher, *, n_batch: int,
                  chunk_size: int | None) -> None:  # fmt: skip
         self._reqs = reqs
         self._admission = admission

@@ -45,9 +45,9 @@ class Mode(enum.Enum):
     PREFILL_ONLY = "prefill_only"
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class RequestOptions:
-    """Validated request options (SPEC §1)."""
+    """Validated request options (SPEC §1); they cross threads in an ``Admission``."""
 
     response_tokens: int
     sampling: SamplingParams

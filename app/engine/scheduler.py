@@ -4,7 +4,8 @@ One scheduler thread owns the backend (and so the llama context); other threads 
 to it (``app.engine.loop``). Where each concept lives:
 
     loop.py       the thread: inbox of calls, burst gathering, guarded phases, dying loudly
-    scheduler.py  this file: the request table, the commands, THE TICK
+    scheduler.py  this file: the commands (commands.py: their records), THE TICK
+    request_table.py  the request table: seq id → running request
     finishing.py  how a request ends: finish save, release, exactly one Done or Error
     admission.py  admit now (NEW / STICKY / CONTINUE) or wait in ``pending``; dispatch
     sessions.py   the seq pool: free and stale seqs, seqs pinned by idle sessions (LRU)
@@ -27,15 +28,27 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import Future
-from typing import Any
+from functools import partial
+from typing import Any, assert_never
 
 from app.cache.keys import KeyMeta
 from app.engine.admission import Admission, Admitter
 from app.engine.backend import Backend, DecodeOp, PrefillOp, Sampled, StepResult
 from app.engine.batch import PrefillBudget, TickPlan, plan_tick
 from app.engine.cache_hooks import CacheHooks, SaveReason
+from app.engine.commands import (
+    Admit,
+    Cancel,
+    ChangeAdapters,
+    Command,
+    Embed,
+    EndSession,
+    SaveInFlight,
+    Verify,
+    WindDown,
+)
 from app.engine.config import ModelConfig
 from app.engine.errors import Busy, EngineError, InvalidRequest
 from app.engine.events import (
@@ -50,6 +63,7 @@ from app.engine.finishing import Finisher
 from app.engine.loop import SchedulerLoop
 from app.engine.read_ahead import ReadAhead
 from app.engine.request import Mode, Request
+from app.engine.request_table import RequestTable
 from app.engine.saves import Saver
 from app.engine.sessions import SeqPool
 from app.engine.shares import Shares
@@ -61,9 +75,9 @@ log = logging.getLogger(__name__)
 
 
 class Scheduler:
-    """The request table of one model and its tick. ``post``, ``call``, ``stop``, ``snapshot``,
-    ``meta`` and ``has_stopped`` are for any thread; everything else runs on the scheduler
-    thread (``run``)."""
+    """The request table of one model and its tick. ``post``, ``call`` (a command record from
+    ``app.engine.commands``), ``stop``, ``snapshot``, ``meta`` and ``has_stopped`` are for any
+    thread; everything else runs on the scheduler thread (``run``)."""
 
     def __init__(
         self,
@@ -79,8 +93,8 @@ class Scheduler:
         self.config = config
         self.thinking_markers = thinking_markers
         self.tool_markers = tool_markers
-        self.reqs: dict[int, Request] = {}
-        """seq id → running request, in admission order."""
+        self.reqs = RequestTable()
+        """seq id → running request, in admission order (``Admitter`` adds, ``Finisher`` removes)."""
         self.pool = SeqPool(backend, config.n_seq_max)
         self.saver = Saver(backend, cache)
         self.shares = Shares(backend, self.reqs, self.pool)
@@ -104,11 +118,13 @@ class Scheduler:
 
     # ------------------------------------------------------------------ any thread
 
-    def post(self, fn: Callable[[], Any]) -> Future[Any]:
-        return self.loop.post(fn)
+    def post(self, cmd: Command) -> Future[Any]:
+        """Run ``cmd`` on the scheduler thread between ticks; the future holds its result."""
+        return self.loop.post(partial(self.execute, cmd))
 
-    def call(self, fn: Callable[[], Any], timeout: float | None = None) -> Any:
-        return self.loop.call(fn, timeout)
+    def call(self, cmd: Command, timeout: float | None = None) -> Any:
+        """``post`` and wait for the result (or the command's exception)."""
+        return self.loop.call(partial(self.execute, cmd), timeout)
 
     def stop(self) -> None:
         self.loop.stop()
@@ -129,6 +145,32 @@ class Scheduler:
 
     # ------------------------------------------------------------------ commands
 
+    def execute(self, cmd: Command) -> Any:
+        """Run a command posted from another thread (``app.engine.commands``)."""
+        match cmd:
+            case Admit(adm):
+                self.admit(adm)
+            case Cancel(ref):
+                self.cancel(ref)
+            case EndSession(sid):
+                self.end_session(sid)
+            case SaveInFlight(reason):
+                return self.save_in_flight(reason)
+            case Embed(tokens):
+                return self.backend.embed(list(tokens))
+            case ChangeAdapters(change, new_meta):
+                try:
+                    return change()
+                finally:
+                    self.adapters_changed(new_meta())
+            case Verify(prefix, drafts):
+                return self.verify(prefix, drafts)
+            case WindDown(save):
+                self.wind_down(save)
+            case _:
+                assert_never(cmd)
+        return None
+
     def admit(self, adm: Admission) -> None:
         """Admit ``adm``; background reads of its session, and of the seqs it waits for, make way."""
         self.read_ahead.make_way(adm)
@@ -139,7 +181,7 @@ class Scheduler:
     def cancel(self, ref: int) -> None:
         """Idempotent, unknown refs ignored. A running request ends now, between two ticks
         (the seed observes a cancel at the next tick boundary); a waiting one never starts."""
-        req = next((r for r in self.reqs.values() if r.ref == ref), None)
+        req = self.reqs.by_ref(ref)
         if req is None:
             self.admission.cancel(ref)
         elif not req.finishing:

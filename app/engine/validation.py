@@ -30,7 +30,7 @@ from app.cache.keys import file_sha256
 from app.engine.backend import SamplingParams
 from app.engine.config import MAX_DRAFT
 from app.engine.errors import AdapterLoadFailed, InvalidRequest
-from app.engine.request import RequestOptions
+from app.engine.request import Priority, RequestOptions
 
 _OPTION_KEYS = {
     "response_tokens", "parent_key", "temperature", "top_p", "top_k", "min_p",
@@ -90,14 +90,14 @@ def check_session_id(session_id: object) -> str:
     return check_text(session_id, what="session_id")
 
 
-def check_priority(priority: object, options: RequestOptions) -> None:
+def check_priority(priority: object, options: RequestOptions) -> Priority:
     """``prefill_only``'s ``priority``: ``"normal"`` or ``"background"`` (type-ahead), which
     needs a ``session_id`` (a background read is only worth what its session's seq keeps)."""
     if priority not in ("normal", "background"):
         raise InvalidRequest(f"priority must be 'normal' or 'background', got {priority!r}")
     if priority == "background" and options.session_id is None:
         raise InvalidRequest("a background prefill needs a session_id: its session's seq keeps what it reads")
-    options.priority = "background" if priority == "background" else "normal"
+    return "background" if priority == "background" else "normal"
 
 
 def check_chat_request(request: object) -> tuple[list[Any], list[Any] | None]:

@@ -56,7 +56,7 @@ class Harness:
             if isinstance(event, Done | Error):
                 self.ended.append(ref)
 
-        prompt = tok(text) if isinstance(text, str) else list(text)
+        prompt = tuple(tok(text) if isinstance(text, str) else text)
         return Admission(ref, mode, prompt, parse_options(opts, 5), emit)
 
     def admit(self, text: str | list[int], **opts: Any) -> int:

@@ -9,6 +9,7 @@ failures are in ``test_loop.py``.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 import pytest
 
@@ -178,8 +179,7 @@ def test_a_raising_event_callback_fails_nothing():
         calls.append(event)
         raise RuntimeError("callback bug")
 
-    adm.emit = emit
-    h.sch.admit(adm)
+    h.sch.admit(replace(adm, emit=emit))
     h.run()
     assert isinstance(calls[-1], Done) and calls[-1].stats.completion_tokens == 3
     assert_serving(h)

@@ -117,10 +117,10 @@ def test_calls_racing_stop_are_run_or_refused_never_dropped(engine):
     _, model, _ = engine()
     sch = model.scheduler
     gate = threading.Event()
-    held = sch.post(gate.wait)  # the loop is busy with this one
-    before = sch.post(lambda: "ran")  # queued before stop: it still runs
+    held = sch.loop.post(gate.wait)  # the loop is busy with this one
+    before = sch.loop.post(lambda: "ran")  # queued before stop: it still runs
     sch.stop()
-    after = sch.post(lambda: "never")  # refused at once
+    after = sch.loop.post(lambda: "never")  # refused at once
     assert after.done() and isinstance(after.exception(), NotFound)
     gate.set()
     assert held.result(timeout=WAIT) is True

@@ -4,6 +4,7 @@ integration tests' (tests/integration/engine/test_read_ahead.py)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from types import SimpleNamespace
 from typing import Any
 
@@ -25,7 +26,7 @@ DRAFT = "Tell me everything about the bridges of Lyon, the old ones and the new 
 def background(h: Harness, text: str | list[int], sid: str = "c") -> int:
     """Admit a background ``prefill_only`` on session ``sid`` (what ``Model.read_ahead`` posts)."""
     adm = h.admission(text, mode=Mode.PREFILL_ONLY, session_id=sid)
-    adm.options.priority = "background"
+    adm = replace(adm, options=replace(adm.options, priority="background"))
     h.sch.admit(adm)
     return adm.ref
 
@@ -215,5 +216,5 @@ def test_priority_is_checked():
         check_priority("urgent", options)
     with pytest.raises(InvalidRequest, match="session_id"):
         check_priority("background", parse_options({}, 0))
-    check_priority("background", options)
-    assert options.priority == "background"
+    assert check_priority("background", options) == "background"
+    assert check_priority("normal", options) == "normal"

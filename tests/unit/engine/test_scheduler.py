@@ -620,7 +620,7 @@ def test_a_stale_seq_is_cleared_before_it_is_reused(make_model):
 def test_a_burst_at_an_idle_engine_is_prefilled_in_one_tick(make_model):
     model, stub = make_model(StubBackend(n_seq_max=4, step_delay=0.002), n_batch=64)
     gate = threading.Event()
-    model.scheduler.post(gate.wait)  # hold the scheduler while the four calls queue up
+    model.scheduler.loop.post(gate.wait)  # hold the scheduler while the four calls queue up
     streams: list = [None] * 4
 
     def send(i: int) -> None:

@@ -6,6 +6,8 @@ queue and the ops the backend saw (``[kind, seq_id, n_tokens]`` per op).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from app.engine.admission import AdmissionPath
@@ -149,12 +151,12 @@ def test_a_session_admission_routes_by_what_its_seq_holds():
     h.admit("U1>", session_id="c", response_tokens=10)
     h.run()
     stored = h.sch.pool.sessions["c"].tokens
-    assert h.sch.admission._route(h.admission(stored + [65], session_id="c")).path is AdmissionPath.STICKY
-    adm = h.admission([], session_id="c")
-    adm.continue_suffix = tok("!")
-    route = h.sch.admission._route(adm)
+    _, route = h.sch.admission._route(h.admission(stored + [65], session_id="c"))
+    assert route is not None and route.path is AdmissionPath.STICKY
+    adm = replace(h.admission([], session_id="c"), continue_suffix=tuple(tok("!")))
+    adm, route = h.sch.admission._route(adm)
     assert route is not None and (route.path, route.seq_id) == (AdmissionPath.CONTINUE, 0)
-    assert adm.prompt == stored + tok("!")
+    assert adm.prompt == tuple(stored + tok("!"))
 
 
 def test_a_diverging_prompt_frees_the_sessions_seq_and_starts_anew():
@@ -171,8 +173,7 @@ def test_session_errors():
     h.admit("long", session_id="c", response_tokens=100)
     with pytest.raises(StickyBusy):
         h.admit("long more", session_id="c")
-    adm = h.admission([], session_id="nobody")
-    adm.continue_suffix = tok("x")
+    adm = replace(h.admission([], session_id="nobody"), continue_suffix=tuple(tok("x")))
     with pytest.raises(NoSession):
         h.sch.admit(adm)
     with pytest.raises(ContextOverflow):
