@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from app.engine.errors import NoSession, StickyBusy
+from app.engine.errors import NoSession, NotFound, StickyBusy
 from app.engine.events import (
     CacheDelta,
     Done,
@@ -263,7 +263,10 @@ class FakeEngine:
         return model
 
     def get_model(self, model_id: str) -> FakeModel:
-        return self.models[model_id]
+        try:
+            return self.models[model_id]
+        except KeyError:  # as the real Engine says it
+            raise NotFound(f"no loaded model {model_id!r}") from None
 
     def list_models(self) -> list[ModelInfo]:
         return [m.model_info() for m in self.models.values()]

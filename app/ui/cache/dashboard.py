@@ -24,6 +24,7 @@ from PySide6.QtWidgets import (
 
 from app.cache.index import Row
 from app.conversation.accounting import HitAccount
+from app.engine.errors import NotFound
 from app.ui.cache import style
 from app.ui.cache.actions import CacheActions
 from app.ui.cache.feed import CacheFeed
@@ -176,17 +177,24 @@ class CacheDashboard(QWidget):
         """Re-read the loaded models (for previews, filters and the scheduler view)."""
         models: dict[str, ModelApi] = {}
         try:
-            for info in self.engine.list_models():
+            infos = self.engine.list_models()
+        except Exception:  # list_models reads a published mapping: nothing is expected to fail
+            log.exception("listing the loaded models failed (a bug)")
+            infos = []
+        for info in infos:
+            try:
                 models[info.id] = self.engine.get_model(info.id)
-        except Exception as exc:  # the engine is closing, or a model unloading right now
-            log.debug("listing models failed: %s", exc)
+            except NotFound:  # unloaded (on the loader's thread) since list_models
+                continue
+            except Exception:
+                log.exception("reading the loaded model %r failed (a bug)", info.id)
         self._models = models
         by_fp: dict[str, ModelApi] = {}
         for m in models.values():
             try:
                 by_fp[m.effective_fingerprint().hex()] = m
-            except Exception:
-                continue
+            except Exception:  # a pure function of the adapter list: nothing is expected to fail
+                log.exception("the fingerprint of model %r failed (a bug)", m.id)
         self._model_by_fp = by_fp
         if set(by_fp) != self._known_fps:  # a model came or went: text can be read anew
             self._known_fps = set(by_fp)

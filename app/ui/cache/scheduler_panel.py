@@ -6,6 +6,7 @@ nothing here ever waits for the scheduler thread.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import deque
 from collections.abc import Callable
@@ -21,9 +22,12 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.engine.errors import NotFound
 from app.engine.events import SchedulerSnapshot, SlotInfo
 from app.ui.cache import style
 from app.ui.engine_api import EngineApi, ModelApi
+
+log = logging.getLogger(__name__)
 
 SessionNamer = Callable[[str], str | None]
 
@@ -213,7 +217,8 @@ class SchedulerPanel(QWidget):
     def refresh(self) -> None:
         try:
             ids = [info.id for info in self._engine.list_models()]
-        except Exception:  # the engine is closing
+        except Exception:  # list_models reads a published mapping: nothing is expected to fail
+            log.exception("listing the loaded models failed (a bug)")
             ids = []
         for gone in set(self.monitors) - set(ids):
             self.monitors.pop(gone).deleteLater()
@@ -221,7 +226,10 @@ class SchedulerPanel(QWidget):
             if model_id not in self.monitors:
                 try:
                     model = self._engine.get_model(model_id)
+                except NotFound:  # unloaded (on the loader's thread) since list_models
+                    continue
                 except Exception:
+                    log.exception("reading the loaded model %r failed (a bug)", model_id)
                     continue
                 mon = ModelMonitor(model, self._namer)
                 self._cards.insertWidget(self._cards.count() - 1, mon)

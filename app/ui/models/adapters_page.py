@@ -29,6 +29,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.cache.keys import effective_fingerprint
+from app.engine.errors import NotFound
 from app.models.adapters import AdapterError, check_adapter_matches
 from app.ui.engine_api import EngineApi, ModelApi
 from app.ui.models.widgets import MessageCard, button, caption, section
@@ -308,7 +309,10 @@ class AdaptersPage(QWidget):
             return None
         try:
             return self.engine.get_model(self._model_id)
-        except Exception:  # noqa: BLE001 - unloaded meanwhile
+        except NotFound:  # unloaded meanwhile (on the loader's thread)
+            return None
+        except Exception:
+            log.exception("reading the loaded model %r failed (a bug)", self._model_id)
             return None
 
     def _submit(
