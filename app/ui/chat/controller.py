@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import TypeVar
 
@@ -151,8 +152,17 @@ class ChatController(QObject):
         return self._db(lambda: self.replies.state.window(cid)) or WindowState()
 
     def context_use(self, cid: str) -> ContextUse | None:
-        """How full the conversation's context was at its last request in this session."""
-        return self.replies.context.get(cid)
+        """How full the model's view of the branch shown is: the last request's figures, or
+        for another branch of the conversation (switched to since) that branch's own count
+        with the same context size and limit."""
+        use = self.replies.context.get(cid)
+        if use is None or not use.leaf_id or self.is_busy(cid):
+            return use
+        conv = self.conversation(cid)
+        leaf = conv.active_leaf_id if conv is not None else None
+        if leaf is None or leaf == use.leaf_id:
+            return use
+        return replace(use, used=self.last_context_tokens(cid), leaf_id=leaf)
 
     def last_context_tokens(self, cid: str) -> int:
         """Tokens the model's view held after the branch's last reply (from its stats)."""
@@ -361,6 +371,7 @@ class ChatController(QObject):
             return
         self.failed.pop(cid, None)
         self.conversation_changed.emit(cid)
+        self.context_changed.emit(cid)  # the meter counts the branch shown
 
     def stop(self, cid: str) -> None:
         self.replies.stop(cid)

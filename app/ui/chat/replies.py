@@ -51,6 +51,8 @@ class LiveReply:
     continued: str = ""
     """For Continue: the cut reply's text, which the new text extends."""
     request: GenerationRequest | None = None
+    leaf_id: str = ""
+    """The message the request answers from (the branch's leaf when it started)."""
     _prefill_t0: tuple[float, int] | None = None
 
     def reset_prefill(self) -> None:
@@ -74,6 +76,9 @@ class ContextUse:
     used: int
     n_ctx: int
     limit: int
+    leaf_id: str = ""
+    """The last message of the branch ``used`` was counted for (the meter of another branch
+    of the same conversation must not show it)."""
 
 
 class ReplyRunner(QObject):
@@ -137,6 +142,7 @@ class ReplyRunner(QObject):
         if continue_of is not None:
             live.continued = live.text = continue_of.content
         live.request = request
+        live.leaf_id = leaf_id
         self._live[cid] = live
         self._by_request[request.request_id] = cid
         self.busy_changed.emit(cid, True)
@@ -188,7 +194,9 @@ class ReplyRunner(QObject):
 
     def _on_window(self, cid: str, live: LiveReply, report: WindowReport) -> bool:
         """Keep the view the bridge chose; False when no reply follows this update."""
-        self.context[cid] = ContextUse(report.num_tokens, report.n_ctx, report.limit)
+        self.context[cid] = ContextUse(
+            report.num_tokens, report.n_ctx, report.limit, live.leaf_id
+        )
         self.context_changed.emit(cid)
         if report.kind in ("fits", "cut"):
             self._save_window(cid, WindowState(report.start_id, report.summary))
@@ -247,19 +255,21 @@ class ReplyRunner(QObject):
         if update.session is not None:
             self._save_session(cid, update.session)
         stats = update.done
-        if stats is not None and cid in self.context:
-            used = stats.prompt_tokens + stats.completion_tokens
-            self.context[cid] = replace(self.context[cid], used=used)
-            self.context_changed.emit(cid)
+        saved: Message | None = None
         if live.text != live.continued or live.thinking:
             try:
-                self.storage.add_message(
+                saved = self.storage.add_message(
                     cid, live.parent_id, "assistant", live.text, thinking=live.thinking, stats=stats
                 )
             except StorageError as exc:
                 self.error_raised.emit(f"Could not save the reply: {exc}")
             else:
                 self.reply_saved.emit(cid)
+        if stats is not None and cid in self.context:
+            used = stats.prompt_tokens + stats.completion_tokens
+            leaf = saved.id if saved is not None else live.leaf_id
+            self.context[cid] = replace(self.context[cid], used=used, leaf_id=leaf)
+            self.context_changed.emit(cid)
         self.changed.emit(cid)
 
     def _finish_failed(self, cid: str, live: LiveReply, text: str) -> None:
