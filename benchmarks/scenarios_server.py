@@ -253,6 +253,9 @@ def _summary(turns: list[Turn]) -> dict[str, Any]:
 
 
 FLOOR = "floor: the backend alone, new tokens only"
+HEARTH = "Hearth (hearth serve)"
+PEER = "llama-server -np 2"
+BURST_FLOOR = "burst floor: the backend alone, each burst shortest first"
 
 
 def floor_trace(model: str, turns: list[Turn]) -> list[Turn]:
@@ -282,6 +285,22 @@ def floor_trace(model: str, turns: list[Turn]) -> list[Turn]:
             for (c, k, p, r), m in zip(rendered, ms, strict=True)]
 
 
+def burst_floor(floor: list[Turn]) -> list[Turn]:
+    """B9's goal floor (shared/docs/BENCHMARKS.md): the clients' turns of one index arrive
+    together (both clients start each half of the trace at once, and every reply is capped
+    at ``N_NEW`` tokens, so they stay in step), and an ideal scheduler serves such a burst
+    with the backend alone, one turn at a time, shortest prefill first. A turn's burst floor
+    is its own prefill plus the prefills served before it in its burst; the first served
+    keeps its single-client floor (``floor_trace``)."""
+    out: list[Turn] = []
+    for k in sorted({t.turn for t in floor}):
+        waited = 0.0
+        for t in sorted((t for t in floor if t.turn == k), key=lambda t: (t.ttft_ms, t.client)):
+            waited += t.ttft_ms
+            out.append(Turn(t.client, t.turn, waited, t.prompt_tokens, t.completion_tokens, t.processed, t.reply))
+    return out
+
+
 def _or_na(value: int | None) -> int | str:
     return "not reported" if value is None else value
 
@@ -290,9 +309,10 @@ def b9_agent_trace(model: str, llama_server: str | None = None) -> Result:
     result = Result(
         "B9", "agent trace over the OpenAI API: 2 clients, ≈1,500-token system prompts with tools, "
         "10 turns re-sent in full, server restarted after turn 5",
-        "median TTFT ≤ 0.3 × llama-server; prompt tokens re-processed after the restart ≤ 5 % of llama-server's",
+        "median TTFT ≤ 1.1 × the burst floor (ratio to llama-server reported); prompt tokens "
+        "re-processed after the restart ≤ 5 % of llama-server's",
         ["server", "median TTFT ms", "turns 1-5", "turns 6-10", "1st turn after restart (slower client)",
-         "computed after restart", "re-processed after restart", "of prompt tokens", "TTFT ratio",
+         "computed after restart", "re-processed after restart", "of prompt tokens", "Hearth TTFT / this",
          "re-processed ratio"],
     )
     model = str(Path(model).resolve())  # the peers run in other working directories
@@ -300,11 +320,10 @@ def b9_agent_trace(model: str, llama_server: str | None = None) -> Result:
     with tempfile.TemporaryDirectory(prefix="hearth-b9-") as tmp:
         progress("B9: hearth serve")
         hearth_turns = run_trace(hearth_launcher(model, Path(tmp) / "hearth"))
-        runs["Hearth (hearth serve)"] = _summary(hearth_turns)
+        runs[HEARTH] = _summary(hearth_turns)
         if llama_server:
             progress("B9: llama-server -np 2, cache_prompt")
-            runs["llama-server -np 2"] = _summary(run_trace(llama_server_launcher(llama_server, model),
-                                                            {"cache_prompt": True}))
+            runs[PEER] = _summary(run_trace(llama_server_launcher(llama_server, model), {"cache_prompt": True}))
         why_not = llama_cpp_python_available()
         if why_not is None:
             progress("B9: llama-cpp-python server, disk cache")
@@ -312,31 +331,37 @@ def b9_agent_trace(model: str, llama_server: str | None = None) -> Result:
             cache_dir.mkdir()
             runs["llama-cpp-python server (disk cache)"] = _summary(
                 run_trace(llama_cpp_python_launcher(model, cache_dir)))
-    progress("B9: the floor (the backend alone, each turn's new tokens)")
-    runs[FLOOR] = _summary(floor_trace(model, hearth_turns))
-    hearth = runs["Hearth (hearth serve)"]
-    peer = runs.get("llama-server -np 2")
+    progress("B9: the floors (the backend alone, each turn's new tokens)")
+    alone = floor_trace(model, hearth_turns)
+    runs[FLOOR] = _summary(alone)
+    runs[BURST_FLOOR] = _summary(burst_floor(alone))
+    hearth = runs[HEARTH]
     for name, s in runs.items():
-        ttft_ratio = hearth["median_ttft_ms"] / s["median_ttft_ms"] if name not in ("Hearth (hearth serve)", FLOOR) else None
+        ttft_ratio = hearth["median_ttft_ms"] / s["median_ttft_ms"] if name != HEARTH else None
         re_ratio = (hearth["reprocessed_after"] / s["reprocessed_after"]
-                    if name != "Hearth (hearth serve)" and s["reprocessed_after"] else None)
+                    if name != HEARTH and s["reprocessed_after"] else None)
         shown = [_or_na(s[k]) for k in ("processed_after", "reprocessed_after", "prompt_tokens_after")]
         result.rows.append([
             name, s["median_ttft_ms"], s["median_ttft_before_ms"], s["median_ttft_after_ms"],
             s["first_ttft_after_restart_ms"], *shown, "" if ttft_ratio is None else ttft_ratio, "" if re_ratio is None else re_ratio,
         ])
     result.figures = {"runs": runs}
+    to_floor = hearth["median_ttft_ms"] / runs[BURST_FLOOR]["median_ttft_ms"]
+    result.figures["ttft_over_burst_floor"] = to_floor
+    ttft_ok = to_floor <= 1.1
+    peer = runs.get(PEER)
+    notes = [f"median TTFT {hearth['median_ttft_ms']:.0f} ms = {to_floor:.3f} × the burst floor "
+             f"({runs[BURST_FLOOR]['median_ttft_ms']:.0f} ms; goal ≤ 1.1 ×)"]
     if peer is not None:
-        ttft_ok = hearth["median_ttft_ms"] <= 0.3 * peer["median_ttft_ms"]
+        result.figures["ttft_over_llama_server"] = hearth["median_ttft_ms"] / peer["median_ttft_ms"]
+        notes.append(f"{result.figures['ttft_over_llama_server']:.3f} × llama-server")
         re_ok = hearth["reprocessed_after"] <= 0.05 * peer["reprocessed_after"]
-        result.met = ttft_ok and re_ok
-        result.note = (
-            f"floor: median {runs[FLOOR]['median_ttft_ms']:.0f} ms when the backend alone prefills only each "
-            f"turn's new tokens, with no other client (benchmarks/floor.py); the goal asks Hearth for "
-            f"≤ {0.3 * peer['median_ttft_ms']:.0f} ms"
-        )
     else:
-        result.note = "no --llama-server binary given: the goal's peer was not measured"
+        notes.append("no --llama-server binary given: llama-server was not measured")
+        # 0 re-processed tokens is ≤ 5 % of any peer's count; more cannot be judged without one.
+        re_ok = True if hearth["reprocessed_after"] == 0 else None
+    result.met = ttft_ok and re_ok  # False when TTFT misses; else the re-processing verdict (None: not judged)
     if llama_cpp_python_available() is not None:
-        result.note += ("; " if result.note else "") + f"llama-cpp-python's server skipped: {llama_cpp_python_available()}"
+        notes.append(f"llama-cpp-python's server skipped: {llama_cpp_python_available()}")
+    result.note = "; ".join(notes)
     return result
