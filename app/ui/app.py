@@ -21,7 +21,7 @@ from app.storage import data_dir as resolve_data_dir
 from app.ui.aio import gui_loop
 from app.ui.bridges import ModelBridges
 from app.ui.chat.controller import ChatController
-from app.ui.engine_api import EngineApi
+from app.ui.engine_api import EngineApi, ServedEngine
 from app.ui.engine_bridge import qthread_starter
 from app.ui.main_window import MainWindow
 from app.ui.models.manager import default_config_factory
@@ -37,12 +37,12 @@ from app.ui.theme import apply_theme
 
 log = logging.getLogger(__name__)
 
-EngineFactory = Callable[[Path], EngineApi]
+EngineFactory = Callable[[Path], ServedEngine]
 
 DEFAULT_SYSTEM_PROMPT = "You are Hearth, a helpful assistant running locally. Answer clearly."
 
 
-def default_engine_factory(path: Path) -> EngineApi:
+def default_engine_factory(path: Path) -> ServedEngine:
     from app.engine import Engine
 
     return Engine(path, thread_starter=qthread_starter)
@@ -101,7 +101,7 @@ def create_window(
     apply_theme(app, str(storage.get_setting("theme", "system")))
     load_settings = JsonSettingsStore(base / SETTINGS_FILE)
 
-    engine: EngineApi | None = None
+    engine: ServedEngine | None = None
     try:
         engine = (engine_factory or default_engine_factory)(base)
     except (EngineError, OSError) as exc:

@@ -21,6 +21,7 @@ from app.cache.store import CacheStore
 from app.engine.config import ModelConfig
 from app.engine.events import Event, ModelInfo, SchedulerSnapshot
 from app.engine.lora import AdapterListing
+from app.engine.model import Model
 
 EventCallback = Callable[[Event], None]
 
@@ -96,3 +97,11 @@ class EngineApi(Protocol):
     def counters(self) -> dict[str, int]: ...
 
     def close(self) -> None: ...
+
+
+class ServedEngine(EngineApi, Protocol):
+    """An engine the window's local server can serve (``app.ui.server.LocalServer``): the
+    HTTP routes drive its models whole, so they are the engine's ``Model``; it is then also
+    the server's ``app.server.state.ModelProvider``. ``app.engine.Engine`` is one."""
+
+    def get_model(self, model_id: str) -> Model: ...

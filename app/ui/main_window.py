@@ -31,7 +31,7 @@ from app.ui.app_actions import install_app_actions
 from app.ui.bridge_records import StatusSnapshot
 from app.ui.chat.chat_page import ChatPage
 from app.ui.chat.controller import ChatController
-from app.ui.engine_api import EngineApi
+from app.ui.engine_api import ServedEngine
 from app.ui.placeholders import PlaceholderArea
 from app.ui.server import LocalServer
 from app.ui.server.panel import restore_local_server
@@ -50,7 +50,7 @@ class MainWindow(QMainWindow):
         storage: Storage,
         controller: ChatController,
         *,
-        engine: EngineApi | None = None,
+        engine: ServedEngine | None = None,
         on_close: Callable[[], None] | None = None,
         model_manager: QWidget | None = None,
         cache_dashboard: QWidget | None = None,

@@ -13,6 +13,7 @@ from PySide6.QtCore import (
     QModelIndex,
     QObject,
     QPersistentModelIndex,
+    QPoint,
     QRect,
     QSize,
     Qt,
@@ -231,7 +232,7 @@ class Sidebar(QFrame):
         if cid:
             self.delete_requested.emit(cid)
 
-    def _on_context_menu_requested(self, pos) -> None:  # type: ignore[no-untyped-def]
+    def _on_context_menu_requested(self, pos: QPoint) -> None:
         idx = self.list.indexAt(pos)
         if not idx.isValid():
             return

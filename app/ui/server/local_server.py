@@ -13,12 +13,13 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 from PySide6.QtCore import QObject, Signal
 
 from app.server.activity import Activity
 from app.server.config import DEFAULT_PORT, ServerConfig, ServerConfigError
+from app.ui.engine_api import ServedEngine
 
 if TYPE_CHECKING:  # imported when the server starts: uvicorn is not loaded with the window
     from app.server.thread import ServerThread
@@ -40,9 +41,8 @@ class LocalServer(QObject):
     status_changed = Signal(object)  # ServerStatus
     request_changed = Signal(object)  # RequestRecord
 
-    def __init__(self, engine: Any, parent: QObject | None = None) -> None:
-        # ``engine``: app.engine.Engine — the server serves its full ``Model`` (not only the
-        # UI's EngineApi), so the window hands the engine through untyped here.
+    def __init__(self, engine: ServedEngine, parent: QObject | None = None) -> None:
+        # The server serves the engine's full ``Model`` (not only the UI's ``ModelApi``).
         super().__init__(parent)
         self.engine = engine
         self.activity = Activity()
