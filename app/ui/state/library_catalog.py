@@ -9,9 +9,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TypedDict, Unpack
 
 from app.models.library import ModelEntry
 from app.ui.state.observable import ObservableList
+
+
+class RowChanges(TypedDict, total=False):
+    """What ``LibraryCatalog.update`` may change of a row."""
+
+    model_id: str | None
+    busy: str | None
+    error: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,8 +102,8 @@ class LibraryCatalog(ObservableList[LibraryRow, Path]):
             rows.append(row)
         self._reset(rows)
 
-    def update(self, path: Path | str, **changes: object) -> None:
+    def update(self, path: Path | str, **changes: Unpack[RowChanges]) -> None:
         """Change ``model_id`` / ``busy`` / ``error`` of one row (no-op for unknown paths)."""
         i = self.row_of(path)
         if i >= 0:
-            self._replace(i, replace(self[i], **changes))  # type: ignore[arg-type]
+            self._replace(i, replace(self[i], **changes))
