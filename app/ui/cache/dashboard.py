@@ -206,8 +206,8 @@ class CacheDashboard(QWidget):
         try:
             counters = self.hit_account.counters()
             usage = self.store.tier_usage()
-        except Exception as exc:
-            log.debug("cache counters unavailable: %s", exc)
+        except Exception:  # in-memory counters and usage under the store's locks: nothing is expected
+            log.exception("reading the cache's counters failed (a bug)")
             return
         self.refresh_models()
         self.titles.clear()  # chats may have been renamed; re-read when next shown

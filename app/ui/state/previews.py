@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 
 from app.cache.index import Row
 from app.cache.keys import decode_tokens
+from app.engine.errors import EngineError
 from app.template_text import readable
 
 log = logging.getLogger(__name__)
@@ -73,8 +74,11 @@ class PreviewCache:
 def _safe(detok: Detokenizer, tokens: list[int]) -> str | None:
     try:
         return detok(tokens)
-    except Exception as exc:  # an unloaded model's handle, a vocabulary mismatch
+    except EngineError as exc:  # a model unloaded meanwhile (NotFound), a vocabulary mismatch
         log.debug("detokenize failed: %s", exc)
+        return None
+    except Exception:
+        log.exception("detokenizing a preview failed (a bug)")
         return None
 
 
