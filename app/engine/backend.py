@@ -222,6 +222,11 @@ class Backend(Protocol):
         """Feed a token chosen outside the sampler (e.g. a greedy tool-call token)."""
         ...
 
+    def greedy(self, seq_id: int) -> int:
+        """The argmax of the seq's newest logits, no sampler (a draft model's choice,
+        ``app.engine.draft_model``)."""
+        ...
+
     def seq_rm(self, seq_id: int, start: int = 0) -> None:
         """Drop the seq's KV cells from position ``start`` on; ``NotSupported`` when the memory
         refuses (a recurrent state): callers ask ``can_trim`` first. Drafts among the dropped

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -13,6 +14,7 @@ from app.cache.keys import FingerprintCache, KeyMeta
 from app.engine.backend import Backend
 from app.engine.cache_hooks import CacheHooks, NullCache, StoreCache
 from app.engine.config import Markers, ModelConfig
+from app.engine.draft_model import CATCH_UP_TOKENS
 from app.engine.errors import EngineError, InvalidRequest, NBatchTooSmall, NotFound
 from app.engine.events import ModelInfo
 from app.engine.model import Model
@@ -137,7 +139,20 @@ class Engine:
         thread = self._thread_starter(scheduler, f"scheduler-{model_id}")
         with self._registry:
             self._threads[model_id] = thread
-        return Model(model_id, config, backend, scheduler, tier=config.tier)
+        return Model(
+            model_id, config, backend, scheduler, tier=config.tier,
+            draft_loader=lambda draft_id: self._draft_backend(config, draft_id),
+        )  # fmt: skip
+
+    def _draft_backend(self, target: ModelConfig, draft_id: str) -> Backend:
+        """A backend of the loaded model ``draft_id`` sized to draft for ``target``: a seq per
+        target seq of the target's context (``Model.use_draft``)."""
+        source = self.get_model(draft_id)
+        config = replace(
+            source.config, n_ctx=target.n_ctx, n_seq_max=target.n_seq_max,
+            n_batch=max(CATCH_UP_TOKENS, target.n_seq_max), n_threads=target.n_threads, cache_enabled=False,
+        )  # fmt: skip
+        return self._backend_factory(config)
 
     def list_models(self) -> list[ModelInfo]:
         return [m.model_info() for m in self._models.values()]
@@ -156,6 +171,12 @@ class Engine:
                 return
             self._models = MappingProxyType({k: m for k, m in self._models.items() if k != model_id})
             thread = self._threads.pop(model_id, None)
+        for other in self._models.values():  # it drafts for no one once it is gone
+            if other.draft_id == model_id:
+                try:
+                    other.use_draft(None)
+                except EngineError as exc:
+                    log.warning("model %s: detaching draft model %s: %s", other.id, model_id, exc)
         model.close()
         if thread is not None and hasattr(thread, "join"):
             thread.join(timeout=30)

@@ -233,3 +233,5 @@ class SchedulerSnapshot:
     num_drafted: int = 0
     num_accepted: int = 0
     """Draft tokens pushed and accepted since the model loaded (beyond SPEC)."""
+    draft_model: str | None = None
+    """The id of the attached draft model (``Model.use_draft``), if any (beyond SPEC)."""

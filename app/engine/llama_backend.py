@@ -330,6 +330,13 @@ class LlamaBackend(SeqKv):
         """
         return int(self._logits_view(row).argmax())
 
+    def greedy(self, seq_id: int) -> int:
+        """The argmax of the seq's newest logits (a draft model's choice, ``draft_model``)."""
+        row = self._rows.get(seq_id)
+        if row is None:
+            raise InvalidRequest(f"seq {seq_id} has no logits from the previous tick")
+        return self._argmax(row)
+
     def seq_logits(self, seq_id: int) -> np.ndarray[Any, np.dtype[np.float32]]:
         """A copy of the logits the seq's next decode row will sample from (tests, debugging)."""
         row = self._rows.get(seq_id)

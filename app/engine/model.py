@@ -30,7 +30,8 @@ from app.engine.commands import (
     WindDown,
 )
 from app.engine.config import ModelConfig
-from app.engine.errors import EngineError, NotFound
+from app.engine.draft_model import DraftModel, check_compatible
+from app.engine.errors import EngineError, InvalidRequest, NotFound
 from app.engine.events import (
     CompletionResult,
     Done,
@@ -131,6 +132,7 @@ class Model:
         scheduler: Scheduler,
         *,
         tier: str,
+        draft_loader: Callable[[str], Backend] | None = None,
     ) -> None:
         self.id = model_id
         self.config = config
@@ -142,6 +144,11 @@ class Model:
         self._vocab_readers_changed = threading.Condition()
         self._num_vocab_readers = 0
         self._closed = False
+        self._draft_loader = draft_loader
+        """Loads a backend of another loaded model to draft for this one (the Engine's)."""
+        self._draft_lock = threading.Lock()
+        self.draft_id: str | None = None
+        """The attached draft model's id (``use_draft``)."""
 
     # ------------------------------------------------------------------ requests
 
@@ -206,6 +213,8 @@ class Model:
     ) -> Admission:
         self._check_open()
         options = parse_options(opts, default_tokens)
+        if options.draft_model not in (None, self.draft_id) and self.scheduler.speculator.can_draft:
+            self.use_draft(options.draft_model)  # (a model that never drafts ignores the pick)
         grammar = options.sampling.grammar
         if grammar:
             # Before llama.cpp sees it: it aborts the process on a grammar it cannot follow.
@@ -362,6 +371,37 @@ class Model:
         accepted, nxt = self.scheduler.call(Verify(tuple(drafts[0]), tuple(drafts[1])))
         return accepted, "eos" if nxt is None else nxt
 
+    def use_draft(self, draft_id: str | None) -> None:
+        """Beyond SPEC: draft with the loaded model ``draft_id`` for the requests that name it
+        (``draft_model=``; a request naming another one attaches that one instead); None
+        detaches. The draft model gets a backend of its own (its weights, a KV stream per
+        sequence of this model's size), loaded on the caller's thread; it must have this
+        model's vocabulary and memory that can drop a rejected tail, and this model must be
+        able to draft at all (``InvalidRequest`` otherwise; ``NotFound`` for an unknown id)."""
+        with self._draft_lock:
+            self._check_open()
+            if draft_id == self.draft_id:
+                return
+            if draft_id is None:
+                self.scheduler.call(lambda: self.scheduler.attach_draft(None))
+                self.draft_id = None
+                return
+            memory = self.backend.info.memory
+            if not self.scheduler.speculator.can_draft:
+                raise InvalidRequest(f"model {self.id!r} has {memory.kind} memory: it cannot drop rejected drafts, so it never drafts")
+            if self._draft_loader is None:
+                raise InvalidRequest(f"model {self.id!r} cannot load a draft model")
+            backend = self._draft_loader(draft_id)
+            try:
+                self._with_vocab(lambda: check_compatible(self.backend, backend))
+                draft = DraftModel(draft_id, backend)
+                draft.calibrate()
+                self.scheduler.call(lambda: self.scheduler.attach_draft(draft))
+            except BaseException:
+                backend.close()
+                raise
+            self.draft_id = draft_id
+
     # ------------------------------------------------------------------ lifecycle
 
     def close(self, save: bool = True) -> None:
@@ -382,4 +422,5 @@ class Model:
         with self._vocab_readers_changed:
             self._vocab_readers_changed.wait_for(lambda: self._num_vocab_readers == 0)
             self._lora.free_all()
+            self.scheduler.attach_draft(None)  # the thread has ended: nothing uses it any more
             self.backend.close()

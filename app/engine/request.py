@@ -66,6 +66,9 @@ class RequestOptions:
     setting (``ModelConfig.speculative``)."""
     draft_max: int | None = None
     """Beyond SPEC: the most draft tokens one decode row may carry; None: the model's."""
+    draft_model: str | None = None
+    """Beyond SPEC: the id of a loaded model with the same vocabulary that proposes the drafts
+    (``app.engine.draft_model``; ``Model.use_draft`` attaches it); None: prompt lookup."""
 
 
 @dataclass(slots=True)

@@ -50,6 +50,7 @@ from app.engine.commands import (
     WindDown,
 )
 from app.engine.config import ModelConfig
+from app.engine.draft_model import DraftModel
 from app.engine.errors import Busy, EngineError, InvalidRequest
 from app.engine.events import (
     PrefillProgress,
@@ -210,6 +211,13 @@ class Scheduler:
         pin their seq to their session when they finish."""
         self.admission.new_weights(meta)
 
+    def attach_draft(self, draft: DraftModel | None) -> None:
+        """Draft with ``draft`` (None: no draft model) for the requests that name it; the
+        one it replaces is closed here, on the thread that used it."""
+        old = self.speculator.attach(draft)
+        if old is not None and old is not draft:
+            old.close()
+
     def verify(self, prefix: Sequence[int], drafts: Sequence[int]) -> tuple[int, int | None]:
         """Greedy speculative check on a free seq; ``Busy`` unless the model is idle."""
         seq_id = self.pool.peek()
@@ -311,6 +319,7 @@ class Scheduler:
                 except Exception as exc:  # a bug: this request fails, the tick goes on
                     log.exception("request %d: speculation failed after its tokens", req.ref)
                     req.fail(exc)
+        self.speculator.draft_with_model(plan, pushed)
         return pushed
 
     def decode(self, plan: TickPlan, sampled: list[StepResult]) -> bool:
@@ -425,6 +434,7 @@ class Scheduler:
             speculative=self.speculator.enabled,
             num_drafted=self.speculator.num_drafted,
             num_accepted=self.speculator.num_accepted,
+            draft_model=None if self.speculator.draft is None else self.speculator.draft.model_id,
         )
 
     def _slots(self) -> tuple[SlotInfo, ...]:

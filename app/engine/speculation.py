@@ -30,18 +30,27 @@ costs (plus any ubatch it adds); the i-th draft token is worth ``acceptance**i``
 worth the tick's time per decode row. ``Speculator.plan`` reserves the rows whose expected
 gain is positive, for the sequences whose drafts pay most; a sequence whose drafts do not pay
 stops drafting, and tries one draft again once its evidence has decayed.
+
+**A draft model** (``app.engine.draft_model``), when one is attached and a request names it
+(``draft_model=``), proposes that request's drafts instead of prompt lookup. Its proposals
+are made for all its seqs at once after ``stream`` (``draft_with_model``) and ride in the
+same decode as lookup drafts; a draft row then also costs the draft model's pass
+(``DraftModel.token_ms``), which is kept out of the target's cost fit.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from app.engine import draft_model
 from app.engine.backend import Backend, BackendInfo, DecodeOp, PrefillOp, Sampled, StepResult
 from app.engine.batch import TickPlan
 from app.engine.config import ModelConfig
+from app.engine.draft_model import DraftModel
 from app.engine.request import Mode, Request
 from app.engine.tick_costs import SeqRows, TickCosts, TickShape, shape_of
 
@@ -147,12 +156,14 @@ class SeqSpec:
     drafter: NgramDrafter = field(default_factory=NgramDrafter)
     hits: float = 0.0
     tries: float = 0.0
+    prior: float = PRIOR_ACCEPTANCE
+    """The acceptance before any evidence (a draft model's is higher than prompt lookup's)."""
 
     @property
     def acceptance(self) -> float:
         """Estimated probability that the next draft token is accepted, given the ones before
         it were (hits / tries, each verify being tries = accepted + 1 rejection if any)."""
-        return (self.hits + PRIOR_ACCEPTANCE * PRIOR_TRIES) / (self.tries + PRIOR_TRIES)
+        return (self.hits + self.prior * PRIOR_TRIES) / (self.tries + PRIOR_TRIES)
 
     def record(self, num_drafted: int, num_accepted: int) -> None:
         self.hits = DECAY_VERIFY * self.hits + num_accepted
@@ -194,6 +205,24 @@ class Speculator:
         self.costs = TickCosts()
         self.num_drafted = 0
         self.num_accepted = 0
+        self.draft: DraftModel | None = None
+        """The attached draft model, for the requests that name it (``draft_model=``)."""
+        self._deferred: dict[int, tuple[Request, int]] = {}
+        """seq id → (request, most drafts) waiting for the draft model this tick."""
+        self._draft_ms = 0.0
+        """This tick's time in the draft model (not the target's: kept out of ``costs``)."""
+
+    def attach(self, draft: DraftModel | None) -> DraftModel | None:
+        """Use ``draft`` for the requests that name it from the next tick on; returns the one
+        it replaces (the caller closes it). A request running with the old one drafts by
+        prompt lookup from then on."""
+        old, self.draft = self.draft, draft
+        return old
+
+    def _with_model(self, req: Request) -> bool:
+        """Does the request draft with the attached draft model?"""
+        name = req.options.draft_model
+        return name is not None and self.draft is not None and self.draft.model_id == name
 
     @property
     def enabled(self) -> bool:
@@ -224,7 +253,7 @@ class Speculator:
     def _spec(self, req: Request) -> SeqSpec | None:
         """The request's speculation state when it may draft (created at its first chance)."""
         if req.spec is None and self._may_draft(req):
-            req.spec = SeqSpec()
+            req.spec = SeqSpec(prior=draft_model.PRIOR_ACCEPTANCE if self._with_model(req) else PRIOR_ACCEPTANCE)
         return req.spec if isinstance(req.spec, SeqSpec) else None
 
     def _may_draft(self, req: Request) -> bool:
@@ -256,7 +285,8 @@ class Speculator:
             if spec is not None:
                 req = reqs[op.seq_id]
                 cap = min(self._draft_max(req), self._room(req, plan_time=True), budget)
-                choice = self._best_length(op, spec.acceptance, cap, token_ms)
+                extra_ms = self.draft.token_ms if self.draft is not None and self._with_model(req) else 0.0
+                choice = self._best_length(op, spec.acceptance, cap, token_ms, extra_ms)
                 if choice is not None:
                     singles.append(choice)
         singles.sort(key=lambda c: c.gain_ms, reverse=True)
@@ -275,14 +305,16 @@ class Speculator:
     def _shape(self, rows: Sequence[SeqRows]) -> TickShape:
         return shape_of(rows, self._n_ubatch, self._one_stream)
 
-    def _best_length(self, op: DecodeOp, acceptance: float, cap: int, token_ms: float) -> _Choice | None:
+    def _best_length(
+        self, op: DecodeOp, acceptance: float, cap: int, token_ms: float, extra_ms: float = 0.0
+    ) -> _Choice | None:
         """The longest draft whose last row still pays: row i is worth ``acceptance**i``
-        tokens and costs one row at its position."""
+        tokens and costs one row at its position (and ``extra_ms``: proposing it)."""
         k, gain, worth = 0, 0.0, 1.0
         pos = op.pos + len(op.drafted)
         while k < cap:
             worth *= acceptance
-            net = worth * token_ms - self.costs.row_ms(pos + k + 1)
+            net = worth * token_ms - self.costs.row_ms(pos + k + 1) - extra_ms
             if net <= 0:
                 break
             k += 1
@@ -336,8 +368,36 @@ class Speculator:
         k = min(op.draft_max, self._room(req, plan_time=False))
         if k <= 0:
             return ()
+        if self._with_model(req):
+            self._deferred[req.seq_id] = (req, k)  # proposed with the others' (draft_with_model)
+            return ()
         spec.drafter.sync(req.context_tokens)
         return spec.drafter.propose(k)
+
+    def draft_with_model(self, plan: TickPlan, pushed: list[StepResult]) -> None:
+        """After every request has taken its tokens: the draft model proposes for the seqs
+        ``commit`` deferred, in passes shared by them all; their records in ``pushed`` get
+        the drafts. A failure of the draft model costs this tick's drafts only."""
+        deferred, self._deferred = self._deferred, {}
+        self._draft_ms = 0.0
+        if not deferred or self.draft is None:
+            return
+        started = time.perf_counter()
+        try:
+            proposals = self.draft.propose([(seq, req.context_tokens, k) for seq, (req, k) in deferred.items()])
+        except Exception:
+            log.exception("draft model %s failed; this tick drafts nothing", self.draft.model_id)
+            proposals = {}
+        self._draft_ms = (time.perf_counter() - started) * 1000
+        for i, op in enumerate(plan.ops):
+            drafts = proposals.get(op.seq_id) if isinstance(op, DecodeOp) else None
+            res = pushed[i]
+            req = deferred[op.seq_id][0] if drafts else None
+            if drafts and req is not None and not req.finishing and isinstance(res, Sampled):
+                req.drafted = drafts
+                req.num_drafted += len(drafts)
+                self.num_drafted += len(drafts)
+                pushed[i] = replace(res, drafts=drafts)
 
     # ------------------------------------------------------------------ after decode
 
@@ -351,5 +411,6 @@ class Speculator:
             elif isinstance(res, Sampled):
                 rows.append(SeqRows(op.seq_id, 1 + len(res.drafts), op.pos + len(res.accepted)))
                 num_drafts += len(res.drafts)
-        self.costs.observe(self._shape(rows), ms)
+        self.costs.observe(self._shape(rows), ms - self._draft_ms)
+        self._draft_ms = 0.0
         return num_drafts

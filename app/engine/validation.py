@@ -36,6 +36,7 @@ _OPTION_KEYS = {
     "response_tokens", "parent_key", "temperature", "top_p", "top_k", "min_p",
     "repetition_penalty", "seed", "stop_sequences", "grammar", "thinking",
     "thinking_budget_tokens", "session_id", "ignore_eos", "speculative", "draft_max",
+    "draft_model",
 }  # fmt: skip
 
 MAX_ADAPTER_SCALE = float(2**31)
@@ -270,6 +271,9 @@ def parse_options(opts: dict[str, Any], default_tokens: int) -> RequestOptions:
     draft_max = get("draft_max")
     if draft_max is not None:
         draft_max = check_int(draft_max, "draft_max", lo=0, hi=MAX_DRAFT)
+    draft_model = get("draft_model")
+    if draft_model is not None and (not isinstance(draft_model, str) or not draft_model):
+        raise InvalidRequest("draft_model must be a loaded model's id")
     return RequestOptions(
         response_tokens=response_tokens,
         sampling=sampling,
@@ -281,6 +285,7 @@ def parse_options(opts: dict[str, Any], default_tokens: int) -> RequestOptions:
         ignore_eos=ignore_eos,
         speculative=speculative,
         draft_max=draft_max,
+        draft_model=draft_model,
     )
 
 

@@ -134,6 +134,11 @@ class StubBackend:
         self.decode(ops, out)
         return out
 
+    def greedy(self, seq_id: int) -> int:
+        """What the "model" says next for the seq (a draft model's choice)."""
+        assert self.has_logits.get(seq_id) and not self.draft_rows.get(seq_id), f"seq {seq_id} has no logits"
+        return self.next_token(self.kv[seq_id])
+
     def next_token(self, seq: list[int]) -> int:
         text = "".join(chr(t) for t in seq if t)
         best = None
@@ -213,7 +218,7 @@ class StubBackend:
         return "".join(chr(t) for t in tokens if t)
 
     def token_piece(self, token: int) -> bytes:
-        return chr(token).encode() if token else b""
+        return chr(token).encode("utf-8", "surrogatepass") if token else b""
 
     def is_eog(self, token: int) -> bool:
         return token == EOG

@@ -20,12 +20,20 @@ from tests.helpers.forced_drafts import always_draft
 
 
 @pytest.fixture
-def server(tiny_model_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[ServerThread]:
+def engine(tiny_model_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Engine]:
     always_draft(monkeypatch)  # every decode row drafts, so the counts cannot be zero by luck
     engine = Engine(tmp_path)
-    engine.load_model("tiny", ModelConfig(path=str(tiny_model_path), n_ctx=1024, n_seq_max=2, n_threads=2))
-    engine.load_model("plain", ModelConfig(path=str(tiny_model_path), n_ctx=1024, n_seq_max=1, n_threads=2,
-                                           speculative=False))  # fmt: skip
+    try:
+        engine.load_model("tiny", ModelConfig(path=str(tiny_model_path), n_ctx=1024, n_seq_max=2, n_threads=2))
+        engine.load_model("plain", ModelConfig(path=str(tiny_model_path), n_ctx=1024, n_seq_max=1, n_threads=2,
+                                               speculative=False))  # fmt: skip
+        yield engine
+    finally:
+        engine.close()
+
+
+@pytest.fixture
+def server(engine: Engine) -> Iterator[ServerThread]:
     config = ServerConfig(port=0)
     thread = ServerThread(create_app(engine, config), config)
     thread.start()
@@ -33,12 +41,20 @@ def server(tiny_model_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatc
         yield thread
     finally:
         thread.stop()
-        engine.close()
 
 
 def status(server: ServerThread) -> Any:
     with urllib.request.urlopen(server.base_url.removesuffix("/v1") + "/hearth/status", timeout=30) as resp:
         return json.load(resp)
+
+
+def test_status_names_the_draft_model_a_model_drafts_with(server: ServerThread, engine: Engine) -> None:
+    engine.get_model("tiny").use_draft("plain")  # same weights, so the same vocabulary
+    models = {m["id"]: m for m in status(server)["models"]}
+    assert models["tiny"]["speculation"]["draft_model"] == "plain"
+    engine.unload("plain")  # a draft model that goes away drafts for no one
+    models = {m["id"]: m for m in status(server)["models"]}
+    assert set(models) == {"tiny"} and models["tiny"]["speculation"]["draft_model"] is None
 
 
 def test_status_reports_drafted_and_accepted_tokens(server: ServerThread) -> None:
@@ -52,7 +68,8 @@ def test_status_reports_drafted_and_accepted_tokens(server: ServerThread) -> Non
     spec = models["tiny"]["speculation"]
     assert spec["enabled"] is True
     assert spec["drafted"] > 0 and 0 <= spec["accepted"] <= spec["drafted"]
-    assert models["plain"]["speculation"] == {"enabled": False, "drafted": 0, "accepted": 0}
+    assert models["plain"]["speculation"] == {"enabled": False, "drafted": 0, "accepted": 0, "draft_model": None}
+    assert spec["draft_model"] is None
     record = doc["recent"][-1]
     assert (record["drafted_tokens"], record["accepted_tokens"]) == (spec["drafted"], spec["accepted"])
     assert all({"num_drafted", "num_accepted"} <= set(slot) for slot in models["tiny"]["slots"])
