@@ -14,6 +14,7 @@ from typing import Any
 from app.cache.keys import KeyMeta
 from app.engine.admission import Admission
 from app.engine.cache_hooks import SaveReason
+from app.engine.draft_model import DraftModel
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,10 +72,19 @@ class Verify:
 
 
 @dataclass(frozen=True, slots=True)
+class AttachDraft:
+    """Draft with ``draft`` for the requests that name it (None: no draft model). The draft
+    model is handed over: built and calibrated on the caller's thread, used only by the
+    scheduler's from then on."""
+
+    draft: DraftModel | None
+
+
+@dataclass(frozen=True, slots=True)
 class WindDown:
     """Unload: ``shutdown`` saves (when ``save``), then every request ends cancelled."""
 
     save: bool
 
 
-Command = Admit | Cancel | EndSession | SaveInFlight | Embed | ChangeAdapters | Verify | WindDown
+Command = Admit | Cancel | EndSession | SaveInFlight | Embed | ChangeAdapters | Verify | AttachDraft | WindDown

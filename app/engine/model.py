@@ -21,6 +21,7 @@ from app.engine.admission import Admission
 from app.engine.backend import Backend
 from app.engine.commands import (
     Admit,
+    AttachDraft,
     Cancel,
     ChangeAdapters,
     Embed,
@@ -383,7 +384,7 @@ class Model:
             if draft_id == self.draft_id:
                 return
             if draft_id is None:
-                self.scheduler.call(lambda: self.scheduler.attach_draft(None))
+                self.scheduler.call(AttachDraft(None))
                 self.draft_id = None
                 return
             memory = self.backend.info.memory
@@ -396,7 +397,7 @@ class Model:
                 self._with_vocab(lambda: check_compatible(self.backend, backend))
                 draft = DraftModel(draft_id, backend)
                 draft.calibrate()
-                self.scheduler.call(lambda: self.scheduler.attach_draft(draft))
+                self.scheduler.call(AttachDraft(draft))
             except BaseException:
                 backend.close()
                 raise

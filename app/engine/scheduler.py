@@ -40,6 +40,7 @@ from app.engine.batch import PrefillBudget, TickPlan, plan_tick
 from app.engine.cache_hooks import CacheHooks, SaveReason
 from app.engine.commands import (
     Admit,
+    AttachDraft,
     Cancel,
     ChangeAdapters,
     Command,
@@ -166,6 +167,8 @@ class Scheduler:
                     self.adapters_changed(new_meta())
             case Verify(prefix, drafts):
                 return self.verify(prefix, drafts)
+            case AttachDraft(draft):
+                self.attach_draft(draft)
             case WindDown(save):
                 self.wind_down(save)
             case _:
