@@ -16,9 +16,69 @@ the cache's SQLite database when earlier sessions closed, so the figures survive
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
+
+
+@dataclass(frozen=True, slots=True)
+class ReuseKind:
+    """Where a request's reused tokens came from, named the same in every place: the Cache
+    dashboard's numbers, the line and tooltip under a reply, "What was reused"."""
+
+    source: str
+    """The engine's ``Reuse.source`` for it."""
+    label: str
+    counters: tuple[str, ...]
+    """The cache counters that count it (SPEC §4 names)."""
+    help: str
+
+    @property
+    def is_hit(self) -> bool:
+        return self.source != "none"
+
+
+REUSE_KINDS = (
+    ReuseKind("session", "Held for its chat", ("hits_sticky",),
+              "The chat's own memory was still in the model: only the new text was read."),
+    ReuseKind("live", "Shared with a running chat", ("hits_live",),
+              "Started from what a request running at the same time had already read."),
+    ReuseKind("cache", "Restored from the cache", ("hits_exact", "hits_resume", "hits_longest_prefix"),
+              "Loaded from a saved conversation (in RAM or on disk) instead of read again."),
+    ReuseKind("none", "Read in full", ("misses",),
+              "Nothing held or saved matched: the model read the whole prompt (a miss)."),
+)  # fmt: skip
+_KINDS = {k.source: k for k in REUSE_KINDS}
+_LEGACY_KINDS = {"sticky": "session", "continuation": "session", "exact": "cache", "partial": "cache"}
+
+
+def kind_of(source: str) -> ReuseKind | None:
+    """The kind of a ``Reuse.source``; None for requests the cache does not count (remote)."""
+    return _KINDS.get(source)
+
+
+def source_of(reuse_source: str, miss_reason: str = "", cache_hit_kind: str = "") -> str:
+    """A stored reply's reuse source; replies saved before the engine said where its tokens
+    came from have only their ``cache_hit_kind``."""
+    if reuse_source != "none" or miss_reason:
+        return reuse_source
+    return _LEGACY_KINDS.get(cache_hit_kind, "none")
+
+
+def count_of(kind: ReuseKind, counters: Mapping[str, int]) -> int:
+    return sum(int(counters.get(name, 0)) for name in kind.counters)
+
+
+def request_words(source: str, prompt_tokens: int, tokens_reused: int) -> str:
+    """How one request counts in the hit figures, e.g. "a hit — held for its chat: 1,014 of
+    1,015 prompt tokens reused (100 %)" or "a miss — read in full: 0 of 812 prompt tokens
+    reused (0 %)"."""
+    kind = kind_of(source)
+    if kind is None:
+        return "not counted in the cache figures (the model runs elsewhere)"
+    share = _percent(tokens_reused / prompt_tokens if prompt_tokens else None)
+    return (f"{'a hit' if kind.is_hit else 'a miss'} — {kind.label.lower()}: {tokens_reused:,} of "
+            f"{prompt_tokens:,} prompt tokens reused ({share})")
 
 
 class CounterSource(Protocol):
@@ -74,6 +134,21 @@ class HitTotals:
             return "no requests yet"
         return (f"hits {self.percent_text()} of {self.requests:,} requests · "
                 f"tokens reused: {self.token_percent_text()}")
+
+    @classmethod
+    def of_requests(cls, requests: Iterable[tuple[str, int, int]]) -> HitTotals:
+        """The totals of ``(reuse source, prompt tokens, tokens reused)`` per request, counted
+        as the engine counts them (a remote request is not counted)."""
+        hits = misses = prompt = reused = 0
+        for source, n_prompt, n_reused in requests:
+            kind = kind_of(source)
+            if kind is None:
+                continue
+            hits += kind.is_hit
+            misses += not kind.is_hit
+            prompt += n_prompt
+            reused += n_reused
+        return cls(hits, misses, prompt, reused)
 
     def explanation(self) -> str:
         """What the two figures mean, for a tooltip."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from app.conversation.accounting import request_words, source_of
 from app.storage import ReplyStats
 
 TitleOf = Callable[[str], str | None]
@@ -119,16 +120,15 @@ def speculation_words(stats: ReplyStats) -> str:
 
 
 def reply_tooltip(stats: ReplyStats) -> str:
+    source = source_of(stats.reuse_source, stats.miss_reason, stats.cache_hit_kind)
+    reused = stats.tokens_reused if source == stats.reuse_source else stats.cache_read
     lines = [
         f"Prompt {stats.prompt_tokens:,} tokens, reply {stats.completion_tokens:,} tokens.",
-        f"Cache: {stats.cache_hit_kind or 'none'}; {stats.cache_read:,} tokens reused, "
-        f"{stats.cache_created:,} more saved.",
+        # The words and the figure the Cache dashboard counts it under (one hit accounting).
+        f"Counted as {request_words(source, stats.prompt_tokens, reused)}.",
     ]
-    if stats.reuse_source != "none" or stats.tokens_shared:
-        lines.append(
-            f"Reuse source: {stats.reuse_source}; shared {stats.tokens_shared:,} tokens, "
-            f"reused {stats.tokens_reused:,}."
-        )
+    if stats.cache_created:
+        lines.append(f"{stats.cache_created:,} more tokens were saved to the cache.")
     if stats.tokens_read_ahead:
         lines.append(
             f"Type-ahead read {stats.tokens_read_ahead:,} of them while the message was being "

@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session
 from app.storage.db import Database, message_record
 from app.storage.errors import StorageError
 from app.storage.records import Message, ReplyStats, Siblings
-from app.storage.schema import MessageRow
+from app.storage.schema import ConversationRow, MessageRow
 from app.storage.text import check_json, check_text
 
 
@@ -121,6 +121,21 @@ class MessageStore(Database):
             ids = tuple(children.get(r.parent_id, [r.id]))
             out.append((message_record(r), Siblings(ids=ids, index=ids.index(r.id))))
         return out
+
+    def recent_replies(self, before: float, limit: int = 50) -> list[tuple[Message, str]]:
+        """The newest replies created before ``before`` (unix seconds) that carry stats, in
+        chats not deleted, newest first, each with its chat's model id."""
+        stmt = (
+            select(MessageRow, ConversationRow.model_id)
+            .join(ConversationRow, ConversationRow.id == MessageRow.conversation_id)
+            .where(MessageRow.role == "assistant", MessageRow.created < before)
+            .where(ConversationRow.deleted_at.is_(None))
+            .order_by(MessageRow.created.desc())
+            .limit(4 * limit)
+        )
+        with self._session() as s:
+            rows = [(message_record(m), model_id) for m, model_id in s.execute(stmt)]
+        return [(m, model_id) for m, model_id in rows if m.stats is not None][:limit]
 
     def set_active_leaf(self, conversation_id: str, message_id: str | None) -> None:
         with self._session() as s:

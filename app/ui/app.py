@@ -13,8 +13,10 @@ from pathlib import Path
 
 from PySide6.QtWidgets import QApplication, QWidget
 
+from app.conversation.accounting import source_of
 from app.engine.config import ModelConfig
 from app.engine.errors import EngineError
+from app.engine.events import Reuse, ReuseRecord
 from app.remote.registry import RemoteRegistry
 from app.storage import SamplingSettings, Storage, StorageError, database_path
 from app.storage import data_dir as resolve_data_dir
@@ -209,11 +211,40 @@ def _build_cache_dashboard(engine: EngineApi, storage: Storage, errors: list[str
     try:
         from app.ui.cache.dashboard import CacheDashboard
 
-        return CacheDashboard(engine, session_namer=session_title)
+        return CacheDashboard(
+            engine, session_namer=session_title, past_requests=lambda t: _past_requests(storage, t)
+        )
     except Exception as exc:  # the window must open whatever else fails; logged with traceback
         log.exception("the Cache view could not be built")
         errors.append(f"The Cache view could not be opened: {exc}")
         return None
+
+
+def _past_requests(storage: Storage, before: float) -> list[tuple[str, ReuseRecord]]:
+    """The chats' replies written before ``before``, as "What was reused" lists requests."""
+    try:
+        replies = storage.recent_replies(before)
+    except StorageError as exc:  # the tab then shows this run's requests only
+        log.warning("could not read the earlier replies: %s", exc)
+        return []
+    out = []
+    for msg, model_id in replies:
+        stats = msg.stats
+        assert stats is not None
+        source = source_of(stats.reuse_source, stats.miss_reason, stats.cache_hit_kind)
+        reused = stats.tokens_reused if source == stats.reuse_source else stats.cache_read
+        reuse = Reuse(
+            source,  # type: ignore[arg-type]  # a stored string; kind_of() tells unknown ones
+            reused,
+            max(stats.tokens_shared, reused),
+            stats.miss_reason or None,  # type: ignore[arg-type]
+            stats.origin_session or None,
+            stats.tokens_read_ahead,
+        )
+        kind = stats.cache_hit_kind or "cold"
+        record = ReuseRecord(msg.conversation_id, stats.prompt_tokens, reuse, kind, msg.created)  # type: ignore[arg-type]
+        out.append((model_id, record))
+    return out
 
 
 def _default_model_path() -> Path:

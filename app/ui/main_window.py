@@ -173,7 +173,7 @@ class MainWindow(QMainWindow):
         self.status_model = QLabel("No model loaded")
         self.status_slots = QLabel("Slots –")
         self.status_queue = QLabel("Queue –")
-        self.status_hits = QLabel("Cache hits –")
+        self.status_hits = QLabel("Cache: hits –")
         for w in (self.status_model, self.status_slots, self.status_queue, self.status_hits):
             w.setObjectName("statusItem")
         bar.addWidget(self.status_model, 1)
@@ -257,12 +257,11 @@ class MainWindow(QMainWindow):
             self.status_slots.setText(f"Slots {snap.num_busy}/{snap.num_slots} busy")
             self.status_queue.setText(f"Queue {snap.pending_len}")
         totals = self.hit_totals()
-        self.status_hits.setText(f"Cache hits {totals.percent_text()}")
-        self.status_hits.setToolTip(
-            f"{totals.hits:,} of {totals.requests:,} requests started from memory already "
-            "computed (kept in a conversation's slot or restored from the cache), since the "
-            "cache was created."
+        # The same words and figures as the Cache dashboard's headline (one hit accounting).
+        self.status_hits.setText(
+            f"Cache: hits {totals.percent_text()} · tokens reused: {totals.token_percent_text()}"
         )
+        self.status_hits.setToolTip(f"{totals.summary()}.\n{totals.explanation()}")
 
     def hit_totals(self) -> HitTotals:
         return self._hits.totals() if self._hits is not None else HitTotals()

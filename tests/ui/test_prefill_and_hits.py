@@ -113,23 +113,23 @@ def test_hit_figures_agree_everywhere_and_survive_a_restart(make_window, qtbot, 
     lines = [w.meta.text() for w in chat_view(window).message_widgets() if w.meta is not None]
     assert "read all" in lines[0]
     assert "still held for this chat" in lines[1]  # a continuation is a hit
-    qtbot.waitUntil(lambda: _hits_shown(window)[0] == "Cache hits 50 %", timeout=10_000)
+    qtbot.waitUntil(lambda: _hits_shown(window)[0].startswith("Cache: hits 50 %"), timeout=10_000)
     status, headline, subline = _hits_shown(window)
     assert "1 of 2 requests" in window.status_hits.toolTip()
-    assert headline == "50 % of requests reused saved memory"
+    assert headline.startswith("Hits 50 % of 2 requests · tokens reused: ")
     assert subline.startswith("1 of 2 requests")
     window.close()
 
     again = make_window(data_dir, work_areas=True, sampling=sampling)
     status, headline, subline = _hits_shown(again)
-    assert status == "Cache hits 50 %" and subline.startswith("1 of 2 requests")
+    assert status.startswith("Cache: hits 50 %") and subline.startswith("1 of 2 requests")
     type_and_send(qtbot, again, "third question, after the restart")
     wait_idle(qtbot, again, cid)
     line = chat_view(again).message_widgets()[-1].meta.text()
     assert "from the cache" in line  # restored from disk: a hit
-    qtbot.waitUntil(lambda: _hits_shown(again)[0] == "Cache hits 67 %", timeout=10_000)
+    qtbot.waitUntil(lambda: _hits_shown(again)[0].startswith("Cache: hits 67 %"), timeout=10_000)
     status, headline, subline = _hits_shown(again)
-    assert headline == "67 % of requests reused saved memory"
+    assert headline.startswith("Hits 67 % of 3 requests · tokens reused: ")
     assert subline.startswith("2 of 3 requests")
     replies = [m for m in again.controller.branch(cid) if m.role == "assistant"]
     reused = [m for m in replies if m.stats.cache_hit_kind != "cold"]

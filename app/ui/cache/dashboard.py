@@ -28,7 +28,7 @@ from app.engine.errors import NotFound
 from app.ui.cache import style
 from app.ui.cache.actions import CacheActions
 from app.ui.cache.feed import CacheFeed
-from app.ui.cache.reuse_panel import ReusePanel
+from app.ui.cache.reuse_panel import PastRequests, ReusePanel
 from app.ui.cache.rows_panel import RowsPanel
 from app.ui.cache.scheduler_panel import SchedulerPanel, SessionNamer
 from app.ui.cache.stats_panel import StatsHistory, StatsPanel
@@ -49,7 +49,8 @@ TAB_ROWS, TAB_SPACE, TAB_TREE, TAB_SCHEDULER, TAB_REUSE = range(5)
 
 class CacheDashboard(QWidget):
     """The Cache area. ``session_namer`` (optional) turns a session id into a conversation
-    title for the scheduler view."""
+    title for the scheduler view; ``past_requests`` (optional) gives the requests of earlier
+    runs for "What was reused" (the chats' stored replies)."""
 
     action_finished = Signal(str, str)  # action name, message
     action_failed = Signal(str, str)  # action name, error
@@ -60,6 +61,7 @@ class CacheDashboard(QWidget):
         parent: QWidget | None = None,
         *,
         session_namer: SessionNamer | None = None,
+        past_requests: PastRequests | None = None,
     ) -> None:
         super().__init__(parent)
         self.setObjectName("cacheDashboard")
@@ -90,7 +92,7 @@ class CacheDashboard(QWidget):
         self.stats_panel = StatsPanel()
         self.tree_panel = TreePanel(self.store, self.state, self.previews, self.titles)
         self.scheduler_panel = SchedulerPanel(engine, session_namer)
-        self.reuse_panel = ReusePanel(self.titles)
+        self.reuse_panel = ReusePanel(self.titles, past=past_requests)
         self.feed = CacheFeed(self.store, self.state, self)
         self.feed.rows_changed.connect(self._on_rows_changed)
 

@@ -3,13 +3,16 @@ reused of what Hearth held and why not more, in plain words (``reuse_words``).
 
 Reads each model's ``SchedulerSnapshot.recent_reuse`` (a ring of the last 50 finished
 requests, replaced whole after every tick, so reading it needs no lock) whenever the
-dashboard samples; the table is rebuilt only when a request finished since.
+dashboard samples; the table is rebuilt only when a request finished since. Replies written
+before this run (the engine's rings start empty) come from the chats' stored replies
+(``past``), so the tab is not empty after a restart. Each request is counted the way the
+Cache's figures count it ("Counted as": ``app.conversation.accounting``).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -21,20 +24,34 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.conversation.accounting import HitTotals, kind_of
 from app.engine.events import ReuseRecord
 from app.ui.cache.reuse_words import reuse_words
 from app.ui.engine_api import ModelApi
 from app.ui.state import cache_fmt as fmt
 from app.ui.state.titles import ConversationTitles
 
-COLUMNS = ("When", "Conversation", "Model", "What was reused")
+COLUMNS = ("When", "Conversation", "Model", "Counted as", "What was reused")
+WORDS = COLUMNS.index("What was reused")
+
+PastRequests = Callable[[float], Sequence[tuple[str, ReuseRecord]]]
+"""Requests finished before a time (unix seconds), newest first: (model id, record)."""
 
 
 class ReusePanel(QWidget):
-    def __init__(self, titles: ConversationTitles, parent: QWidget | None = None) -> None:
+    def __init__(
+        self,
+        titles: ConversationTitles,
+        parent: QWidget | None = None,
+        *,
+        past: PastRequests | None = None,
+    ) -> None:
         super().__init__(parent)
         self.setObjectName("cacheReusePanel")
         self._titles = titles
+        self._started = time.time()
+        self._past: list[tuple[str, ReuseRecord]] | None = None
+        self._read_past = past
         self._shown: tuple[tuple[str, float], ...] = ()
         caption = QLabel(
             "Each request the models answered lately: how much of its prompt came from work "
@@ -54,7 +71,7 @@ class ReusePanel(QWidget):
         self.table.setWordWrap(False)
         header = self.table.horizontalHeader()
         header.setStretchLastSection(True)
-        for col, width in enumerate((80, 180, 110)):
+        for col, width in enumerate((80, 180, 110, 150)):
             header.resizeSection(col, width)
         header.setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
         layout = QVBoxLayout(self)
@@ -69,6 +86,7 @@ class ReusePanel(QWidget):
         for model_id, model in models.items():
             snap = model.snapshot()
             records += [(model_id, r) for r in getattr(snap, "recent_reuse", ())]
+        records += self._past_records()
         records.sort(key=lambda mr: mr[1].finished_at, reverse=True)
         shown = tuple((m, r.finished_at) for m, r in records)
         if shown == self._shown:
@@ -81,16 +99,32 @@ class ReusePanel(QWidget):
             words = reuse_words(
                 rec.reuse, rec.prompt_tokens, session_id=rec.session_id, title_of=self._titles.title
             )
-            for col, text in enumerate((fmt.age(rec.finished_at), title, model_id, words)):
+            kind = kind_of(rec.reuse.source)
+            counted = "not counted (remote)" if kind is None else (
+                f"{'hit' if kind.is_hit else 'miss'} · {kind.label.lower()}")
+            cells = (fmt.age(rec.finished_at), title, model_id, counted, words)
+            for col, text in enumerate(cells):
                 item = QTableWidgetItem(text)
-                if col == 3:
+                if col == WORDS:
                     item.setToolTip(words)
+                elif col == WORDS - 1 and kind is not None:
+                    item.setToolTip(kind.help)
                 self.table.setItem(i, col, item)
         self._summarise([r for _m, r in records])
 
     def words(self, row: int) -> str:
-        item = self.table.item(row, 3)
+        item = self.table.item(row, WORDS)
         return item.text() if item is not None else ""
+
+    def counted_as(self, row: int) -> str:
+        item = self.table.item(row, WORDS - 1)
+        return item.text() if item is not None else ""
+
+    def _past_records(self) -> list[tuple[str, ReuseRecord]]:
+        """The requests of earlier runs (read once: they do not change)."""
+        if self._past is None:
+            self._past = list(self._read_past(self._started)) if self._read_past else []
+        return self._past
 
     def _refresh_ages(self, records: list[tuple[str, ReuseRecord]]) -> None:
         now = time.time()
@@ -103,11 +137,8 @@ class ReusePanel(QWidget):
         if not records:
             self.summary.setText("No requests yet.")
             return
-        prompt = sum(r.prompt_tokens for r in records)
-        reused = sum(r.reuse.tokens_reused for r in records)
-        warm = sum(1 for r in records if r.reuse.tokens_reused > 0)
-        share = f"{100 * reused / prompt:.0f} %" if prompt else "–"
-        self.summary.setText(
-            f"Last {len(records)} requests: {warm} reused earlier work — {reused:,} of "
-            f"{prompt:,} prompt tokens ({share}) were not read again."
+        totals = HitTotals.of_requests(
+            (r.reuse.source, r.prompt_tokens, r.reuse.tokens_reused) for r in records
         )
+        self.summary.setText(f"The {len(records)} requests below: {totals.summary()}.")
+        self.summary.setToolTip(totals.explanation().replace("Since the cache was created.", ""))

@@ -14,7 +14,7 @@ import pyqtgraph as pg
 from PySide6.QtWidgets import QFrame, QGridLayout, QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
 from app.cache.tiers import TIERS
-from app.conversation.accounting import HitTotals
+from app.conversation.accounting import REUSE_KINDS, HitTotals, count_of
 from app.ui.cache import style
 from app.ui.state import cache_fmt as fmt
 
@@ -54,14 +54,18 @@ class StatsHistory:
         return sample
 
 
-# (counter, label, explanation) — what each number means to someone new to KV caches.
+KIND_KEYS = {"session": "hits_sticky", "live": "hits_live", "cache": "hits_restored", "none": "misses"}
+"""The number of each kind of request (``REUSE_KINDS``) is shown under this key."""
+RESTORED_PARTS = (
+    ("hits_exact", "a saved entry matched token for token"),
+    ("hits_resume", "a chat went on from the entry its last turn saved"),
+    ("hits_longest_prefix", "the start of a saved entry matched"),
+)
+
+# (counter, label, explanation) — what each number means to someone new to KV caches. The
+# requests first, by where their reused tokens came from: the same words as under a reply.
 NUMBERS = (
-    ("hits_exact", "Exact reuse", "A request matched a saved entry token for token."),
-    ("hits_resume", "Resumed", "A conversation continued from the entry its last turn saved."),
-    ("hits_longest_prefix", "Partly reused", "The start of a request matched a saved entry; only the rest was read."),
-    ("hits_sticky", "Still in a slot", "The conversation was still held by the model, nothing to load."),
-    ("hits_live", "Shared", "Started from what another running conversation had already read."),
-    ("misses", "Read from scratch", "Nothing saved matched: the model had to read the whole prompt."),
+    *((KIND_KEYS[k.source], k.label, k.help) for k in REUSE_KINDS),
     ("saves_finish", "Saved at end of reply", fmt.REASON_HELP["finish"]),
     ("saves_cold", "Saved after reading", fmt.REASON_HELP["cold"]),
     ("saves_continued", "Saved mid-reply", fmt.REASON_HELP["continued"]),
@@ -98,14 +102,15 @@ class StatsPanel(QFrame):
             text = QLabel(label)
             text.setObjectName("cacheNumberLabel")
             text.setToolTip(tip)
-            r, c = divmod(i, 5)
+            n_kinds = len(REUSE_KINDS)  # the kinds of request on the first row, then the rest
+            r, c = (0, i) if i < n_kinds else (1 + (i - n_kinds) // 5, (i - n_kinds) % 5)
             grid.addWidget(value, 2 * r, c)
             grid.addWidget(text, 2 * r + 1, c)
             self.values[name] = value
         self.times = QLabel()
         self.times.setObjectName("cacheCaption")
 
-        self.hit_plot = self._plot("Reuse rate (%)", "share of requests that reused saved memory")
+        self.hit_plot = self._plot("Hits (% of requests)", "Share of requests that were hits: held for their chat, shared with a running chat or restored from the cache.")
         self.hit_curve = self.hit_plot.plot([], [], pen=pg.mkPen("#e8590c", width=2))
         self.hit_plot.setYRange(0, 100)
         self.bytes_plot = self._plot("Stored (MiB)", "bytes held in each place")
@@ -155,14 +160,18 @@ class StatsPanel(QFrame):
         counters = history.latest
         for name, label in self.values.items():
             label.setText(f"{counters.get(name, 0):,}")
-        totals = HitTotals.from_counters(counters)
-        hits, total = totals.hits, totals.requests
-        if total:
-            self.headline.setText(f"{100 * hits / total:.0f} % of requests reused saved memory")
-            self.subline.setText(
-                f"{hits:,} of {total:,} requests started from something already computed "
-                "instead of making the model read the whole conversation again."
+        for kind in REUSE_KINDS:
+            self.values[KIND_KEYS[kind.source]].setText(f"{count_of(kind, counters):,}")
+        restored = self.values[KIND_KEYS["cache"]]
+        restored.setToolTip(
+            REUSE_KINDS[2].help + "\n" + "\n".join(
+                f"{counters.get(name, 0):,}: {words}" for name, words in RESTORED_PARTS
             )
+        )
+        totals = HitTotals.from_counters(counters)
+        if totals.requests:
+            self.headline.setText(_upper_first(totals.summary()))
+            self.subline.setText(totals.explanation())
         else:
             self.headline.setText("No requests yet")
             self.subline.setText("Chat with a model: the numbers below show how often Hearth "
@@ -190,6 +199,10 @@ class StatsPanel(QFrame):
         for i, curve in enumerate(self.bytes_curves):
             curve.setData(xs, [s.bytes_by_tier[i] / scale for s in samples])
         self.bytes_plot.setYRange(0, max(1.0, 1.15 * peak / scale), padding=0)
+
+
+def _upper_first(text: str) -> str:
+    return text[:1].upper() + text[1:]
 
 
 _UNITS = (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10), ("bytes", 1))

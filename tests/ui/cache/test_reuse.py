@@ -65,7 +65,7 @@ def test_the_panel_lists_requests_newest_first(qtbot: Any) -> None:
     other = ReuseRecord("c2", 400, Reuse("session", 380, 380, None, "c2"), "sticky", now - 1)
     panel.refresh({"smol": _Snapshots(older, newer), "tiny": _Snapshots(other)})
     assert panel.table.rowCount() == 3
-    cells = [[panel.table.item(r, c).text() for c in range(4)] for r in range(3)]
+    cells = [[panel.table.item(r, c).text() for c in range(5)] for r in range(3)]
     assert [row[1:3] for row in cells] == [
         ["Bread recipe", "tiny"], ["Trip to Lisbon", "smol"], ["Trip to Lisbon", "smol"],
     ]  # fmt: skip
@@ -74,7 +74,12 @@ def test_the_panel_lists_requests_newest_first(qtbot: Any) -> None:
         "(the last shared token is always read again, for a fresh answer)"
     )
     assert panel.words(2).startswith("read all 900 prompt tokens: nothing saved")
-    assert panel.summary.text().startswith("Last 3 requests: 2 reused earlier work — 1,279 of 2,250")
+    assert [row[3] for row in cells] == [
+        "hit · held for its chat", "hit · restored from the cache", "miss · read in full",
+    ]  # the dashboard's words and counting
+    assert panel.summary.text() == (
+        "The 3 requests below: hits 67 % of 3 requests · tokens reused: 57 %."
+    )
     panel.resize(900, 260)
     screenshot(panel, "cache-reuse-panel")
 

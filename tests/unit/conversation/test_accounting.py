@@ -64,3 +64,22 @@ def test_the_engine_counts_prompt_tokens_and_the_reused_ones(tmp_path, tiny_mode
     again = Engine(tmp_path / "data")
     assert HitAccount(again.cache).totals() == totals
     again.close()
+
+
+def test_one_request_is_counted_in_the_dashboards_words():
+    from app.conversation.accounting import request_words, source_of
+
+    assert request_words("session", 1015, 1014) == (
+        "a hit — held for its chat: 1,014 of 1,015 prompt tokens reused (100 %)"
+    )
+    assert request_words("cache", 768, 24) == (
+        "a hit — restored from the cache: 24 of 768 prompt tokens reused (3 %)"
+    )
+    assert request_words("none", 812, 0) == "a miss — read in full: 0 of 812 prompt tokens reused (0 %)"
+    assert request_words("remote", 60, 0).startswith("not counted")
+    # Replies stored before the engine said where reused tokens came from.
+    assert source_of("none", "", "exact") == "cache" and source_of("none", "", "sticky") == "session"
+    assert source_of("none", "nothing_shared", "cold") == "none" and source_of("live") == "live"
+    totals = HitTotals.of_requests([("session", 100, 90), ("none", 50, 0), ("remote", 70, 0)])
+    assert totals == HitTotals(1, 1, 150, 90)
+    assert totals.summary() == "hits 50 % of 2 requests · tokens reused: 60 %"
