@@ -101,6 +101,8 @@ class MainWindow(QMainWindow):
         self._build_status_bar()
 
         controller.error_raised.connect(self.show_error)
+        controller.chat_error.connect(self._on_chat_error)
+        controller.failure_cleared.connect(self._on_failure_cleared)
         for area in (self.model_manager, self.cache_dashboard):
             for name in ("error_raised", "action_failed"):
                 signal = getattr(area, name, None)
@@ -112,6 +114,7 @@ class MainWindow(QMainWindow):
         self.models.status_received.connect(self._on_status_received)
         self.models.released.connect(self._on_model_released)
         self.chat_page.current_changed.connect(lambda _cid: self._refresh_status())
+        self.chat_page.current_changed.connect(self._on_current_changed)
         self.chat_page.library_requested.connect(self.show_library)
         hints = QApplication.styleHints()
         hints.colorSchemeChanged.connect(self._on_color_scheme_changed)
@@ -191,6 +194,22 @@ class MainWindow(QMainWindow):
     def show_error(self, text: str) -> None:
         log.info("notification: %s", text)
         self.banner.show_message(text, kind="error")
+
+    def _on_chat_error(self, cid: str, text: str) -> None:
+        """A chat's reply failed: the banner says so while that chat is open and the error
+        holds (its card under the message stays with the chat)."""
+        log.info("reply failed in %s: %s", cid, text)
+        if cid != self.chat_page.current_id:  # a chat in the background: say which
+            text = f"“{self.controller.title_of(cid) or 'A chat'}”: {text}"
+        self.banner.show_message(text, kind="error", owner=cid)
+
+    def _on_failure_cleared(self, cid: str) -> None:
+        if self.banner.owner == cid:
+            self.banner.dismiss()
+
+    def _on_current_changed(self, cid: str) -> None:
+        if self.banner.owner and self.banner.owner != cid:
+            self.banner.dismiss()  # a chat's error does not follow the user to another
 
     def show_info(
         self, text: str, *, action: str | None = None, callback: Callable[[], None] | None = None

@@ -35,5 +35,8 @@ QLabel#dividerSummary {{ color: {c.muted}; font-size: 8.5pt; border-left: 2px so
     padding-left: 8px; }}
 QFrame#cutNotice {{ background: {warn_bg}; border-radius: 8px; }}
 QFrame#cutNotice QLabel {{ color: {warn}; }}
+QFrame#unansweredCard {{ background: {warn_bg}; border-radius: 10px; }}
+QFrame#unansweredCard QLabel {{ color: {warn}; }}
+QLabel#composerNote {{ color: {warn}; font-size: 8pt; padding: 0 4px; }}
 QLabel#prefillText {{ color: {c.muted}; font-size: 9pt; }}
 """

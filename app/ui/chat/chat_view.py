@@ -148,8 +148,10 @@ class ConversationPage(QScrollArea):
             self._live_widget = MessageWidget("assistant", "", streaming=True, label=label)
             self._show_live(self._live_widget)
             self._layout.addWidget(self._live_widget)
-        error = self._controller.failed.get(cid)
-        if error and live is None:
+        # Every user message ends with a reply, or a card that says why not, with Retry.
+        error = self._controller.failure(cid)
+        unanswered = bool(branch) and branch[-1][0].role == "user"
+        if live is None and (error or unanswered):
             self._layout.addWidget(self._error_card(error))
         if not branch and live is None:
             self._layout.addWidget(
@@ -296,13 +298,16 @@ class ConversationPage(QScrollArea):
         layout.addWidget(h)
         return box
 
-    def _error_card(self, error: str) -> QWidget:
+    def _error_card(self, error: str | None) -> QWidget:
+        """Why the last message has no reply (``None``: it has none yet), with Retry."""
         card = QFrame()
-        card.setObjectName("errorCard")
+        card.setObjectName("errorCard" if error else "unansweredCard")
         layout = QHBoxLayout(card)
         layout.setContentsMargins(14, 10, 10, 10)
-        text = QLabel(f"The reply failed: {error}")
-        text.setObjectName("errorCardText")
+        text = QLabel(
+            f"The reply failed: {error}" if error else "This message has no reply yet."
+        )
+        text.setObjectName("errorCardText" if error else "unansweredText")
         text.setWordWrap(True)
         retry = QPushButton("Retry")
         retry.setObjectName("retryButton")

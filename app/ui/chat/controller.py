@@ -47,7 +47,9 @@ class ChatController(QObject):
     conversation_deleted = Signal(str, str)  # id, title
     context_changed = Signal(str)  # the conversation's context meter changed
     models_changed = Signal()  # a model was loaded or unloaded, or the default changed
-    error_raised = Signal(str)
+    error_raised = Signal(str)  # the app's (storage, export): not tied to one chat
+    chat_error = Signal(str, str)  # conversation id, why its reply failed
+    failure_cleared = Signal(str)  # that error no longer holds
 
     def __init__(
         self,
@@ -73,6 +75,8 @@ class ChatController(QObject):
         r.busy_changed.connect(self._on_busy_changed)
         r.context_changed.connect(self.context_changed)
         r.error_raised.connect(self.error_raised)
+        r.chat_error.connect(self.chat_error)
+        r.failure_cleared.connect(self.failure_cleared)
         r.reply_saved.connect(self._upsert)
         models.opened.connect(self._on_model_opened)
         models.released.connect(self._on_model_released)
@@ -81,6 +85,10 @@ class ChatController(QObject):
     def failed(self) -> dict[str, str]:
         """Conversation id → the text of its last failed reply."""
         return self.replies.failed
+
+    def failure(self, cid: str | None) -> str | None:
+        """Why the conversation's last reply failed, while that still holds."""
+        return self.failed.get(cid) if cid else None
 
     def _db(self, call: Callable[[], T], what: str = "") -> T | None:
         """Run a storage call; a database failure is shown and gives None."""
@@ -107,7 +115,7 @@ class ChatController(QObject):
             bridge = self.models.get(old)
             if bridge is not None:
                 bridge.end_session(cid)  # free its seq on the old model
-        self.failed.pop(cid, None)
+        self.replies.clear_failure(cid)
         self.conversation_updated.emit(cid)
         self.conversation_changed.emit(cid)
         self.models_changed.emit()
@@ -119,6 +127,12 @@ class ChatController(QObject):
             not self.default_model_id or self.models.get(self.default_model_id) is None
         ):
             self.default_model_id = model_id
+        # "This chat's model is not loaded" no longer holds for the chats of this model: the
+        # card under their unanswered message offers Retry instead.
+        for cid in list(self.replies.not_loaded):
+            if self.models.get(self.model_of(cid)) is not None:
+                self.replies.clear_failure(cid)
+                self.conversation_changed.emit(cid)
         self.models_changed.emit()
 
     def _on_model_released(self, model_id: str) -> None:
@@ -369,7 +383,7 @@ class ChatController(QObject):
 
         if self._db(select) is None:
             return
-        self.failed.pop(cid, None)
+        self.replies.clear_failure(cid)
         self.conversation_changed.emit(cid)
         self.context_changed.emit(cid)  # the meter counts the branch shown
 

@@ -88,6 +88,8 @@ class ReplyRunner(QObject):
     reply_saved = Signal(str)  # a reply was stored (the sidebar moves the chat up)
     context_changed = Signal(str)
     error_raised = Signal(str)
+    chat_error = Signal(str, str)  # conversation id, what went wrong with its reply
+    failure_cleared = Signal(str)  # the conversation's error no longer holds
 
     def __init__(self, storage: Storage, models: ModelBridges) -> None:
         super().__init__()
@@ -97,6 +99,9 @@ class ReplyRunner(QObject):
         self._live: dict[str, LiveReply] = {}  # conversation id → live reply
         self._by_request: dict[str, str] = {}  # request id → conversation id
         self.failed: dict[str, str] = {}  # conversation id → last error text
+        self.not_loaded: set[str] = set()
+        """Conversations whose error is that their model is not loaded (it goes away when
+        the model is loaded)."""
         self.context: dict[str, ContextUse] = {}
         models.update_received.connect(self._on_update_received)
         models.released.connect(self._on_model_released)
@@ -112,7 +117,7 @@ class ReplyRunner(QObject):
     def start(self, cid: str, leaf_id: str, *, continue_of: Message | None = None) -> None:
         """Answer the branch that ends at ``leaf_id`` (a user message), or with
         ``continue_of`` go on writing that cut reply (``leaf_id`` is then its id)."""
-        self.failed.pop(cid, None)
+        self.clear_failure(cid)
         try:
             conv = self.storage.get_conversation(cid)
             history = self.storage.path_to(leaf_id)
@@ -151,8 +156,16 @@ class ReplyRunner(QObject):
 
     def _fail_early(self, cid: str, text: str) -> None:
         self.failed[cid] = text
+        self.not_loaded.add(cid)
         self.changed.emit(cid)
-        self.error_raised.emit(text[:1].upper() + text[1:])
+        self.chat_error.emit(cid, text[:1].upper() + text[1:])
+
+    def clear_failure(self, cid: str) -> None:
+        """The conversation's last error no longer holds (a new request, another branch or
+        model, the model loaded)."""
+        self.not_loaded.discard(cid)
+        if self.failed.pop(cid, None) is not None:
+            self.failure_cleared.emit(cid)
 
     def stop(self, cid: str) -> None:
         live = self._live.get(cid)
@@ -276,13 +289,14 @@ class ReplyRunner(QObject):
         self._end(cid, live)
         self.failed[cid] = text
         self.changed.emit(cid)
-        self.error_raised.emit(f"Generation failed: {text}")
+        self.chat_error.emit(cid, f"Generation failed: {text}")
 
     def _on_model_released(self, model_id: str) -> None:
         """The model is being unloaded: its bridge is gone, so its replies end here."""
         for cid, live in list(self._live.items()):
             if live.model_id == model_id:
                 self._finish_failed(cid, live, _released_text(model_id, self.models.label(model_id)))
+                self.not_loaded.add(cid)  # it no longer holds once a model is loaded
 
     def _end(self, cid: str, live: LiveReply) -> None:
         self._live.pop(cid, None)

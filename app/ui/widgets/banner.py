@@ -9,7 +9,11 @@ from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QToolBut
 
 
 class NotificationBanner(QFrame):
-    """One message at a time; ``kind`` is ``error`` or ``info`` (styled through the .qss)."""
+    """One message at a time; ``kind`` is ``error`` or ``info`` (styled through the .qss).
+
+    ``owner`` is the conversation a message belongs to (a reply that failed there), or ""
+    for the window's own; the window hides a chat's message when that chat is left or its
+    error no longer holds."""
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -31,6 +35,7 @@ class NotificationBanner(QFrame):
         layout.addWidget(self._action)
         layout.addWidget(self._close)
         self._callback: Callable[[], None] | None = None
+        self.owner = ""
         self._action.clicked.connect(self._on_action_clicked)
         self._timer = QTimer(self)
         self._timer.setSingleShot(True)
@@ -54,7 +59,9 @@ class NotificationBanner(QFrame):
         action: str | None = None,
         callback: Callable[[], None] | None = None,
         timeout_ms: int = 0,
+        owner: str = "",
     ) -> None:
+        self.owner = owner
         self.setProperty("kind", kind)
         self.style().unpolish(self)
         self.style().polish(self)
@@ -70,6 +77,7 @@ class NotificationBanner(QFrame):
     def dismiss(self) -> None:
         self._timer.stop()
         self._callback = None
+        self.owner = ""
         self.hide()
 
     def _on_action_clicked(self) -> None:
