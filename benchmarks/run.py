@@ -20,7 +20,7 @@ def _scenarios(path: str, args: argparse.Namespace) -> dict[str, Callable[[], Re
     from benchmarks.scenarios_disk import b8d_disk
     from benchmarks.scenarios_families import b8_families, checkpoint_interval_sweep
     from benchmarks.scenarios_gui import b6_gui
-    from benchmarks.scenarios_kvlayout import kv_layout
+    from benchmarks.scenarios_kv import kv_settings
     from benchmarks.scenarios_memory import b7_memory
     from benchmarks.scenarios_reuse import b8_reuse
     from benchmarks.scenarios_server import b9_agent_trace
@@ -41,7 +41,7 @@ def _scenarios(path: str, args: argparse.Namespace) -> dict[str, Callable[[], Re
         "CKPT": lambda: checkpoint_interval_sweep(),
         "B9": lambda: b9_agent_trace(path, args.llama_server),
         "B12": lambda: b12_speculation(path),
-        "KV": lambda: kv_layout(path),
+        "KV": lambda: kv_settings(path),
     }
 
 

@@ -1,18 +1,21 @@
-"""KV: what the KV layout and cell type cost (issue 12), each choice side by side in one run.
+"""KV: the llama.cpp context settings under Hearth's floor (issue 24), side by side in one run.
 
-Four settings on the llama.cpp backend alone (no scheduler, no cache), greedy, 2 threads:
+Every setting on the llama.cpp backend alone (no scheduler, no cache), greedy, q8_0 K + f16 V
+unless it says otherwise, one KV stream per sequence:
 
-* unified KV, f16 K/V — the layout before issue 12;
-* one KV stream per sequence, f16 K/V;
-* one stream per sequence, q8_0 K/V — Hearth's default from issue 12 to issue 24;
-* one stream per sequence, q8_0 K, f16 V — the default since issue 24, the fastest pair
-  measured whose K and V types differ (which keeps every batching and chunking bit-identical,
-  ``ModelConfig.type_v``).
+* flash attention on (Hearth's default) or off (V stored transposed, attention as two
+  matmuls: llamafile's tinyBLAS for ubatches of two or more rows, ggml's vec_dot for one);
+* ``n_ubatch`` 512 / 256 / 128, each timed with prefill chunks of the same size;
+* ``n_threads_batch`` 1 instead of 2 (the threads of ubatches of more than one row);
+* flash attention off with f16 K and V (llama.cpp's own defaults).
 
-For each: milliseconds per decode tick with N = 1, 4, 8 sequences at short contexts
-(~20 tokens) and with 4 sequences at 700-token contexts, and the time to prefill one 512- and
-one 2,000-token prompt (in n_batch = 512 chunks). The settings take turns within each round,
-so this machine's drift hits them alike; figures are medians over the rounds.
+Timed: the prefill of one 512- and one 2,000-token prompt, and ms per decode tick with one
+sequence (short context) and with four 700-token streams. The settings take turns within a
+round, the order reversed every other round, so this machine's drift hits them alike;
+figures are medians over the rounds. Then each setting's exactness checks
+(``benchmarks.kv_exactness``): a setting is exact when every check is bit-identical, and
+"same KV as the default" when its logits and KV bytes equal the default's (only then may a
+cache filled under one serve the other without the setting in ``ctx_params_hash``).
 """
 
 from __future__ import annotations
@@ -23,82 +26,101 @@ from typing import Any
 from app.engine.backend import DecodeOp, PrefillOp
 from app.engine.llama_backend import LlamaBackend
 from benchmarks.common import N_THREADS, Result, median, progress
+from benchmarks.kv_exactness import run_checks
 from benchmarks.raw_loop import PROMPTS
 
+DEFAULT = "FA on · ubatch 512 (default)"
 SETTINGS: list[tuple[str, dict[str, Any]]] = [
-    ("unified, f16", {"kv_unified": True, "type_k": "f16", "type_v": "f16"}),
-    ("per-stream, f16", {"kv_unified": False, "type_k": "f16", "type_v": "f16"}),
-    ("per-stream, q8_0 K+V", {"kv_unified": False, "type_k": "q8_0", "type_v": "q8_0"}),
-    ("per-stream, q8_0 K + f16 V (default)", {"kv_unified": False, "type_k": "q8_0", "type_v": "f16"}),
+    (DEFAULT, {"flash_attn": True, "n_ubatch": 512}),
+    ("FA on · ubatch 256", {"flash_attn": True, "n_ubatch": 256}),
+    ("FA on · ubatch 128", {"flash_attn": True, "n_ubatch": 128}),
+    ("FA on · ubatch 512 · threads_batch 1", {"flash_attn": True, "n_ubatch": 512, "n_threads_batch": 1}),
+    ("FA off · ubatch 512", {"flash_attn": False, "n_ubatch": 512}),
+    ("FA off · ubatch 256", {"flash_attn": False, "n_ubatch": 256}),
+    ("FA off · ubatch 128", {"flash_attn": False, "n_ubatch": 128}),
+    ("FA off · f16 K+V · ubatch 512", {"flash_attn": False, "n_ubatch": 512, "type_k": "f16", "type_v": "f16"}),
 ]
 DECODE_TICKS = 32
+CHECKS = ["chunking", "8 batched", "resumed", "next to 2", "next to 4", "next to 7"]
+TIMED = ["prefill 512", "prefill 2000", "decode N=1", "decode 4 x 700"]
 
 
-def _ms_per_tick(backend: LlamaBackend, contexts: dict[int, list[int]]) -> float:
-    """Prefill each seq's context (not timed), then time DECODE_TICKS ticks of all seqs."""
-    for seq, tokens in contexts.items():
-        backend.seq_rm(seq)
-        body = tokens[:-1]
-        for start in range(0, len(body), 512):
-            backend.step([PrefillOp(seq, tuple(body[start : start + 512]), start, False)])
-    # The last token of every context in one tick, so every seq has logits to sample from.
-    backend.step([PrefillOp(seq, (t[-1],), len(t) - 1, True) for seq, t in contexts.items()])
-    pos = {seq: len(t) for seq, t in contexts.items()}
+def _ms_per_tick(backend: LlamaBackend, last: dict[int, tuple[int, int]]) -> float:
+    """Every seq already holds its context but its last token (``last[seq] = (token, pos)``):
+    one tick feeds those (not timed), then DECODE_TICKS greedy ticks of all seqs are timed."""
+    backend.step([PrefillOp(seq, (tok,), pos, True) for seq, (tok, pos) in last.items()])
     t0 = time.perf_counter()
     for i in range(DECODE_TICKS):
-        backend.step([DecodeOp(seq, None, p + i, greedy=True) for seq, p in pos.items()])
+        backend.step([DecodeOp(seq, None, pos + 1 + i, greedy=True) for seq, (_, pos) in last.items()])
     return (time.perf_counter() - t0) * 1000 / DECODE_TICKS
 
 
-def _prefill_ms(backend: LlamaBackend, tokens: list[int]) -> float:
+def _prefill_ms(backend: LlamaBackend, tokens: list[int], chunk: int) -> float:
     backend.seq_rm(0)
     t0 = time.perf_counter()
-    for start in range(0, len(tokens), 512):
-        part = tuple(tokens[start : start + 512])
-        backend.step([PrefillOp(0, part, start, start + 512 >= len(tokens))])
+    for start in range(0, len(tokens), chunk):
+        part = tuple(tokens[start : start + chunk])
+        backend.step([PrefillOp(0, part, start, start + chunk >= len(tokens))])
     return (time.perf_counter() - t0) * 1000
 
 
-def _measure(path: str, settings: dict[str, Any]) -> dict[str, float]:
-    with LlamaBackend(path, n_ctx_per_seq=2304, n_seq_max=8, n_batch=512, n_threads=N_THREADS,
-                      flash_attn=True, **settings) as backend:
-        short = [backend.tokenize(p) for p in PROMPTS]
-        text = " ".join(PROMPTS) * 40
-        long_tokens = backend.tokenize(text)
-        out: dict[str, float] = {}
-        for n in (1, 4, 8):
-            out[f"decode N={n} short"] = _ms_per_tick(backend, {s: short[s] for s in range(n)})
-        out["decode N=4 x 700"] = _ms_per_tick(
-            backend, {s: long_tokens[s * 50 : s * 50 + 700] for s in range(4)}
-        )
-        out["prefill 512"] = _prefill_ms(backend, long_tokens[:512])
-        out["prefill 2000"] = _prefill_ms(backend, long_tokens[:2000])
-        out["kv bytes/token"] = float(len(backend.kv_pack(0)) / 2000)
+def _measure(path: str, settings: dict[str, Any], n_threads: int) -> dict[str, float]:
+    chunk = int(settings["n_ubatch"])
+    with LlamaBackend(path, n_ctx_per_seq=2304, n_seq_max=4, n_batch=512, n_threads=n_threads,
+                      **settings) as backend:
+        tokens = backend.tokenize(" ".join(PROMPTS) * 40)
+        out = {"prefill 512": _prefill_ms(backend, tokens[:512], chunk),
+               "prefill 2000": _prefill_ms(backend, tokens[:2000], chunk)}
+        short = backend.tokenize(PROMPTS[0])
+        backend.seq_rm(0)
+        backend.step([PrefillOp(0, tuple(short[:-1]), 0, False)])
+        out["decode N=1"] = _ms_per_tick(backend, {0: (short[-1], len(short) - 1)})
+        # Four 700-token streams: the 2,000-token prompt cut to 700 cells and copied.
+        backend.seq_rm(0)
+        _prefill_ms(backend, tokens[:699], chunk)
+        for seq in range(1, 4):
+            backend.seq_cp(0, seq, 699)
+        out["decode 4 x 700"] = _ms_per_tick(backend, {seq: (tokens[699], 699) for seq in range(4)})
+        out["kv bytes/token"] = float(len(backend.kv_pack(0)) / (700 + DECODE_TICKS))
     return out
 
 
-def kv_layout(path: str, rounds: int = 3) -> Result:
+def kv_settings(path: str, rounds: int = 2, only: list[str] | None = None, n_threads: int = N_THREADS) -> Result:
+    """``only``: the settings to run besides the default; ``n_threads`` 1 on a loaded machine
+    (two spinning threads on two shared cores measure the scheduler of the OS, not llama.cpp)."""
+    chosen = [(name, s) for name, s in SETTINGS if only is None or name in only or name == DEFAULT]
     res = Result(
         "KV",
-        "KV layout and cell type: decode ms/tick and prefill ms on the bare backend",
-        "issue 12: record the cost of each choice (no goal)",
-        ["setting", "N=1 short", "N=4 short", "N=8 short", "N=4 × 700", "prefill 512", "prefill 2000",
-         "KV bytes/token"],
+        "llama.cpp context settings: prefill ms and decode ms/tick on the bare backend, with exactness",
+        "issue 24: the fastest bit-identical setting is the default; a faster inexact one only a labelled choice",
+        ["setting", "prefill 512", "prefill 2000", "decode N=1", "decode 4 × 700", "× default (2000)",
+         "exact", "same KV as default", "largest |Δlogit|", "failed checks"],
     )
-    runs: dict[str, list[dict[str, float]]] = {name: [] for name, _ in SETTINGS}
+    runs: dict[str, list[dict[str, float]]] = {name: [] for name, _ in chosen}
     for r in range(rounds):
-        for name, settings in SETTINGS:
+        order = chosen if r % 2 == 0 else chosen[::-1]
+        for name, settings in order:
             progress(f"KV round {r + 1}/{rounds}: {name}")
-            runs[name].append(_measure(path, settings))
-    keys = ["decode N=1 short", "decode N=4 short", "decode N=8 short", "decode N=4 x 700",
-            "prefill 512", "prefill 2000", "kv bytes/token"]
-    for name, _ in SETTINGS:
-        med = {k: median([run[k] for run in runs[name]]) for k in keys}
-        res.rows.append([name, *[round(med[k], 1) for k in keys]])
-        res.figures[name] = {"median": med, "runs": runs[name]}
-    base, ours = res.figures[SETTINGS[0][0]]["median"], res.figures[SETTINGS[-1][0]]["median"]
-    res.figures["default_vs_before"] = {k: ours[k] / base[k] for k in keys}
-    res.note = "default / before: " + ", ".join(
-        f"{k} {ours[k] / base[k]:.2f}×" for k in keys
-    )
+            runs[name].append(_measure(path, {"n_threads_batch": None, **settings}, n_threads))
+    checks: dict[str, dict[str, Any]] = {}
+    for name, settings in chosen:
+        progress(f"KV exactness: {name}")
+        checks[name] = run_checks(path, {"n_threads": n_threads, **settings}, PROMPTS)
+    base = median([run["prefill 2000"] for run in runs[DEFAULT]])
+    for name, _ in chosen:
+        med = {k: median([run[k] for run in runs[name]]) for k in [*TIMED, "kv bytes/token"]}
+        got = checks[name]
+        failed = [c for c in CHECKS if not got[c][0]]
+        res.rows.append([
+            name, round(med["prefill 512"], 1), round(med["prefill 2000"], 1), round(med["decode N=1"], 2),
+            round(med["decode 4 x 700"], 2), round(med["prefill 2000"] / base, 3),
+            "yes" if not failed else "no", "yes" if got["fingerprint"] == checks[DEFAULT]["fingerprint"] else "no",
+            max(got[c][1] for c in CHECKS),
+            ", ".join(f"chunking ({', '.join(got['chunkings that differ'])})" if c == "chunking" else c
+                      for c in failed) or "—",
+        ])
+        res.figures[name] = {"median": med, "runs": runs[name], "checks": {c: list(got[c]) for c in CHECKS},
+                             "chunkings that differ": got["chunkings that differ"], "fingerprint": got["fingerprint"]}
+    res.note = (f"{rounds} rounds, settings alternated (order reversed every other round); "
+                f"n_threads {n_threads}, n_batch 512, prefill chunk = n_ubatch; SmolLM2 weights")
     return res

@@ -81,6 +81,14 @@ class ModelConfig:
     n_batch: int = 512
     n_gpu_layers: int = 0
     n_threads: int | None = None
+    n_threads_batch: int | None = None
+    """Beyond SPEC: llama.cpp's threads for a ubatch of more than one token (prefill, and a
+    tick of several sequences); ``None``: ``n_threads``. Not in ``ctx_params_hash``: the KV
+    bytes and logits are the same for every thread count (``hearth bench --only KV``)."""
+    n_ubatch: int | None = None
+    """Beyond SPEC: llama.cpp's physical batch, the most rows one graph computes; ``None``:
+    ``min(n_batch, 512)``. Not in ``ctx_params_hash``: with the default KV types every ubatch
+    shape gives the same KV bytes and logits (``hearth bench --only KV``)."""
     policy: CachePolicy | dict[str, Any] | None = None
     tier: Tier = "ram"
     thinking_markers: Markers | tuple[str, str] | None = None
@@ -110,7 +118,14 @@ class ModelConfig:
     flash_attn: bool = True
     """On by default: a quantized V cache needs it, the one-chunk path that keeps differing K/V
     types exact is its kernel's, and with it the KV rows of a state are cell-major
-    (``app.cache.seqstate`` can cut them)."""
+    (``app.cache.seqstate`` can cut them). NOTE (issue 24): off, V is stored transposed and
+    attention is two matmuls whose kernel depends on the rows a sequence has in the ubatch:
+    llamafile's tinyBLAS (q8_0 x q8_0 for K·Q, f16 x f16 for V·softmax) from two rows, ggml's
+    vec_dot from one, and they accumulate in other orders. A prompt prefilled whole and the
+    same prompt whose last tokens went one a tick (as a restored prefix's last prompt token
+    always does) end on other logits (by up to 0.63 on SmolLM2); decode rows next to other
+    sequences, one row per sequence, stay exact. So off is no default; its KV is keyed apart
+    (``ctx_params_hash``)."""
     type_k: str = DEFAULT_TYPE_K
     type_v: str = DEFAULT_TYPE_V
     """KV cell types: q8_0 K + f16 V by default (issue 24). NOTE (SPEC §3): llama.cpp's CPU
@@ -172,8 +187,11 @@ class ModelConfig:
                 f"llama.cpp can address ({MAX_CTX_TOTAL:,} cells in all); lower n_ctx or n_seq_max"
             )
         set_(self, "n_gpu_layers", _int("n_gpu_layers", self.n_gpu_layers, lo=-1, hi=2**31 - 1))
-        if self.n_threads is not None:
-            set_(self, "n_threads", _int("n_threads", self.n_threads, lo=1, hi=MAX_THREADS))
+        for name in ("n_threads", "n_threads_batch"):
+            if getattr(self, name) is not None:
+                set_(self, name, _int(name, getattr(self, name), lo=1, hi=MAX_THREADS))
+        if self.n_ubatch is not None:
+            set_(self, "n_ubatch", _int("n_ubatch", self.n_ubatch, lo=1, hi=self.n_batch))
         if self.tier not in TIERS:
             raise InvalidConfig(f"ModelConfig.tier must be one of {', '.join(TIERS)}, got {self.tier!r}")
         try:

@@ -78,6 +78,8 @@ class LlamaBackend(SeqKv):
         n_batch: int,
         n_gpu_layers: int = 0,
         n_threads: int | None = None,
+        n_threads_batch: int | None = None,
+        n_ubatch: int | None = None,
         flash_attn: bool = True,
         type_k: str = DEFAULT_TYPE_K,
         type_v: str = DEFAULT_TYPE_V,
@@ -86,9 +88,13 @@ class LlamaBackend(SeqKv):
         fingerprint_of: Callable[[str], bytes] = file_sha256,
     ) -> None:
         """``fingerprint_of(path)`` gives the file's sha256; the engine passes its
-        remembered-by-(path, size, mtime) lookup so a big model is hashed once."""
+        remembered-by-(path, size, mtime) lookup so a big model is hashed once.
+        ``n_threads_batch`` (llama.cpp's threads for ubatches of more than one token) defaults
+        to ``n_threads``; ``n_ubatch`` to ``min(n_batch, 512)``."""
         if min(n_ctx_per_seq, n_seq_max, n_batch) < 1:
             raise ValueError("n_ctx_per_seq, n_seq_max and n_batch must be >= 1")
+        if n_ubatch is not None and not 1 <= n_ubatch <= n_batch:
+            raise ValueError(f"n_ubatch must be in 1..n_batch ({n_batch}), got {n_ubatch}")
         if type_k not in KV_TYPES or type_v not in KV_TYPES:
             raise ValueError(f"type_k/type_v must be one of {', '.join(KV_TYPES)}")
         if type_v not in ("f16", "f32") and not flash_attn:
@@ -99,6 +105,8 @@ class LlamaBackend(SeqKv):
         self.n_seq_max = n_seq_max
         self.n_batch = n_batch
         self.n_threads = n_threads or max(1, min(os.cpu_count() or 1, 8))
+        self.n_threads_batch = n_threads_batch or self.n_threads
+        self.n_ubatch = n_ubatch or min(n_batch, 512)
         self._flash_attn = flash_attn
         self._kv_unified = kv_unified
         self._swa_full = swa_full
@@ -162,8 +170,8 @@ class LlamaBackend(SeqKv):
         cparams = ctx_params(
             n_ctx=n, n_seq_max=n_seq,
             n_batch=n if embeddings else self.n_batch,
-            n_ubatch=n if embeddings else min(self.n_batch, 512),
-            n_threads=self.n_threads, flash_attn=self._flash_attn,
+            n_ubatch=n if embeddings else self.n_ubatch,
+            n_threads=self.n_threads, n_threads_batch=self.n_threads_batch, flash_attn=self._flash_attn,
             type_k=KV_TYPES[self.type_k], type_v=KV_TYPES[self.type_v],
             kv_unified=self._kv_unified, swa_full=self._swa_full, embeddings=embeddings,
         )

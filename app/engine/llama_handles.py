@@ -130,7 +130,7 @@ class LoraAdapter:
 
 def ctx_params(
     *, n_ctx: int, n_seq_max: int, n_batch: int, n_ubatch: int, n_threads: int,
-    flash_attn: bool, type_k: int, type_v: int, kv_unified: bool = False, swa_full: bool = True,
+    n_threads_batch: int | None = None, flash_attn: bool, type_k: int, type_v: int, kv_unified: bool = False, swa_full: bool = True,
     embeddings: bool = False,
 ) -> Any:
     p = llama_cpp.llama_context_default_params()
@@ -139,7 +139,7 @@ def ctx_params(
     p.n_ubatch = n_ubatch
     p.n_seq_max = n_seq_max
     p.n_threads = n_threads
-    p.n_threads_batch = n_threads
+    p.n_threads_batch = n_threads_batch or n_threads
     p.flash_attn_type = (
         llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED if flash_attn else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
     )

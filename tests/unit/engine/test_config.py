@@ -18,7 +18,8 @@ BAD = [
     {"path": ""}, {"path": None}, {"path": "a\0b"}, {"n_ctx": 0}, {"n_ctx": "4096"},
     {"n_ctx": 4096.0}, {"n_ctx": True}, {"n_seq_max": 0}, {"n_seq_max": LLAMA_MAX_SEQ + 1},
     {"n_batch": -5}, {"n_batch": 10**9}, {"n_gpu_layers": -2}, {"n_gpu_layers": "all"},
-    {"n_threads": 0}, {"n_threads": 10**6}, {"tier": "ssd"}, {"policy": {"bogus": 1}},
+    {"n_threads": 0}, {"n_threads": 10**6}, {"n_threads_batch": 0}, {"n_threads_batch": "2"},
+    {"n_ubatch": 0}, {"n_ubatch": 1024, "n_batch": 512}, {"n_ubatch": 128.0}, {"tier": "ssd"}, {"policy": {"bogus": 1}},
     {"policy": {"min_tokens": -1}}, {"policy": {"min_tokens": "x"}}, {"policy": 5},
     {"prefill_chunk_size": 0}, {"prefill_chunk_size": "big"}, {"prefill_seqs_per_tick": 0},
     {"decode_ticks_between_prefills": -1}, {"thinking_markers": ("<think>",)},
@@ -80,3 +81,25 @@ def test_a_prompt_past_n_ctx_is_context_overflow(tmp_path, tiny_model_path):
         fits = long[:299]
         stats = model.infer(fits, response_tokens=8).result(timeout=120)
         assert stats.context_full and stats.completion_tokens == 1
+
+
+def test_n_ubatch_and_n_threads_batch_reach_the_context(tmp_path, tiny_model_path):
+    """Issue 24: the physical batch and the batch threads are per-model settings; unset, the
+    backend's defaults (min(n_batch, 512), n_threads)."""
+    from app.engine.engine import llama_backend_factory
+
+    config = ModelConfig(path=str(tiny_model_path), n_ctx=256, n_seq_max=1, n_batch=256, n_threads=1,
+                         n_ubatch=64, n_threads_batch=2)  # fmt: skip
+    backend = llama_backend_factory(config)
+    try:
+        assert (backend.n_ubatch, backend.n_threads_batch) == (64, 2)
+        import llama_cpp
+
+        assert llama_cpp.llama_n_ubatch(backend._ctx) == 64
+    finally:
+        backend.close()
+    plain = llama_backend_factory(ModelConfig(path=str(tiny_model_path), n_ctx=256, n_seq_max=1, n_batch=256, n_threads=1))
+    try:
+        assert (plain.n_ubatch, plain.n_threads_batch) == (256, 1)
+    finally:
+        plain.close()
