@@ -27,6 +27,9 @@ class SamplingSettings:
     engine's; the reply is the same either way."""
     draft_max: int = 16
     """The most draft tokens one step checks (``draft_max``)."""
+    draft_model: str = ""
+    """A loaded model that proposes the drafts (the engine's ``draft_model``: same vocabulary,
+    smaller and faster); "" drafts from the conversation (prompt lookup)."""
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from app.storage import SamplingSettings
 from app.ui.chat.params import infer_params
 from tests.helpers.forced_drafts import always_draft
 from tests.ui.helpers import chat_view, current_id, type_and_send, wait_idle
@@ -59,3 +60,39 @@ def test_settings_switch_and_draft_length_reach_the_engine(make_window, qtbot):
     panel.flush()
     sampling = window.controller.conversation(cid).sampling
     assert (sampling.speculative, sampling.draft_max) == (True, 3)
+
+
+def test_a_chat_picks_another_loaded_model_as_its_draft_model(make_window, qtbot, data_dir, tiny_model_path):
+    from tests.ui.test_models_in_chat import click_library, library_model
+
+    first = library_model(data_dir, tiny_model_path, "tiny-a")
+    second = library_model(data_dir, tiny_model_path, "tiny-b")
+    # Plain greedy (no grammar, no repetition penalty): the draft model's argmax is then what
+    # the same weights choose, so nearly every draft is accepted.
+    greedy = SamplingSettings(temperature=0.0, max_tokens=24, top_k=0, top_p=1.0, min_p=0.0, repetition_penalty=1.0)
+    window = make_window(model_path=first, model_id=None, work_areas=True, sampling=greedy)
+    click_library(qtbot, window, second, "load")
+    cid = window.chat_page.new_conversation()
+    window.chat_page.pick_model("tiny-a")
+    panel = window.chat_page.settings_panel
+    picker = panel.form.draft_model
+    items = [picker.itemText(i) for i in range(picker.count())]
+    assert items == ["None — draft from the conversation", "tiny-b"]  # not the chat's own model
+    window.chat_page.settings_button.setChecked(True)
+    picker.setCurrentIndex(1)
+    panel.flush()
+    sampling = window.controller.conversation(cid).sampling
+    assert sampling.draft_model == "tiny-b"
+    assert dict(infer_params(sampling, ["tiny-a", "tiny-b"]))["draft_model"] == "tiny-b"
+    assert "draft_model" not in dict(infer_params(sampling, ["tiny-a"]))  # not loaded: lookup
+    panel.ensureWidgetVisible(picker)
+    panel.horizontalScrollBar().setValue(0)
+    screenshot(window, "chat-settings-draft-model")
+    type_and_send(qtbot, window, "say it again and again and again")
+    wait_idle(qtbot, window, cid)
+    reply = window.controller.branch(cid)[-1]
+    assert reply.role == "assistant" and reply.stats is not None, window.controller.failed.get(cid)
+    assert reply.stats.drafted_tokens > 0
+    target = window.engine.get_model("tiny-a")
+    assert target.draft_id == "tiny-b" and target.snapshot().draft_model == "tiny-b"
+    assert reply.stats.accepted_tokens >= 0.9 * reply.stats.drafted_tokens

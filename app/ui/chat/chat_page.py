@@ -17,6 +17,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.conversation.window import OverflowPolicy
+from app.remote.endpoint import is_remote_id
 from app.storage import SamplingSettings
 from app.ui.chat.adapter_chip import AdapterChip
 from app.ui.chat.chat_style import chat_extras_qss
@@ -208,6 +209,9 @@ class ChatPage(QWidget):
             picker.setProperty("loaded", is_loaded)
             picker.style().unpolish(picker)
             picker.style().polish(picker)
+        self.settings_panel.form.set_draft_models([
+            (m, self.controller.models.label(m)) for m in loaded if m != current and not is_remote_id(m)
+        ])  # fmt: skip
         self._update_meter()
 
     def show_model_loading(self, label: str | None) -> None:

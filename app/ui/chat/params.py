@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 from app.storage import SamplingSettings
 
 # llama.cpp's json.gbnf, trimmed: any JSON value, used for "JSON mode".
@@ -16,8 +18,10 @@ ws     ::= | " " | "\n" [ \t]{0,20}
 """.strip()
 
 
-def infer_params(s: SamplingSettings) -> tuple[tuple[str, object], ...]:
-    """The keyword options for ``Model.infer`` / ``continue_session``, as a frozen tuple."""
+def infer_params(s: SamplingSettings, draft_models: Collection[str] = ()) -> tuple[tuple[str, object], ...]:
+    """The keyword options for ``Model.infer`` / ``continue_session``, as a frozen tuple.
+    The chat's draft model goes with them when it is among ``draft_models`` (the local models
+    loaded now); otherwise the reply drafts from the conversation."""
     params: dict[str, object] = {
         "response_tokens": int(s.max_tokens),
         "temperature": float(s.temperature),
@@ -29,6 +33,8 @@ def infer_params(s: SamplingSettings) -> tuple[tuple[str, object], ...]:
         "speculative": bool(s.speculative),
         "draft_max": int(s.draft_max),
     }
+    if s.speculative and s.draft_model and s.draft_model in draft_models:
+        params["draft_model"] = s.draft_model
     if s.seed is not None:
         params["seed"] = int(s.seed)
     if s.stop_sequences:

@@ -136,7 +136,7 @@ class ReplyRunner(QObject):
             session_id=cid,
             messages=tuple(Turn(m.id, m.role, m.content) for m in history if m.role != "system"),
             system=conv.system_prompt,
-            params=infer_params(conv.sampling),
+            params=infer_params(conv.sampling, self._draft_models(conv.model_id)),
             session=session,
             window=window,
             policy=policy,
@@ -153,6 +153,13 @@ class ReplyRunner(QObject):
         self.busy_changed.emit(cid, True)
         self.changed.emit(cid)
         bridge.submit(request)
+
+    def _draft_models(self, model_id: str) -> tuple[str, ...]:
+        """The models that can draft for ``model_id``: the local ones loaded (a remote model
+        neither drafts nor is drafted for)."""
+        if is_remote_id(model_id):
+            return ()
+        return tuple(i for i in self.models.ids() if not is_remote_id(i))
 
     def _fail_early(self, cid: str, text: str) -> None:
         self.failed[cid] = text

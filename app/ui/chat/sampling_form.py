@@ -7,9 +7,12 @@ both edit the same fields the same way; ``edited`` fires on any change the user 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QCheckBox,
+    QComboBox,
     QDoubleSpinBox,
     QFormLayout,
     QLabel,
@@ -87,19 +90,33 @@ class ChatSettingsForm(QWidget):
         layout.addLayout(budget)
 
         layout.addWidget(section("SPECULATIVE DECODING"))
-        self.speculative = QCheckBox("Draft from the conversation")
+        self.speculative = QCheckBox("Draft ahead and check")
         self.speculative.setObjectName("speculativeCheck")
         self.speculative.setToolTip(
-            "Propose the words that followed the same words earlier in the chat and check them in one "
-            "step: faster when a reply repeats text (edits, lists, code). The reply does not change."
+            "Propose the next words and check them in one step: the words that followed the same words "
+            "earlier in the chat, or a draft model's. Faster when the guesses are right (edits, lists, "
+            "code). The reply does not change."
         )
         self.draft_max = _ispin(1, 64)
         self.draft_max.setObjectName("draftMaxSpin")
+        self.draft_model = QComboBox()
+        self.draft_model.setObjectName("draftModelPicker")
+        # As wide as the form allows, not as its longest item (a model's name can be long).
+        self.draft_model.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        self.draft_model.setMinimumContentsLength(8)
+        self.draft_model.setToolTip(
+            "A smaller loaded model with the same vocabulary proposes the drafts; the reply is still "
+            "this model's, word for word. Without one, drafts come from the conversation."
+        )
+        self._draft_choices: tuple[tuple[str, str], ...] = ()
+        self._fill_draft_models("")
         drafts = QFormLayout()
         drafts.addRow("Draft up to (tokens)", self.draft_max)
+        drafts.addRow("Draft model", self.draft_model)
         layout.addWidget(self.speculative)
         layout.addLayout(drafts)
         self.speculative.toggled.connect(self.draft_max.setEnabled)
+        self.speculative.toggled.connect(self.draft_model.setEnabled)
 
         for spin in (self.temperature, self.top_p, self.min_p, self.repetition_penalty):
             spin.valueChanged.connect(self._on_changed)
@@ -109,6 +126,34 @@ class ChatSettingsForm(QWidget):
             edit.textChanged.connect(self._on_changed)
         for box in (self.json_mode, self.thinking, self.speculative):
             box.toggled.connect(self._on_changed)
+        self.draft_model.currentIndexChanged.connect(self._on_changed)
+
+    def set_draft_models(self, choices: Sequence[tuple[str, str]]) -> None:
+        """The loaded models a chat may pick as its draft model, as (id, label); the current
+        pick stays (marked "not loaded" when it is not among them)."""
+        self._draft_choices = tuple(choices)
+        was_loading, self._loading = self._loading, True
+        try:
+            self._fill_draft_models(self.draft_model_id())
+        finally:
+            self._loading = was_loading
+
+    def draft_model_id(self) -> str:
+        return str(self.draft_model.currentData() or "")
+
+    def _fill_draft_models(self, current: str) -> None:
+        box = self.draft_model
+        box.blockSignals(True)
+        try:
+            box.clear()
+            box.addItem("None — draft from the conversation", "")
+            for model_id, label in self._draft_choices:
+                box.addItem(label, model_id)
+            if current and box.findData(current) < 0:
+                box.addItem(f"{current} (not loaded)", current)
+            box.setCurrentIndex(max(0, box.findData(current)))
+        finally:
+            box.blockSignals(False)
 
     def load(self, system_prompt: str, s: SamplingSettings) -> None:
         """Show these values without announcing an edit."""
@@ -130,6 +175,8 @@ class ChatSettingsForm(QWidget):
             self.speculative.setChecked(s.speculative)
             self.draft_max.setValue(s.draft_max)
             self.draft_max.setEnabled(s.speculative)
+            self._fill_draft_models(s.draft_model)
+            self.draft_model.setEnabled(s.speculative)
         finally:
             self._loading = False
 
@@ -153,6 +200,7 @@ class ChatSettingsForm(QWidget):
             thinking_budget_tokens=self.thinking_budget.value(),
             speculative=self.speculative.isChecked(),
             draft_max=self.draft_max.value(),
+            draft_model=self.draft_model_id(),
         )
 
     def _on_changed(self, *_args: object) -> None:
