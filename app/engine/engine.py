@@ -152,7 +152,8 @@ class Engine:
         source = self.get_model(draft_id)
         config = replace(
             source.config, n_ctx=target.n_ctx, n_seq_max=target.n_seq_max,
-            n_batch=max(CATCH_UP_TOKENS, target.n_seq_max), n_threads=target.n_threads, cache_enabled=False,
+            n_batch=max(CATCH_UP_TOKENS, target.n_seq_max), n_ubatch=None, n_threads=target.n_threads,
+            cache_enabled=False,
         )  # fmt: skip
         return self._backend_factory(config)
 

@@ -210,7 +210,9 @@ def test_a_request_naming_a_loaded_model_attaches_it_as_the_draft_model(tmp_path
     made: list[StubBackend] = []
     with engine_of(tmp_path, made) as engine:
         target = engine.load_model("t", ModelConfig(path="t", n_seq_max=2, n_batch=64, cache_enabled=False))
-        engine.load_model("d", ModelConfig(path="d", n_seq_max=1, n_batch=64, cache_enabled=False))
+        # Its own settings for its own chats (a ubatch larger than the draft's batch) do not
+        # stop it drafting.
+        engine.load_model("d", ModelConfig(path="d", n_seq_max=1, n_batch=512, n_ubatch=512, cache_enabled=False))
         stats = target.infer(tok(PROMPT), response_tokens=40, draft_model="d").result(30)
         assert stats.drafted_tokens > 0
         assert target.draft_id == "d" and target.snapshot().draft_model == "d"
