@@ -196,6 +196,9 @@ class AppActions(QObject):
                 self.window.chat_page.settings_panel.reload_presets
             )
             self.dialog.error_raised.connect(self.window.show_error)
+            self.dialog.type_ahead_changed.connect(
+                lambda _on: self.window.chat_page.type_ahead.follow_setting()
+            )
             self.dialog.finished.connect(self._on_dialog_finished)
             if self.window.local_server is not None:
                 panel = LocalServerPanel(self.window.local_server, self.window.storage)

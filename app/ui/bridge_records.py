@@ -16,6 +16,8 @@ from app.storage import ReplyStats
 __all__ = [
     "GenerationRequest",
     "Params",
+    "ReadAheadRequest",
+    "ReadAheadUpdate",
     "SessionState",
     "StatusSnapshot",
     "StreamUpdate",
@@ -47,6 +49,37 @@ class GenerationRequest:
     continue_reply: bool = False
     allow_summarise: bool = True
     """False after a summary was just written: if the view still does not fit, drop turns."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReadAheadRequest:
+    """Type-ahead (issue 25): read the prompt ``request`` would send with ``draft`` as its last
+    user message into the chat's sticky sequence, up to the draft's end less a few tokens
+    (``app.conversation.type_ahead``). ``request.messages`` is the branch without the draft;
+    ``generation`` counts the drafts of one chat, so an update of an older one is ignored."""
+
+    request: GenerationRequest
+    draft: str
+    generation: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReadAheadUpdate:
+    """How far a chat's draft has been read ahead (one per frame while it is read).
+
+    ``held`` of the ``target`` tokens read ahead are in the chat's sequence; the draft's own
+    tokens start at ``draft_start`` (before it: the chat so far), so ``held - draft_start``
+    of them are read. ``finished``: the read ended (read, replaced by a newer draft or the
+    message sent, stopped); ``skipped`` says why nothing was read (a view that must be
+    summarised first or does not fit, a draft too short to read)."""
+
+    session_id: str
+    generation: int
+    held: int = 0
+    target: int = 0
+    draft_start: int = 0
+    finished: bool = False
+    skipped: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,6 +36,7 @@ class ModelBridges(QObject):
     update_received = Signal(object)  # StreamUpdate, from any model
     status_received = Signal(object)  # StatusSnapshot, from any model
     count_received = Signal(str, int)  # key, tokens
+    read_ahead_received = Signal(object)  # ReadAheadUpdate, from any local model (type-ahead)
 
     def __init__(self, engine: EngineApi | None, parent: QObject | None = None) -> None:
         super().__init__(parent)
@@ -105,6 +106,8 @@ class ModelBridges(QObject):
         bridge.update_received.connect(self.update_received)
         bridge.status_received.connect(self.status_received)
         bridge.count_received.connect(self.count_received)
+        if isinstance(bridge, EngineBridge):  # never for a remote model
+            bridge.read_ahead_received.connect(self.read_ahead_received)
         self._bridges[model_id] = bridge
         self.opened.emit(model_id)
 

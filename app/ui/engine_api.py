@@ -59,6 +59,17 @@ class ModelApi(Protocol):
         **params: object,
     ) -> StreamApi: ...
 
+    def read_ahead(
+        self,
+        tokens: Sequence[int],
+        *,
+        session_id: str,
+        on_event: EventCallback | None = None,
+        **opts: object,
+    ) -> StreamApi:
+        """Type-ahead (issue 25): a background ``prefill_only`` of a draft's prompt."""
+        ...
+
     def end_session(self, session_id: str) -> None: ...
 
     def snapshot(self) -> SchedulerSnapshot: ...

@@ -23,7 +23,9 @@ from typing import Protocol
 
 from PySide6.QtCore import QCoreApplication, QMetaObject, QObject, Qt, QThread, QTimer, Signal, Slot
 
+from app.cache.prefix import common_prefix_len
 from app.conversation.prompt import PromptBuilder
+from app.conversation.type_ahead import PROBE, readable_prefix, with_draft
 from app.conversation.window import Budget, WindowPlan
 from app.engine.chat import continuation_suffix
 from app.engine.errors import EngineError
@@ -41,6 +43,8 @@ from app.engine.events import (
 from app.storage import ReplyStats
 from app.ui.bridge_records import (
     GenerationRequest,
+    ReadAheadRequest,
+    ReadAheadUpdate,
     SessionState,
     StatusSnapshot,
     StreamUpdate,
@@ -73,8 +77,26 @@ class _Live:
     """``perf_counter()`` when the oldest event not yet flushed arrived."""
 
 
+@dataclass(slots=True)
+class _Reading:
+    """Worker-side state of one chat's read-ahead (type-ahead); ``held`` and ``finished`` are
+    set from the scheduler thread, under the worker's lock."""
+
+    session_id: str
+    generation: int
+    tokens: tuple[int, ...]
+    draft_start: int
+    stream: StreamApi | None = None
+    held: int = 0
+    finished: bool = False
+    cancelled: bool = False
+    dirty: bool = True
+    """Changed since the last ``ReadAheadUpdate``."""
+
+
 class _BridgeWorker(QObject):
     update_ready = Signal(object)  # StreamUpdate
+    read_ahead_ready = Signal(object)  # ReadAheadUpdate
     status_ready = Signal(object)  # StatusSnapshot
     count_ready = Signal(str, int)  # key, tokens
 
@@ -88,6 +110,10 @@ class _BridgeWorker(QObject):
         self._live: dict[str, _Live] = {}
         # NOTE: what each sticky session holds, so a follow-up turn sends only its suffix.
         self._held: dict[str, SessionState] = {}
+        self._reading: dict[str, _Reading] = {}  # session id → its latest read-ahead
+        # NOTE: sessions whose seq may hold read-ahead tokens past what ``_held`` says: their
+        # next turn is sent whole (``infer`` finds the common prefix), never as a suffix.
+        self._read_into: set[str] = set()
         self._pieces: dict[int, str] = {}
         self._merge_summary = False  # learnt per model: its template wants one system message
         self._frame = QTimer(self)
@@ -185,7 +211,11 @@ class _BridgeWorker(QObject):
         live = self._add_live(_Live(request.request_id, sid, prompt, "infer", report))
         callback = self._callback(request.request_id)
         stream = None
-        if pinned is not None and suffix:
+        with self._lock:
+            self._reading.pop(sid, None)  # the engine ends it: this request takes its seq
+        read_ahead = sid in self._read_into
+        self._read_into.discard(sid)
+        if pinned is not None and suffix and not read_ahead:
             try:
                 stream = self._model.continue_session(
                     suffix, session_id=sid, on_event=callback, **params
@@ -199,6 +229,97 @@ class _BridgeWorker(QObject):
             stream = self._model.infer(prompt, session_id=sid, on_event=callback, **params)
         live.stream = stream
         self._start_frames()
+
+    # -- type-ahead ----------------------------------------------------------------------------
+
+    @Slot(object)
+    def read_ahead(self, ask: ReadAheadRequest) -> None:
+        """Read the prompt of ``ask`` (the chat with its draft) into the chat's sequence, at
+        the engine's lowest priority; a refusal only means nothing is read ahead."""
+        sid = ask.request.session_id
+        try:
+            self._read_ahead(ask)
+        except EngineError as exc:  # the model is closing, the session was just ended …
+            log.info("read-ahead of %s skipped: %s", sid, exc)
+            self._skip(ask, str(exc))
+        except Exception as exc:
+            log.exception("read-ahead of %s failed", sid)
+            self._skip(ask, f"internal error ({type(exc).__name__})")
+
+    def _read_ahead(self, ask: ReadAheadRequest) -> None:
+        request, draft = ask.request, ask.draft.strip()  # as ``ChatController.send`` sends it
+        sid = request.session_id
+        if not draft:
+            self._skip(ask, "empty")
+            return
+
+        def render(text: str, start: int, summary: str) -> list[int]:
+            turns = with_draft(request.messages, text)
+            builder = PromptBuilder(self._model, request.system, turns, merge_summary=self._merge_summary)
+            return self._session_prompt(sid, request.session, builder.tokens(start, summary))
+
+        builder = PromptBuilder(
+            self._model, request.system, with_draft(request.messages, draft), merge_summary=self._merge_summary
+        )
+        max_tokens = _int(dict(request.params).get("response_tokens"), DEFAULT_REPLY_TOKENS)
+        plan = builder.plan(request.window, Budget.for_reply(self._n_ctx, max_tokens), request.policy)
+        if plan.kind not in ("fits", "cut"):
+            # A view to summarise first reads what the summary says, not known yet; a view
+            # that cannot be sent is not read either.
+            self._skip(ask, plan.kind)
+            return
+        prompt = self._session_prompt(sid, request.session, builder.tokens(plan.start, plan.summary))
+        tokens = readable_prefix(prompt, render(draft + PROBE, plan.start, plan.summary))
+        draft_start = common_prefix_len(prompt, render("", plan.start, plan.summary))
+        with self._lock:
+            old = self._reading.get(sid)
+        if not tokens:
+            self._skip(ask, "short")
+            return
+        if old is not None and old.tokens == tuple(tokens) and not old.cancelled:
+            with self._lock:
+                old.generation, old.dirty = ask.generation, True  # read, or being read, already
+            self._start_frames()
+            return
+        reading = _Reading(sid, ask.generation, tuple(tokens), draft_start)
+        with self._lock:
+            self._reading[sid] = reading
+        self._read_into.add(sid)
+        reading.stream = self._model.read_ahead(tokens, session_id=sid, on_event=self._read_callback(reading))
+        self._start_frames()
+
+    def _session_prompt(self, sid: str, stored: SessionState | None, full: list[int]) -> list[int]:
+        """``full`` as the turn's request will send it (``_start_stream``): what the session
+        holds, token for token, then the rest."""
+        held = self._held.get(sid) or stored
+        if held is None or held.model_id != self._model_id:
+            return full
+        suffix = continuation_suffix(full, held.tokens, self._piece, ended_with_eog=held.ended_with_eog)
+        return full if not suffix else [*held.tokens, *suffix]
+
+    def _read_callback(self, reading: _Reading) -> Callable[[Event], None]:
+        def on_event(event: Event) -> None:  # scheduler thread: note only
+            with self._lock:
+                if isinstance(event, PrefillProgress):
+                    reading.held = event.done
+                elif isinstance(event, Done | Error):
+                    reading.finished = True
+                    reading.cancelled = isinstance(event, Error) or event.stats.finish_reason == "cancelled"
+                reading.dirty = True
+
+        return on_event
+
+    def _skip(self, ask: ReadAheadRequest, why: str) -> None:
+        update = ReadAheadUpdate(ask.request.session_id, ask.generation, finished=True, skipped=why)
+        self.read_ahead_ready.emit(update)
+
+    @Slot(str)
+    def stop_read_ahead(self, session_id: str) -> None:
+        """The draft was cleared or the chat left: stop reading (what was read stays)."""
+        with self._lock:
+            reading = self._reading.get(session_id)
+        if reading is not None and reading.stream is not None and not reading.finished:
+            reading.stream.cancel()
 
     def _summarise(self, request: SummaryRequest) -> None:
         params = dict(request.params)
@@ -260,6 +381,8 @@ class _BridgeWorker(QObject):
     @Slot(str)
     def end_session(self, session_id: str) -> None:
         self._held.pop(session_id, None)
+        self.stop_read_ahead(session_id)
+        self._read_into.discard(session_id)
         try:
             self._model.end_session(session_id)
         except EngineError as exc:  # no such session, or the model is closing
@@ -273,9 +396,14 @@ class _BridgeWorker(QObject):
             self._closed = True
             lives = list(self._live.values())
             self._live.clear()
+            readings = list(self._reading.values())
+            self._reading.clear()
         for live in lives:
             if live.stream is not None:
                 live.stream.cancel()
+        for reading in readings:
+            if reading.stream is not None and not reading.finished:
+                reading.stream.cancel()
         # Hand the worker back to the GUI thread so it can be deleted there after quit().
         app = QCoreApplication.instance()
         if app is not None:
@@ -294,12 +422,25 @@ class _BridgeWorker(QObject):
             if live.finished:
                 with self._lock:
                     self._live.pop(rid, None)
+        self._flush_readings()
         with self._lock:
-            idle = not self._live
+            idle = not self._live and not self._reading
         if any(live.finished for _rid, live, _events in batches):
             self._poll_status()  # the status bar shows the freed slot at once
         if idle:
             self._frame.stop()
+
+    def _flush_readings(self) -> None:
+        updates = []
+        with self._lock:
+            for sid, r in list(self._reading.items()):
+                if r.dirty:
+                    r.dirty = False
+                    updates.append(ReadAheadUpdate(sid, r.generation, r.held, len(r.tokens), r.draft_start, r.finished))
+                if r.finished:
+                    del self._reading[sid]
+        for update in updates:
+            self.read_ahead_ready.emit(update)
 
     def _fold(self, rid: str, live: _Live, events: list[Event]) -> StreamUpdate:
         text: list[str] = []
@@ -399,6 +540,7 @@ def reply_stats(stats: Stats) -> ReplyStats:
         tokens_shared=int(reuse.tokens_shared),
         miss_reason=reuse.miss_reason or "",
         origin_session=reuse.origin_session or "",
+        tokens_read_ahead=int(reuse.tokens_read_ahead),
         drafted_tokens=int(stats.drafted_tokens),
         accepted_tokens=int(stats.accepted_tokens),
     )
@@ -414,8 +556,11 @@ class EngineBridge(QObject):
     update_received = Signal(object)  # StreamUpdate
     status_received = Signal(object)  # StatusSnapshot
     count_received = Signal(str, int)  # key, tokens
+    read_ahead_received = Signal(object)  # ReadAheadUpdate
 
     _submit_requested = Signal(object)
+    _read_ahead_requested = Signal(object)
+    _stop_read_ahead_requested = Signal(str)
     _summary_requested = Signal(object)
     _count_requested = Signal(str, str)
     _cancel_requested = Signal(str)
@@ -437,6 +582,9 @@ class EngineBridge(QObject):
         self._count_requested.connect(self._worker.count_tokens)
         self._cancel_requested.connect(self._worker.cancel)
         self._end_session_requested.connect(self._worker.end_session)
+        self._read_ahead_requested.connect(self._worker.read_ahead)
+        self._stop_read_ahead_requested.connect(self._worker.stop_read_ahead)
+        self._worker.read_ahead_ready.connect(self.read_ahead_received)
         self._worker.update_ready.connect(self.update_received)
         self._worker.status_ready.connect(self.status_received)
         self._worker.count_ready.connect(self.count_received)
@@ -454,6 +602,15 @@ class EngineBridge(QObject):
 
     def cancel(self, request_id: str) -> None:
         self._cancel_requested.emit(request_id)
+
+    def read_ahead(self, ask: ReadAheadRequest) -> None:
+        """Type-ahead: read the chat's draft ahead (off the GUI thread, lowest priority)."""
+        if not self.closed:
+            self._read_ahead_requested.emit(ask)
+
+    def stop_read_ahead(self, session_id: str) -> None:
+        if not self.closed:
+            self._stop_read_ahead_requested.emit(session_id)
 
     def end_session(self, session_id: str) -> None:
         if not self.closed:

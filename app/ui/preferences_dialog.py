@@ -10,6 +10,7 @@ from __future__ import annotations
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import (
     QButtonGroup,
+    QCheckBox,
     QDialog,
     QDialogButtonBox,
     QHBoxLayout,
@@ -23,6 +24,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.conversation.type_ahead import TypeAheadSetting
 from app.storage import THEMES, ChatPreset, Preferences, SamplingSettings, StorageError
 from app.ui.chat.sampling_form import ChatSettingsForm, section
 
@@ -33,6 +35,7 @@ class PreferencesDialog(QDialog):
     theme_chosen = Signal(str)
     defaults_changed = Signal(object)  # ChatPreset | None (None: back to the built-in ones)
     presets_changed = Signal()
+    type_ahead_changed = Signal(bool)  # read drafts ahead while they are typed, app-wide
     error_raised = Signal(str)
 
     def __init__(
@@ -97,9 +100,22 @@ class PreferencesDialog(QDialog):
         note = QLabel("A new chat starts with these. Chats you already have keep their own.")
         note.setObjectName("caption")
         note.setWordWrap(True)
+        self.type_ahead = QCheckBox("Read my message while I type it (type-ahead)")
+        self.type_ahead.setObjectName("typeAheadDefault")
+        self.type_ahead.setToolTip(
+            "While you write, the model already reads your message, so the reply starts "
+            "sooner after Enter; the reply is the same. Never for remote models. "
+            "A chat's own settings can turn it off for that chat."
+        )
+        try:
+            self.type_ahead.setChecked(TypeAheadSetting(self.prefs.storage).default())
+        except StorageError:
+            self.type_ahead.setChecked(True)
+        self.type_ahead.toggled.connect(self.set_type_ahead)
         body = QWidget()
         v = QVBoxLayout(body)
         v.addWidget(note)
+        v.addWidget(self.type_ahead)
         v.addWidget(self.defaults_form)
         row = QHBoxLayout()
         row.addStretch(1)
@@ -161,6 +177,14 @@ class PreferencesDialog(QDialog):
             self.error_raised.emit(f"Could not save the settings for new chats: {exc}")
             return
         self.defaults_changed.emit(preset)
+
+    def set_type_ahead(self, on: bool) -> None:
+        try:
+            TypeAheadSetting(self.prefs.storage).set_default(on)
+        except StorageError as exc:
+            self.error_raised.emit(f"Could not save the type-ahead setting: {exc}")
+            return
+        self.type_ahead_changed.emit(on)
 
     def reset_defaults(self) -> None:
         self._save_timer.stop()

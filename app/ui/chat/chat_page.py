@@ -17,6 +17,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.conversation.window import OverflowPolicy
+from app.conversation.wording import prefill_words
 from app.remote.endpoint import is_remote_id
 from app.storage import SamplingSettings
 from app.ui.chat.adapter_chip import AdapterChip
@@ -27,6 +28,7 @@ from app.ui.chat.controller import ChatController
 from app.ui.chat.narrow_layout import NarrowLayout
 from app.ui.chat.settings_panel import SettingsPanel
 from app.ui.chat.sidebar import Sidebar
+from app.ui.chat.type_ahead import TypeAhead
 from app.ui.qt_models.conversation_list import ConversationListModel
 from app.ui.theme import current_icon
 
@@ -126,6 +128,16 @@ class ChatPage(QWidget):
         controller.models.count_received.connect(self._on_count_received)
         self.model_picker.activated.connect(self._on_model_picked)
         self.composer.draft_changed.connect(self._on_draft_changed)
+        # Type-ahead (issue 25): the draft is read into the chat's sequence while it is written.
+        self.type_ahead = TypeAhead(controller)
+        self.composer.input.textChanged.connect(
+            lambda: self.type_ahead.edited(self.current_id, self.composer.input.toPlainText())
+        )
+        self.composer.input.pasted.connect(
+            lambda: self.type_ahead.pasted(self.current_id, self.composer.input.toPlainText())
+        )
+        self.type_ahead.changed.connect(self._on_read_ahead_changed)
+        self.settings_panel.type_ahead_edited.connect(self.type_ahead.set_enabled)
         self.settings_panel.overflow.policy_edited.connect(self._on_policy_edited)
         self.settings_panel.overflow.default_policy_edited.connect(controller.set_default_policy)
         self._draft_tokens: tuple[str, int] = ("", 0)
@@ -168,6 +180,8 @@ class ChatPage(QWidget):
         )
         self.chat_view.set_conversation(self.current_id)
         self._update_header()
+        self.type_ahead.switched(self.current_id)
+        self.settings_panel.set_type_ahead(self.type_ahead.enabled(conv.id) if conv else False)
         self._draft_tokens = ("", 0)
         self._update_meter()
         busy = self.controller.is_busy(self.current_id or "")
@@ -246,6 +260,14 @@ class ChatPage(QWidget):
 
     # -- context meter -----------------------------------------------------------------------
 
+    def _on_read_ahead_changed(self, cid: str) -> None:
+        if cid != self.current_id:
+            return
+        view = self.type_ahead.view(cid)
+        long_read = view is not None and view.reading and view.long
+        self.composer.show_reading(prefill_words(view.held, view.target, view.rate) if view and long_read else "")
+        self._update_meter()
+
     def _on_context_changed(self, cid: str) -> None:
         if cid == self.current_id:
             self._update_meter()
@@ -267,14 +289,17 @@ class ChatPage(QWidget):
         cid = self.current_id
         use = self.controller.context_use(cid) if cid else None
         draft = self._draft_tokens[1] if self.composer.input.toPlainText().strip() else 0
+        view = self.type_ahead.view(cid)
+        ahead = view.read if view is not None and draft else 0
+        draft = max(draft, ahead)  # the count may lag the read by a pause
         if use is None:
             bridge = self.controller.models.get(self.controller.model_of(cid))
             n_ctx = bridge.n_ctx if bridge is not None else 0
             used = self.controller.last_context_tokens(cid) if cid else 0
-            self.composer.meter.set_use(used if n_ctx else None, n_ctx, n_ctx, draft)
+            self.composer.meter.set_use(used if n_ctx else None, n_ctx, n_ctx, draft, ahead=ahead)
             return
         policy = self.controller.policy(cid).label if cid else ""
-        self.composer.meter.set_use(use.used, use.n_ctx, use.limit, draft, policy)
+        self.composer.meter.set_use(use.used, use.n_ctx, use.limit, draft, policy, ahead=ahead)
 
     # -- slots ---------------------------------------------------------------------------
 
@@ -283,6 +308,7 @@ class ChatPage(QWidget):
         cid = self.current_id or self.new_conversation()
         if cid is None:
             return
+        self.type_ahead.sending(cid)
         if self.controller.send(cid, text):
             self.composer.input.clear()
 

@@ -39,4 +39,5 @@ QFrame#unansweredCard {{ background: {warn_bg}; border-radius: 10px; }}
 QFrame#unansweredCard QLabel {{ color: {warn}; }}
 QLabel#composerNote {{ color: {warn}; font-size: 8pt; padding: 0 4px; }}
 QLabel#prefillText {{ color: {c.muted}; font-size: 9pt; }}
+QLabel#readAheadText {{ color: {c.muted}; font-size: 8pt; padding: 0 4px; }}
 """

@@ -1,10 +1,12 @@
 """The message box under the chat: Enter sends, Shift+Enter adds a line; send / stop; the
-context meter (tokens the model's view of the chat uses, with the draft, of its context)."""
+context meter (tokens the model's view of the chat uses, with the draft, of its context, and
+how much of the draft type-ahead has read already) and type-ahead's "Reading the prompt…"
+while a long paste is read (``app.ui.chat.type_ahead``)."""
 
 from __future__ import annotations
 
-from PySide6.QtCore import QSize, Qt, QTimer, Signal
-from PySide6.QtGui import QKeyEvent
+from PySide6.QtCore import QMimeData, QRectF, QSize, Qt, QTimer, Signal
+from PySide6.QtGui import QColor, QKeyEvent, QPainter, QPaintEvent
 from PySide6.QtWidgets import (
     QFrame,
     QHBoxLayout,
@@ -15,12 +17,14 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.ui.chat.chat_style import amber
 from app.ui.theme import colors, current_icon
 from app.ui.widgets.icons import icon
 
 
 class MessageInput(QPlainTextEdit):
     submitted = Signal()
+    pasted = Signal()  # text was pasted or dropped in (type-ahead reads it at once)
 
     MIN_LINES = 1
     MAX_LINES = 8
@@ -44,6 +48,10 @@ class MessageInput(QPlainTextEdit):
             return
         super().keyPressEvent(event)
 
+    def insertFromMimeData(self, source: QMimeData) -> None:  # noqa: N802 — Qt override
+        super().insertFromMimeData(source)
+        self.pasted.emit()
+
     def _fit_height(self) -> None:
         line = self.fontMetrics().lineSpacing()
         wanted = int(self.document().size().height())
@@ -63,33 +71,81 @@ NEAR_END = 0.85
 DRAFT_COUNT_MS = 250
 
 
+BAR_W, BAR_H = 72, 6
+
+
 class ContextMeter(QLabel):
-    """``used / n_ctx tokens``; amber near the end of the prompt limit, red past it."""
+    """``used / n_ctx tokens`` beside a bar: the chat's view (solid), the part of the draft
+    type-ahead has read already (lighter), the rest of the draft (faint); amber near the end
+    of the prompt limit, red past it."""
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("contextMeter")
         self.level = "ok"
+        self.parts = (0, 0, 0, 0)
+        """What the bar shows: (used, read ahead, draft, n_ctx) tokens."""
         self.set_use(None)
 
     def set_use(
-        self, used: int | None, n_ctx: int = 0, limit: int = 0, draft: int = 0, policy: str = ""
-    ) -> None:
+        self, used: int | None, n_ctx: int = 0, limit: int = 0, draft: int = 0, policy: str = "",
+        *, ahead: int = 0,
+    ) -> None:  # fmt: skip
+        """``ahead``: of the ``draft``'s tokens, those type-ahead has read into the chat's
+        sequence already."""
         if used is None or n_ctx <= 0:
             self.setText("")
             self.setToolTip("")
             self._set_level("ok")
+            self._set_parts((0, 0, 0, 0))
             return
         total = used + draft
+        ahead = max(0, min(ahead, draft))
         self.setText(f"{total:,} / {n_ctx:,} tokens")
         tip = (f"The model's view of this chat holds {used:,} tokens"
                + (f", and your draft about {draft:,} more" if draft else "")
                + f", of a {n_ctx:,}-token context ({n_ctx - limit:,} are kept for the reply).")
+        if ahead:
+            tip += (f"\nRead ahead while you type: {ahead:,} of the draft's tokens are read "
+                    "already (the lighter part of the bar), so the reply starts sooner.")
         if policy:
             tip += f"\nWhen it is full: {policy}."
         self.setToolTip(tip)
         limit = limit or n_ctx
         self._set_level("over" if total > limit else "near" if total >= NEAR_END * limit else "ok")
+        self._set_parts((used, ahead, draft, n_ctx))
+
+    def _set_parts(self, parts: tuple[int, int, int, int]) -> None:
+        shown = parts[3] > 0
+        self.setContentsMargins(BAR_W + 8 if shown else 0, 0, 0, 0)
+        if parts != self.parts:
+            self.parts = parts
+            self.update()
+
+    def paintEvent(self, event: QPaintEvent) -> None:  # noqa: N802 — Qt override
+        super().paintEvent(event)
+        used, ahead, draft, n_ctx = self.parts
+        if n_ctx <= 0:
+            return
+        c = colors()
+        fill = QColor({"ok": c.accent, "near": amber(c), "over": c.error_text}[self.level])
+        painter = QPainter(self)
+        painter.setRenderHint(QPainter.RenderHint.Antialiasing)
+        painter.setPen(Qt.PenStyle.NoPen)
+        top = (self.height() - BAR_H) / 2
+        painter.setBrush(QColor(c.border))
+        painter.drawRoundedRect(QRectF(4, top, BAR_W, BAR_H), BAR_H / 2, BAR_H / 2)
+        x = 4.0
+        for tokens, alpha in ((used, 255), (ahead, 120), (draft - ahead, 45)):
+            w = min(BAR_W + 4 - x, BAR_W * tokens / n_ctx)
+            if w <= 0:
+                continue
+            color = QColor(fill)
+            color.setAlpha(alpha)
+            painter.setBrush(color)
+            painter.drawRect(QRectF(x, top, max(w, 1.0), BAR_H))
+            x += w
+        painter.end()
 
     def _set_level(self, level: str) -> None:
         if level != self.level:
@@ -119,6 +175,9 @@ class Composer(QFrame):
             btn.setIconSize(QSize(18, 18))
             btn.setCursor(Qt.CursorShape.PointingHandCursor)
         self.meter = ContextMeter()
+        self.reading = QLabel()  # type-ahead: "Reading the prompt…" while a paste is read
+        self.reading.setObjectName("readAheadText")
+        self.reading.hide()
         self._draft_timer = QTimer(self)
         self._draft_timer.setSingleShot(True)
         self._draft_timer.setInterval(DRAFT_COUNT_MS)
@@ -133,6 +192,7 @@ class Composer(QFrame):
         row.addWidget(self.input, 1)
         row.addLayout(buttons)
         foot = QHBoxLayout()
+        foot.addWidget(self.reading)
         foot.addStretch(1)
         foot.addWidget(self.meter)
         layout = QVBoxLayout(self)
@@ -150,6 +210,11 @@ class Composer(QFrame):
     def refresh_icons(self) -> None:
         self.send_button.setIcon(current_icon("send", "on_accent"))
         self.stop_button.setIcon(icon("stop", colors().window))
+
+    def show_reading(self, text: str) -> None:
+        """Type-ahead's progress on a long draft ("" hides it); the user types on meanwhile."""
+        self.reading.setText(text)
+        self.reading.setVisible(bool(text))
 
     def set_busy(self, busy: bool) -> None:
         self._busy = busy

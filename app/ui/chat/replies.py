@@ -161,6 +161,29 @@ class ReplyRunner(QObject):
             return ()
         return tuple(i for i in self.models.ids() if not is_remote_id(i))
 
+    def next_turn_request(self, cid: str) -> GenerationRequest | None:
+        """The request a message sent now would make, less the message (type-ahead reads it
+        with the draft as the last user turn, ``app.ui.chat.type_ahead``): the active branch
+        and the chat's settings as ``start`` takes them. None when the database cannot say."""
+        try:
+            conv = self.storage.get_conversation(cid)
+            history = self.storage.active_branch(cid)
+            window, policy = self.state.window(cid), self.state.policy(cid)
+            session = self.state.session(cid)
+        except StorageError as exc:
+            log.info("no read-ahead for %s: %s", cid, exc)
+            return None
+        return GenerationRequest(
+            request_id="",
+            session_id=cid,
+            messages=tuple(Turn(m.id, m.role, m.content) for m in history if m.role != "system"),
+            system=conv.system_prompt,
+            params=infer_params(conv.sampling),
+            session=session,
+            window=window,
+            policy=policy,
+        )
+
     def _fail_early(self, cid: str, text: str) -> None:
         self.failed[cid] = text
         self.not_loaded.add(cid)

@@ -11,6 +11,7 @@ import logging
 
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import (
+    QCheckBox,
     QComboBox,
     QHBoxLayout,
     QInputDialog,
@@ -33,6 +34,7 @@ CUSTOM = "Custom"
 class SettingsPanel(QScrollArea):
     settings_edited = Signal(str, str, object)  # conversation id, system prompt, SamplingSettings
     defaults_changed = Signal(object)  # ChatPreset: the new settings for new chats
+    type_ahead_edited = Signal(str, bool)  # conversation id, read its drafts ahead
     error_raised = Signal(str)
 
     def __init__(self, parent: QWidget | None = None) -> None:
@@ -76,6 +78,15 @@ class SettingsPanel(QScrollArea):
         layout.addWidget(self.form)
         self.overflow = OverflowBox()  # this chat's overflow policy (app.ui.chat.overflow_box)
         layout.addWidget(self.overflow)
+        self.type_ahead = QCheckBox("Read my message while I type it")
+        self.type_ahead.setObjectName("typeAheadCheck")
+        self.type_ahead.setToolTip(
+            "Type-ahead: the model reads your message as you write it, so the reply starts "
+            "sooner after Enter (the reply is the same). Never for remote models."
+        )
+        self.type_ahead.toggled.connect(self._on_type_ahead_toggled)
+        layout.addWidget(section("TYPING"))
+        layout.addWidget(self.type_ahead)
         layout.addStretch(1)
         self.setWidget(body)
         # The fields, under the names the rest of the app and the tests use.
@@ -111,6 +122,16 @@ class SettingsPanel(QScrollArea):
             return
         self.form.load(conv.system_prompt, conv.sampling)
         self._show_matching_preset()
+
+    def set_type_ahead(self, on: bool) -> None:
+        """Show whether this chat reads drafts ahead (no ``type_ahead_edited``)."""
+        self.type_ahead.blockSignals(True)
+        self.type_ahead.setChecked(on)
+        self.type_ahead.blockSignals(False)
+
+    def _on_type_ahead_toggled(self, on: bool) -> None:
+        if self._cid is not None:
+            self.type_ahead_edited.emit(self._cid, on)
 
     def sampling(self) -> SamplingSettings:
         return self.form.sampling()
