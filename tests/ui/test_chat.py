@@ -70,7 +70,7 @@ def test_enter_sends_and_reply_streams_into_chat_view(make_window, qtbot):
     # The line says in plain words that nothing was reused: the whole prompt was read.
     assert meta is not None and "first token" in meta.text()
     assert f"read all {reply.stats.prompt_tokens} prompt tokens" in meta.text()
-    assert "cold" in meta.toolTip()
+    assert "Counted as a miss — read in full" in meta.toolTip()
     # The sidebar lists it under the first message's text.
     assert (
         window.chat_page.list_model.data(window.chat_page.list_model.index(0, 0))

@@ -102,6 +102,7 @@ class StatsPanel(QFrame):
             text = QLabel(label)
             text.setObjectName("cacheNumberLabel")
             text.setToolTip(tip)
+            text.setWordWrap(True)  # "Shared with a running chat" wraps in an 800 px window
             n_kinds = len(REUSE_KINDS)  # the kinds of request on the first row, then the rest
             r, c = (0, i) if i < n_kinds else (1 + (i - n_kinds) // 5, (i - n_kinds) % 5)
             grid.addWidget(value, 2 * r, c)
