@@ -8,6 +8,7 @@ its content.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -25,9 +26,34 @@ def conversation_markdown(conv: Conversation, branch: Sequence[Message]) -> str:
     for msg in branch:
         lines += [f"## {msg.role.capitalize()}", ""]
         if msg.thinking:
-            lines += ["<details><summary>Thinking</summary>", "", msg.thinking, "", "</details>", ""]
-        lines += [msg.content, ""]
+            thinking = close_fences(msg.thinking)
+            lines += ["<details><summary>Thinking</summary>", "", thinking, "", "</details>", ""]
+        lines += [close_fences(msg.content), ""]
     return encodable("\n".join(lines).rstrip() + "\n")
+
+
+_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})(.*)$")
+
+
+def close_fences(text: str) -> str:
+    """``text`` with a code fence it leaves open closed at its end (CommonMark rules).
+
+    A reply cut mid-code (Stop, the length limit, a full context) ends inside a fence; the
+    file it is exported into would render every later message as code."""
+    opened: str | None = None
+    for line in text.splitlines():
+        m = _FENCE.match(line)
+        if m is None:
+            continue
+        fence, rest = m.groups()
+        if opened is None:
+            if not (fence[0] == "`" and "`" in rest):  # a backtick fence's info has no backtick
+                opened = fence
+        elif fence[0] == opened[0] and len(fence) >= len(opened) and not rest.strip():
+            opened = None
+    if opened is None:
+        return text
+    return text.rstrip("\n") + "\n" + opened
 
 
 def conversation_json(

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from PySide6.QtWidgets import QApplication, QWidget
 
+from app import log_file
 from app.conversation.accounting import source_of
 from app.engine.config import ModelConfig
 from app.engine.errors import EngineError
@@ -81,6 +82,7 @@ def create_window(
     default_sampling: SamplingSettings | None = None,
     work_areas: bool = True,
     load_in_background: bool = False,
+    log_to_file: bool = False,
 ) -> MainWindow:
     """Build the whole window (engine, default model, database); no event loop is entered.
 
@@ -90,10 +92,13 @@ def create_window(
     ``load_in_background=True`` (what ``main`` uses) returns before the default model is
     loaded: the window shows a loading state until it is (``window.model_loading``), then
     the model joins the chat through ``MainWindow.attach_model``.
+    ``log_to_file=True`` (what ``main`` uses) also writes the log to ``<data dir>/logs/
+    hearth.log``, rotated (``app.log_file``), until the window closes.
     """
     app = QApplication.instance() or QApplication(sys.argv[:1])
     assert isinstance(app, QApplication)
     base = resolve_data_dir(data_dir)
+    log_path = log_file.install(base) if log_to_file else None
     errors: list[str] = []
     storage = Storage(database_path(base))
     try:
@@ -146,6 +151,9 @@ def create_window(
             except Exception:  # closing must go on; the traceback is logged
                 log.exception("engine.close failed")
         storage.close()
+        if log_path is not None:
+            log.info("Hearth closed")
+            log_file.uninstall(base)
 
     model_manager = cache_dashboard = None
     if work_areas and engine is not None:
@@ -160,6 +168,9 @@ def create_window(
         model_manager=model_manager,
         cache_dashboard=cache_dashboard,
     )
+    window.log_file = log_path
+    if log_path is not None:
+        log.info("Hearth started; data dir %s", base)
     window.restore_session()
     for text in errors:
         window.show_error(text)
@@ -264,7 +275,7 @@ def main(argv: list[str] | None = None) -> int:
     app.setOrganizationName("Hearth")
     app.setQuitOnLastWindowClosed(True)
     loop = gui_loop()  # the qasync loop the UI's coroutines run on
-    window = create_window(load_in_background=True)
+    window = create_window(load_in_background=True, log_to_file=True)
     window.show()
     closed = asyncio.Event()
     app.aboutToQuit.connect(closed.set)

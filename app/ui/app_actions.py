@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from pathlib import Path
 from typing import Protocol
 
 from PySide6.QtCore import QObject, Qt
@@ -49,6 +50,8 @@ class ActionsWindow(Protocol):
     def local_server(self) -> LocalServer | None: ...
     @property
     def nav_buttons(self) -> dict[str, QToolButton]: ...
+    @property
+    def log_file(self) -> Path | None: ...
     def show_error(self, text: str) -> None: ...
     def apply_scheme(self, scheme: str) -> None: ...
 
@@ -230,7 +233,9 @@ class AppActions(QObject):
             self.widget,
             "About Hearth",
             f"Hearth {__version__}\nLocal language models that never make you wait twice "
-            "for the same prompt.",
+            "for the same prompt."
+            + (f"\n\nLog file (attach it to bug reports):\n{self.window.log_file}"
+               if self.window.log_file is not None else ""),
         )
 
     def _update_stop(self) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from pathlib import Path
 
 from PySide6.QtCore import QByteArray, QSize, Qt
 from PySide6.QtGui import QCloseEvent
@@ -61,6 +62,8 @@ class MainWindow(QMainWindow):
         self.storage = storage
         self.controller = controller
         self.engine = engine
+        self.log_file: Path | None = None
+        """The rotated log file under the data dir, when the app writes one (``app.log_file``)."""
         self.models = controller.models
         self._on_close = on_close
         self._closed = False

@@ -20,11 +20,15 @@ WIDTH = (1280, 800)
 SHORT = SamplingSettings(temperature=0.0, max_tokens=6, grammar=ASCII_GRAMMAR)
 
 
-def hidden_words(label: QLabel, viewport: QWidget) -> list[str]:
+def hidden_words(label: QLabel, viewport: QWidget, *, scrolls: bool = False) -> list[str]:
     """The words of ``label`` that are not fully inside ``viewport`` as laid out (wrapped the
-    way the label wraps), e.g. past its right edge or below the label's bottom."""
+    way the label wraps), e.g. past its right edge or below the label's bottom. With
+    ``scrolls`` the viewport scrolls vertically: only its left and right edges count."""
     rect = label.contentsRect()
-    visible = QRect(label.mapTo(viewport, rect.topLeft()), rect.size()).intersected(viewport.rect())
+    area = viewport.rect()
+    if scrolls:
+        area = QRect(area.left(), -100_000, area.width(), 200_000)
+    visible = QRect(label.mapTo(viewport, rect.topLeft()), rect.size()).intersected(area)
     fm = label.fontMetrics()
     flags = Qt.TextFlag.TextWordWrap if label.wordWrap() else Qt.TextFlag.TextSingleLine
     needed = fm.boundingRect(QRect(0, 0, rect.width(), 100_000), flags, label.text())
@@ -72,3 +76,27 @@ def test_every_part_of_the_line_under_a_reply_is_visible_at_1280_px(make_window,
         assert right <= page.viewport().width()
     page.verticalScrollBar().setValue(page.verticalScrollBar().maximum())
     screenshot(window, "chat-reply-line-1280")
+
+
+def test_the_chat_settings_panel_is_not_clipped_at_1280_px(make_window, qtbot):
+    window = make_window(size=WIDTH, sampling=SHORT)
+    type_and_send(qtbot, window, "hello")
+    wait_idle(qtbot, window)
+    page = window.chat_page
+    qtbot.mouseClick(page.settings_button, Qt.MouseButton.LeftButton)
+    panel = page.settings_panel
+    qtbot.waitUntil(panel.isVisible, timeout=5_000)
+    qtbot.wait(200)  # the splitter and the form settle
+    viewport, body = panel.viewport(), panel.widget()
+    assert panel.mapTo(window, QPoint(panel.width(), 0)).x() <= window.width()
+    clipped = []
+    for w in body.findChildren(QWidget):
+        if not w.isVisibleTo(body) or w.width() == 0:
+            continue
+        right = w.mapTo(viewport, QPoint(w.width(), 0)).x()
+        if right > viewport.width():
+            clipped.append(f"{w.objectName() or type(w).__name__} ends at {right} > {viewport.width()}")
+        if isinstance(w, QLabel) and w.text() and (missing := hidden_words(w, viewport, scrolls=True)):
+            clipped.append(f"label {w.text()!r} hides {missing}")
+    screenshot(window, "chat-settings-1280")
+    assert clipped == []

@@ -112,7 +112,10 @@ class ConversationPage(QScrollArea):
         cid = self.conversation_id
         if cid is None:
             self._layout.addWidget(
-                self._empty_state("Start a conversation", "Create a chat from the sidebar.")
+                self._empty_state(
+                    "Start a conversation",
+                    "Type a message below to start a new chat, or open one from the sidebar.",
+                )
             )
             self._layout.addStretch(1)
             return

@@ -20,6 +20,7 @@ from typing import TypeVar
 
 from PySide6.QtCore import QObject, Signal
 
+from app.conversation.titles import distinct_title, title_from
 from app.conversation.window import OverflowPolicy, WindowState
 from app.remote.endpoint import is_remote_id
 from app.storage import (
@@ -312,7 +313,7 @@ class ChatController(QObject):
             conv = self.storage.get_conversation(cid)
             user = self.storage.add_message(cid, conv.active_leaf_id, "user", text)
             if conv.title == DEFAULT_TITLE and conv.active_leaf_id is None:
-                self.storage.rename_conversation(cid, _title_from(text))
+                self.storage.rename_conversation(cid, self._new_title(cid, text))
                 self.conversation_updated.emit(cid)
             return user
 
@@ -403,6 +404,19 @@ class ChatController(QObject):
             self._db(lambda: self.storage.update_conversation(cid, model_id=model_id))
         self.replies.start(cid, leaf_id, continue_of=continue_of)
 
+    def _new_title(self, cid: str, text: str) -> str:
+        """``text``'s title, distinct from the other chats' in the sidebar (they would look
+        the same when they start with the same words)."""
+        others = [e for e in self.catalog.entries() if e.id != cid]
+        base = title_from(text)
+        alike = []
+        for e in others:
+            if e.title == base:
+                branch = self.storage.active_branch(e.id)
+                first = next((m.content for m in branch if m.role == "user"), "")
+                alike.append(first)
+        return distinct_title(text, {e.title for e in others}, alike)
+
     def _upsert(self, cid: str) -> None:
         conv = self.conversation(cid)
         if conv is not None:
@@ -416,7 +430,3 @@ class ChatController(QObject):
 def _entry(conv: Conversation) -> ConversationEntry:
     return ConversationEntry(conv.id, conv.title, conv.updated)
 
-
-def _title_from(text: str) -> str:
-    line = text.strip().splitlines()[0] if text.strip() else DEFAULT_TITLE
-    return line if len(line) <= 48 else line[:47].rstrip() + "…"

@@ -3,7 +3,7 @@ app-wide default) and a button that makes the choice the default."""
 
 from __future__ import annotations
 
-from PySide6.QtCore import Signal
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QComboBox, QLabel, QToolButton, QVBoxLayout, QWidget
 
 from app.conversation.window import OverflowPolicy
@@ -29,10 +29,15 @@ class OverflowBox(QWidget):
             "What the model is shown once this chat no longer fits its context. The chat "
             "marks where older messages leave the model's view; the system prompt is kept."
         )
+        # NOTE: sized by a few characters, not by its longest choice (361 px, wider than the
+        # panel at 1280 px): the closed box elides, the open list shows every choice whole.
+        self.picker.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        self.picker.setMinimumContentsLength(14)
         layout.addWidget(self.picker)
         self.make_default = QToolButton()
         self.make_default.setObjectName("makeDefaultPolicy")
-        self.make_default.setText("Use for every chat without its own choice")
+        self.make_default.setText("Make it the default")
+        self.make_default.setToolTip("Use this choice for every chat that has none of its own.")
         self.make_default.setAutoRaise(True)
         layout.addWidget(self.make_default)
         self._fill(None)
@@ -58,6 +63,8 @@ class OverflowBox(QWidget):
         self.picker.addItem(f"Default: {self._default.label.lower()}", "")
         for p in OverflowPolicy:
             self.picker.addItem(p.label, p.value)
+        for i in range(self.picker.count()):
+            self.picker.setItemData(i, self.picker.itemText(i), Qt.ItemDataRole.ToolTipRole)
         self.picker.setCurrentIndex(0 if own is None else self.picker.findData(own.value))
 
     def _on_activated(self, _index: int) -> None:

@@ -89,6 +89,12 @@ class SettingsPanel(QScrollArea):
         layout.addWidget(self.type_ahead)
         layout.addStretch(1)
         self.setWidget(body)
+        # Never narrower than what the form needs: the scroll area does not scroll sideways,
+        # so anything wider than its viewport would be cut off at the right edge.
+        self.preset_box.show()
+        need = body.minimumSizeHint().width() + self.verticalScrollBar().sizeHint().width() + 2
+        self.preset_box.hide()
+        self.setMinimumWidth(max(260, need))
         # The fields, under the names the rest of the app and the tests use.
         f = self.form
         self.system_prompt, self.temperature, self.top_k = f.system_prompt, f.temperature, f.top_k

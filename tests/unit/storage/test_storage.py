@@ -195,3 +195,13 @@ def test_errors(store, tmp_path):
     (tmp_path / "dir.db").mkdir()
     with pytest.raises(StorageError):
         Storage(tmp_path / "dir.db").list_conversations()
+
+
+def test_markdown_export_closes_a_fence_a_cut_reply_left_open():
+    from app.storage.export import close_fences
+
+    assert close_fences("```python\nprint(1)") == "```python\nprint(1)\n```"
+    assert close_fences("````\n```\nstill code") == "````\n```\nstill code\n````"
+    assert close_fences("~~~\ncode\n~~~\nprose") == "~~~\ncode\n~~~\nprose"
+    assert close_fences("```js\nx\n```\n") == "```js\nx\n```\n"
+    assert close_fences("inline ``` is not a fence") == "inline ``` is not a fence"
