@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from app.conversation.window import (
+    SUMMARY_OPENING,
     Budget,
     Message,
     OverflowPolicy,
@@ -114,9 +115,11 @@ class PromptBuilder:
         return ids[len(head) :] if head and ids[: len(head)] == head else ids
 
     def summary_prompt(self, turns: Sequence[Turn], previous: str, limit: int) -> list[int]:
-        """The prompt asking for a summary of ``turns``, cut to ``limit`` tokens."""
+        """The prompt asking for a summary of ``turns``, cut to ``limit`` tokens; it ends
+        with the summary's first words (``SUMMARY_OPENING``), which the reply goes on from."""
+        opening = self.reply_ids(SUMMARY_OPENING)
 
         def render(messages: list[Message]) -> list[int]:
-            return list(self.model.apply_chat_template({"messages": list(messages)}))
+            return list(self.model.apply_chat_template({"messages": list(messages)})) + opening
 
         return render(fitted_summary_request(turns, previous, lambda m: len(render(m)), limit))

@@ -21,6 +21,8 @@ the model's own template and tokenizer.
 
 from __future__ import annotations
 
+import difflib
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -78,9 +80,15 @@ class WindowState:
 
     start_id: str | None = None
     summary: str = ""
+    no_summary: str = ""
+    """When the policy is to summarise but the model's summary was not usable: why (see
+    :func:`check_summary`); the turns before ``start_id`` were dropped instead."""
 
     def to_dict(self) -> dict[str, str | None]:
-        return {"start_id": self.start_id, "summary": self.summary}
+        out = {"start_id": self.start_id, "summary": self.summary}
+        if self.no_summary:
+            out["no_summary"] = self.no_summary
+        return out
 
     @classmethod
     def from_dict(cls, data: object) -> WindowState:
@@ -88,9 +96,11 @@ class WindowState:
             return cls()
         start = data.get("start_id")
         summary = data.get("summary")
+        why = data.get("no_summary")
         return cls(
             start if isinstance(start, str) and start else None,
             summary if isinstance(summary, str) else "",
+            why if isinstance(why, str) and not summary else "",
         )
 
 
@@ -240,26 +250,32 @@ def view_messages(
     return [{"role": "system", "content": text}, *messages], ""
 
 
-SUMMARY_SYSTEM = (
-    "You write short, factual summaries of conversations. Keep names, numbers, decisions "
-    "and open questions; leave out greetings."
-)
+SUMMARY_OPENING = "In this conversation, the user"
+"""The words a local model's summary starts with: they are part of the prompt (after the
+template's assistant header), and the reply goes on from them. Without them SmolLM2-135M
+went on with the transcript ("User: …") or answered its last message instead of
+summarising it (tools/summary_rate.py: 0 usable of 6 with the earlier prompt)."""
 
 
 def summary_request(turns: Sequence[Turn], previous: str) -> list[Message]:
-    """The messages that ask the model to summarise ``turns`` (after ``previous``)."""
+    """The messages that ask the model to summarise ``turns`` (after ``previous``).
+
+    The transcript is written in the third person ("The user said: …"), not as chat lines a
+    small model would go on with, and the instruction comes after it."""
     lines = []
     if previous:
-        lines.append(f"Earlier summary: {previous}")
+        lines.append(f"Earlier, in short: {previous}")
     for t in turns:
-        who = "User" if t.role == "user" else "Assistant"
+        who = "The user said" if t.role == "user" else "The assistant answered"
         lines.append(f"{who}: {t.content}")
     transcript = "\n\n".join(lines)
     return [
-        {"role": "system", "content": SUMMARY_SYSTEM},
         {
             "role": "user",
-            "content": "Summarise this conversation in a few sentences.\n\n" + transcript,
+            "content": "Here is a conversation between a user and an assistant.\n\n"
+            + transcript
+            + "\n\nSummarize this conversation in two or three sentences: what the user "
+            "wants, and the facts, names and numbers that matter.",
         },
     ]
 
@@ -281,3 +297,77 @@ def fitted_summary_request(
         kept[0] = Turn(first.id, first.role, "…" + text)
         request = summary_request(kept, previous)
     return request
+
+
+# -- is the summary worth its name ------------------------------------------------------
+
+_LABEL = re.compile(r"^\s*(?:\*\*)?\s*(?:summary|summarized|summarised|conversation summary)"
+                    r"(?: of [^:\n]{0,60})?\s*:?\s*(?:\*\*)?\s*", re.IGNORECASE)
+COPY_SIMILARITY = 0.8
+"""A summary this similar (``difflib`` ratio) to one of the turns it replaces is a copy of it."""
+GROUNDED_SHARE = 0.5
+GROUNDED_MIN_WORDS = 3
+"""A summary speaks of what it replaces: at least this share (and this number) of its words
+of four letters or more (minus the commonest, and the words any summary uses: "requested",
+"provided" …) occur in the turns (compared on their first five letters, so "counted" finds
+"counts"). Small models asked for a summary often write something else: a reply to the last
+message, an invented story about the same topic. A check of words, not of meaning: on
+SmolLM2's summaries it passed those that spoke of the chat (50–80 % of their words found)
+and refused the replies and inventions (0–40 %)."""
+_TRANSCRIPT = re.compile(r"(^|\n)\s*(user|assistant)\s*:", re.IGNORECASE)
+_STOPWORD_TEXT = (
+    "this that with from have were what when where which will would could should about "
+    "into your their they them then than there these those been being also just like very "
+    "more most some such only over each other after before again once here while does "
+    "make made said asked answered user assistant conversation summary summarise summarize "
+    "discussed talked mentioned requested request provided wanted wants needed know asking "
+    "mention explanation explained detailed solution options questions question includes "
+    "containing instead during help helped suggested recommended information"
+)
+_STOPWORDS = frozenset(_STOPWORD_TEXT.split())
+
+
+def clean_summary(text: str) -> str:
+    """The summary without a leading "Summary:" label and surrounding space."""
+    return _LABEL.sub("", text.strip(), count=1).strip()
+
+
+def check_summary(summary: str, turns: Sequence[Turn], previous: str = "") -> str:
+    """Why ``summary`` cannot stand in for ``turns`` (and the ``previous`` summary), in
+    words that finish "the summary …"; "" when it can.
+
+    Usable: it says something beyond a label ("Summary:"), is shorter than what it replaces,
+    and is not one of the turns copied (a small model asked to summarise often repeats the
+    last message, sometimes with a detail changed).
+    """
+    text = clean_summary(summary)
+    if sum(c.isalnum() for c in text) < 3:
+        return "was empty" if not summary.strip() else f"was only “{summary.strip()[:40]}”"
+    replaced = sum(len(t.content) for t in turns) + len(previous)
+    if len(text) >= replaced:
+        return "was not shorter than the messages it replaced"
+    if _TRANSCRIPT.search(text):
+        return "went on with the conversation instead of summarising it"
+    norm = _normalise(text)
+    for turn in turns:
+        other = _normalise(clean_summary(turn.content))
+        if not other:
+            continue
+        if norm == other or (len(norm) >= 20 and norm in other):
+            return "only repeated one of the messages"
+        if difflib.SequenceMatcher(None, norm, other, autojunk=False).ratio() >= COPY_SIMILARITY:
+            return "only repeated one of the messages"
+    words = _content_words(text)
+    source = " ".join(_content_words(previous + " " + " ".join(t.content for t in turns)))
+    found = [w for w in words if w[:5] in source]
+    if len(found) < GROUNDED_MIN_WORDS or len(found) < GROUNDED_SHARE * len(words):
+        return "was mostly about things the messages do not say"
+    return ""
+
+
+def _content_words(text: str) -> list[str]:
+    return [w for w in re.findall(r"[^\W\d_]{4,}", text.lower()) if w not in _STOPWORDS]
+
+
+def _normalise(text: str) -> str:
+    return " ".join(re.sub(r"[^\w\s]", " ", text.lower()).split())

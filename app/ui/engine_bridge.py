@@ -26,7 +26,7 @@ from PySide6.QtCore import QCoreApplication, QMetaObject, QObject, Qt, QThread, 
 from app.cache.prefix import common_prefix_len
 from app.conversation.prompt import PromptBuilder
 from app.conversation.type_ahead import PROBE, readable_prefix, with_draft
-from app.conversation.window import Budget, WindowPlan
+from app.conversation.window import SUMMARY_OPENING, Budget, WindowPlan
 from app.engine.chat import continuation_suffix
 from app.engine.errors import EngineError
 from app.engine.events import (
@@ -327,7 +327,10 @@ class _BridgeWorker(QObject):
         budget = Budget.for_reply(self._n_ctx, DEFAULT_REPLY_TOKENS)
         prompt = builder.summary_prompt(request.turns, request.previous, budget.limit)
         params["response_tokens"] = budget.summary_tokens
+        params["temperature"] = 0.0  # a summary keeps to what was said: no sampling
         live = self._add_live(_Live(request.request_id, None, prompt, "summary"))
+        # The prompt ends with the summary's first words; the summary is them + the reply.
+        self.update_ready.emit(StreamUpdate(request.request_id, text=SUMMARY_OPENING))
         live.stream = self._model.infer(
             prompt, on_event=self._callback(request.request_id), **params
         )

@@ -156,11 +156,23 @@ def test_drop_oldest_keeps_answering_with_a_divider_and_a_fresh_chats_reply(make
     assert fresh_chat_reply(qtbot, window, cid, view, cut_user) == expected
 
 
+# The tiny model's random words are no summary (the app checks: tests/ui/test_summary_check.py);
+# under this grammar its summary speaks of the notes: "In this conversation, the user counted
+# the northern coast twice with teams." (the app writes the first words).
+SUMMARY_LIKE = SamplingSettings(
+    temperature=0.0, max_tokens=24, grammar='root ::= " counted the northern coast twice with teams."'
+)
+
+
 def test_summarise_replaces_the_oldest_turns_with_the_models_summary(make_window, qtbot):
-    window, cid = chat_under(make_window, OverflowPolicy.SUMMARISE)
+    window = make_window(model_options=dict(SMALL), sampling=SUMMARY_LIKE)
+    window.chat_page.new_conversation()
+    cid = current_id(window)
+    window.chat_page.settings_panel.overflow.choose(OverflowPolicy.SUMMARISE)
     assert window.controller.policy(cid) is OverflowPolicy.SUMMARISE
     turn, view = push_until_cut(qtbot, window, cid)
-    assert view.start_id is not None and view.summary  # the model wrote it
+    assert view.summary == "In this conversation, the user counted the northern coast twice with teams."
+    assert view.start_id is not None and view.no_summary == ""
     page = chat_view(window).page()
     assert page.divider is not None
     assert view.summary in page.divider.findChild(QLabel, "dividerSummary").text()

@@ -33,6 +33,8 @@ QFrame#contextDivider QFrame#dividerLine {{ background: {c.border}; max-height: 
     min-height: 1px; }}
 QLabel#dividerSummary {{ color: {c.muted}; font-size: 8.5pt; border-left: 2px solid {c.border};
     padding-left: 8px; }}
+QFrame#contextDivider QLabel#dividerNoSummary {{ color: {warn}; border-left: 2px solid {warn};
+    padding-left: 8px; }}
 QFrame#cutNotice {{ background: {warn_bg}; border-radius: 8px; }}
 QFrame#cutNotice QLabel {{ color: {warn}; }}
 QFrame#unansweredCard {{ background: {warn_bg}; border-radius: 10px; }}

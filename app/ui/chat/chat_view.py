@@ -25,6 +25,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.conversation.window import WindowState
 from app.conversation.wording import prefill_words, reply_line
 from app.storage import ReplyStats
 from app.ui.chat.controller import ChatController
@@ -127,7 +128,7 @@ class ConversationPage(QScrollArea):
         self.divider = None
         for i, (msg, position) in enumerate(branch):
             if msg.id == window.start_id and i > 0:
-                self.divider = _divider(window.summary)
+                self.divider = _divider(window)
                 self._layout.addWidget(self.divider)
             last = i == len(branch) - 1
             widget = MessageWidget(
@@ -326,8 +327,10 @@ class ConversationPage(QScrollArea):
             QTimer.singleShot(0, lambda: self._controller.retry(cid))
 
 
-def _divider(summary: str) -> QFrame:
-    """The line where older messages leave the model's view (with the summary, if any)."""
+def _divider(window: WindowState) -> QFrame:
+    """The line where older messages leave the model's view (with the summary, if any, or
+    why there is none when the chat asked for one)."""
+    summary = window.summary
     box = QFrame()
     box.setObjectName("contextDivider")
     layout = QVBoxLayout(box)
@@ -353,6 +356,14 @@ def _divider(summary: str) -> QFrame:
         body.setWordWrap(True)
         body.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         layout.addWidget(body)
+    elif window.no_summary:
+        note = QLabel(
+            f"No summary: the one the model wrote {window.no_summary}, so the oldest messages "
+            "were dropped instead (as “drop the oldest turns” does)."
+        )
+        note.setObjectName("dividerNoSummary")
+        note.setWordWrap(True)
+        layout.addWidget(note)
     return box
 
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from PySide6.QtCore import QObject, Signal
 
 from app.conversation.state import ConversationState, SessionState
-from app.conversation.window import Turn, WindowState
+from app.conversation.window import Turn, WindowState, check_summary, clean_summary
 from app.remote.endpoint import is_remote_id
 from app.storage import Message, Storage, StorageError
 from app.ui.bridge_records import GenerationRequest, StreamUpdate, SummaryRequest, WindowReport
@@ -48,6 +48,8 @@ class LiveReply:
     summarising: bool = False
     summary: str = ""
     """While ``summarising``: the summary of older turns written so far."""
+    summarised: tuple[tuple[Turn, ...], str] = ((), "")
+    """While ``summarising``: the turns and the previous summary the summary replaces."""
     continued: str = ""
     """For Continue: the cut reply's text, which the new text extends."""
     request: GenerationRequest | None = None
@@ -242,7 +244,14 @@ class ReplyRunner(QObject):
         )
         self.context_changed.emit(cid)
         if report.kind in ("fits", "cut"):
-            self._save_window(cid, WindowState(report.start_id, report.summary))
+            window = WindowState(report.start_id, report.summary)
+            try:
+                kept = self.state.window(cid)
+            except StorageError:
+                kept = WindowState()
+            if (kept.start_id, kept.summary) == (window.start_id, window.summary):
+                window = kept  # the same view: keep why it has no summary, if it says
+            self._save_window(cid, window)
             return True
         if report.kind == "summarise":
             self._ask_summary(cid, live, report)
@@ -260,6 +269,7 @@ class ReplyRunner(QObject):
         rid = str(uuid.uuid4())
         self._by_request.pop(live.request_id, None)
         live.request_id, live.summarising = rid, True
+        live.summarised = (turns, report.summary)
         live.request = replace(request, window=WindowState(report.start_id, report.summary))
         self._by_request[rid] = cid
         self.progressed.emit(cid)
@@ -282,7 +292,7 @@ class ReplyRunner(QObject):
         if request is None or bridge is None:
             self._finish_failed(cid, live, _not_loaded(live.model_id, self.models.ids()))
             return
-        window = WindowState(request.window.start_id, live.summary.strip())
+        window = self._checked_summary(request.window.start_id, live)
         self._save_window(cid, window)
         rid = str(uuid.uuid4())
         self._by_request.pop(live.request_id, None)
@@ -292,6 +302,16 @@ class ReplyRunner(QObject):
         self._by_request[rid] = cid
         self.changed.emit(cid)
         bridge.submit(live.request)
+
+    def _checked_summary(self, start_id: str | None, live: LiveReply) -> WindowState:
+        """The view with the model's summary when it is usable (``check_summary``); else the
+        oldest turns are dropped, and the view says why there is no summary."""
+        turns, previous = live.summarised
+        why = check_summary(live.summary, turns, previous)
+        if why:
+            log.info("summary of %d turns not used: it %s: %r", len(turns), why, live.summary[:200])
+            return WindowState(start_id, "", no_summary=why)
+        return WindowState(start_id, clean_summary(live.summary))
 
     def _finish(self, cid: str, live: LiveReply, update: StreamUpdate) -> None:
         self._end(cid, live)

@@ -27,6 +27,9 @@ from tests.ui.remote.conftest import KEY
 from tests.ui.screens import screenshot
 
 SAMPLING = SamplingSettings(temperature=0.0, max_tokens=16, grammar=ASCII_GRAMMAR)
+# The tiny model's random words are no summary (the app checks what a model wrote); under this
+# grammar every reply, the summary included, speaks of the chat's questions.
+ABOUT_BREAD = SamplingSettings(temperature=0.0, max_tokens=16, grammar='root ::= "Answers to many questions about bread, and more bread."')
 TIMEOUT_MS = 120_000
 
 
@@ -236,7 +239,7 @@ def test_a_chat_longer_than_the_remote_context_is_summarised_to_fit(
     window.chat_page.open_conversation(conv.id)
     pick(window, endpoint.model_id)
     controller.set_policy(conv.id, OverflowPolicy.SUMMARISE)
-    controller.update_settings(conv.id, sampling=SAMPLING)
+    controller.update_settings(conv.id, sampling=ABOUT_BREAD)
     type_and_send(qtbot, window, "and one more question")
     qtbot.waitUntil(lambda: len(controller.branch(conv.id)) == 14 or conv.id in controller.failed,
                     timeout=TIMEOUT_MS)
@@ -246,7 +249,8 @@ def test_a_chat_longer_than_the_remote_context_is_summarised_to_fit(
     assert reply.role == "assistant" and reply.stats is not None
     assert reply.stats.prompt_tokens + reply.stats.completion_tokens <= 1024
     view = controller.window(conv.id)
-    assert view.start_id is not None and view.summary  # older turns summarised by the remote model
+    assert view.start_id is not None  # older turns summarised by the remote model
+    assert view.summary == "Answers to many questions about bread, and more bread." and view.no_summary == ""
     shown = [m.id for m in controller.branch(conv.id)]
     assert shown.index(view.start_id) > 0
     screenshot(window, "chat-remote-model-summarised")

@@ -14,6 +14,8 @@ from app.conversation.window import (
     OverflowPolicy,
     Turn,
     WindowState,
+    check_summary,
+    clean_summary,
     fitted_summary_request,
     plan_window,
     summary_request,
@@ -127,7 +129,7 @@ def test_the_summary_request_is_cut_to_fit():
     assert "old" in fitted[-1]["content"]  # the previous summary is always kept
     overhead = size(summary_request([], ""))
     one = fitted_summary_request(turns[:1], "", size, overhead + 40)
-    assert size(one) <= overhead + 40 and one[-1]["content"].endswith("…" + "x" * 25)
+    assert size(one) <= overhead + 40 and "The user said: …" + "x" * 13 + "\n\n" in one[-1]["content"]
 
 
 @pytest.mark.parametrize("value", ["drop_oldest", "summarise", "stop"])
@@ -136,3 +138,65 @@ def test_policies_round_trip_and_unknown_values_fall_back(value):
     assert OverflowPolicy.parse("nonsense") is OverflowPolicy.DROP_OLDEST
     assert WindowState.from_dict(WindowState("x", "y").to_dict()) == WindowState("x", "y")
     assert WindowState.from_dict("garbage") == WindowState()
+
+
+NOTES = [
+    Turn("u1", "user", "Note 3: please keep in mind that the gulls of the northern coast were "
+                       "counted twice this year, once in spring and once in late autumn, by two teams."),
+    Turn("a1", "assistant", "Understood. I will remember the gull counts of the northern coast."),
+    Turn("u2", "user", "Note 4: please keep in mind that the nets of the northern coast were "
+                       "counted twice this year, once in spring and once in late autumn, by two teams."),
+]
+
+
+def test_a_summary_that_is_only_a_label_or_empty_is_not_usable():
+    assert check_summary("", NOTES) == "was empty"
+    assert check_summary("Summary:", NOTES) == "was only “Summary:”"
+    assert check_summary("  **Summary:**  \n", NOTES) == "was only “**Summary:**”"
+    assert check_summary("Summary of the conversation:", NOTES).startswith("was only")
+
+
+def test_a_summary_that_copies_one_turn_is_not_usable_even_with_a_detail_changed():
+    copy = NOTES[2].content
+    assert check_summary(copy, NOTES) == "only repeated one of the messages"
+    assert check_summary("Summary: " + copy, NOTES) == "only repeated one of the messages"
+    wrong_number = copy.replace("Note 4", "Note 5")
+    assert check_summary(wrong_number, NOTES) == "only repeated one of the messages"
+    assert check_summary(NOTES[2].content[:60], NOTES) == "only repeated one of the messages"
+
+
+def test_a_summary_must_be_shorter_than_what_it_replaces():
+    long = "The user and the assistant talked about many things at length. " * 10
+    assert check_summary(long, NOTES) == "was not shorter than the messages it replaced"
+
+
+def test_a_real_summary_is_usable_and_loses_its_label():
+    text = ("Summary: The user asked to remember that gulls and nets on the northern coast "
+            "were counted twice this year by two teams.")
+    assert check_summary(text, NOTES) == ""
+    assert clean_summary(text).startswith("The user asked")
+    assert check_summary(text, NOTES, previous="Earlier they spoke of boats.") == ""
+
+
+def test_the_reason_a_view_has_no_summary_survives_a_round_trip():
+    state = WindowState("u2", "", no_summary="was only “Summary:”")
+    assert WindowState.from_dict(state.to_dict()) == state
+    assert WindowState("u2", "a summary").to_dict() == {"start_id": "u2", "summary": "a summary"}
+    assert WindowState.from_dict({"start_id": "u2", "summary": "s", "no_summary": "x"}).no_summary == ""
+
+
+def test_a_summary_that_goes_on_with_the_conversation_or_invents_is_not_usable():
+    goes_on = "In this conversation, the user said:\nUser: Note 5: please keep in mind the tides."
+    assert check_summary(goes_on, NOTES) == "went on with the conversation instead of summarising it"
+    invented = ("In this conversation, the user wants a local restaurant with seafood and wine "
+                "near the harbour in Porto.")
+    assert check_summary(invented, NOTES) == "was mostly about things the messages do not say"
+
+
+def test_the_summary_request_is_a_third_person_transcript_with_the_instruction_last():
+    (message,) = summary_request(NOTES[:2], "They spoke of boats.")
+    assert message["role"] == "user"
+    text = message["content"]
+    assert "Earlier, in short: They spoke of boats." in text
+    assert "The user said: Note 3" in text and "The assistant answered: Understood." in text
+    assert text.rstrip().endswith("the facts, names and numbers that matter.")
