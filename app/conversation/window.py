@@ -314,7 +314,11 @@ of four letters or more (minus the commonest, and the words any summary uses: "r
 message, an invented story about the same topic. A check of words, not of meaning: on
 SmolLM2's summaries it passed those that spoke of the chat (50–80 % of their words found)
 and refused the replies and inventions (0–40 %)."""
-_TRANSCRIPT = re.compile(r"(^|\n)\s*(user|assistant)\s*:", re.IGNORECASE)
+_TRANSCRIPT = re.compile(
+    r"(^|\n)\s*(the\s+)?(user|assistant)(\s+(said|answered|asked|wrote))?\s*:", re.IGNORECASE
+)
+"""A line that starts like a transcript's ("User:", "The user said:", the summary prompt's
+own form): the model went on with the conversation."""
 _STOPWORD_TEXT = (
     "this that with from have were what when where which will would could should about "
     "into your their they them then than there these those been being also just like very "
@@ -349,13 +353,13 @@ def check_summary(summary: str, turns: Sequence[Turn], previous: str = "") -> st
     if _TRANSCRIPT.search(text):
         return "went on with the conversation instead of summarising it"
     norm = _normalise(text)
+    if previous and _similar(norm, _normalise(clean_summary(previous))):
+        return "only repeated the earlier summary"
     for turn in turns:
         other = _normalise(clean_summary(turn.content))
         if not other:
             continue
-        if norm == other or (len(norm) >= 20 and norm in other):
-            return "only repeated one of the messages"
-        if difflib.SequenceMatcher(None, norm, other, autojunk=False).ratio() >= COPY_SIMILARITY:
+        if _similar(norm, other):
             return "only repeated one of the messages"
     words = _content_words(text)
     source = " ".join(_content_words(previous + " " + " ".join(t.content for t in turns)))
@@ -363,6 +367,15 @@ def check_summary(summary: str, turns: Sequence[Turn], previous: str = "") -> st
     if len(found) < GROUNDED_MIN_WORDS or len(found) < GROUNDED_SHARE * len(words):
         return "was mostly about things the messages do not say"
     return ""
+
+
+def _similar(norm: str, other: str) -> bool:
+    """``norm`` is ``other`` or a piece of it, or nearly the same text (normalised both)."""
+    if not other:
+        return False
+    if norm == other or (len(norm) >= 20 and norm in other):
+        return True
+    return difflib.SequenceMatcher(None, norm, other, autojunk=False).ratio() >= COPY_SIMILARITY
 
 
 def _content_words(text: str) -> list[str]:

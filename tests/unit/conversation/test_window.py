@@ -200,3 +200,11 @@ def test_the_summary_request_is_a_third_person_transcript_with_the_instruction_l
     assert "Earlier, in short: They spoke of boats." in text
     assert "The user said: Note 3" in text and "The assistant answered: Understood." in text
     assert text.rstrip().endswith("the facts, names and numbers that matter.")
+
+
+def test_the_summary_prompts_own_transcript_lines_and_the_earlier_summary_are_refused():
+    echo = ("In this conversation, the user asked about the gull counts.\n\nThe user said: Note 5: "
+            "please keep in mind that the boats were counted twice.")
+    assert check_summary(echo, NOTES) == "went on with the conversation instead of summarising it"
+    earlier = "The user asked to remember that the gulls of the northern coast were counted twice."
+    assert check_summary(earlier, NOTES, previous=earlier) == "only repeated the earlier summary"
