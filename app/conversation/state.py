@@ -1,6 +1,7 @@
 """Per-conversation state the chat keeps beside the messages, in the app database's
 settings table: what the engine session holds, where the model's view starts (and its
-summary), and the overflow policy (with the app-wide default).
+summary), the overflow policy (with the app-wide default), and why the last reply failed
+(so a restart still shows it, with Retry).
 
 Every function may raise ``StorageError`` (the environment's fault: locked, full, read-only
 database); callers decide how to show it.
@@ -61,6 +62,32 @@ class SessionState:
             return None
 
 
+@dataclass(frozen=True, slots=True)
+class ReplyFailure:
+    """Why the reply to the branch ending at ``message_id`` failed; ``not_loaded``: because
+    the chat's model was not loaded (which no longer holds once it is)."""
+
+    message_id: str
+    text: str
+    not_loaded: bool = False
+
+    def to_dict(self) -> dict[str, object]:
+        return {"message_id": self.message_id, "text": self.text, "not_loaded": self.not_loaded}
+
+    @classmethod
+    def from_dict(cls, data: object) -> ReplyFailure | None:
+        if not isinstance(data, dict):
+            return None
+        message_id, text = data.get("message_id"), data.get("text")
+        if not isinstance(message_id, str) or not isinstance(text, str):
+            return None
+        return cls(message_id, text, bool(data.get("not_loaded")))
+
+
+def failure_key(conversation_id: str) -> str:
+    return f"failure/{conversation_id}"
+
+
 def window_key(conversation_id: str) -> str:
     return f"window/{conversation_id}"
 
@@ -90,6 +117,16 @@ class ConversationState:
         else:
             self.storage.set_setting(window_key(cid), state.to_dict())
 
+    def failure(self, cid: str) -> ReplyFailure | None:
+        return ReplyFailure.from_dict(self.storage.get_setting(failure_key(cid)))
+
+    def save_failure(self, cid: str, failure: ReplyFailure | None) -> None:
+        """``None``: the conversation's last reply did not fail (any more)."""
+        if failure is None:
+            self.storage.delete_setting(failure_key(cid))
+        else:
+            self.storage.set_setting(failure_key(cid), failure.to_dict())
+
     def default_policy(self) -> OverflowPolicy:
         return OverflowPolicy.parse(self.storage.get_setting(DEFAULT_POLICY_KEY))
 
@@ -113,5 +150,5 @@ class ConversationState:
 
     def forget(self, cid: str) -> None:
         """Drop a conversation's records (when it is purged)."""
-        for key in (session_key(cid), window_key(cid), policy_key(cid)):
+        for key in (session_key(cid), window_key(cid), policy_key(cid), failure_key(cid)):
             self.storage.delete_setting(key)

@@ -116,6 +116,7 @@ class MainWindow(QMainWindow):
         controller.conversation_updated.connect(lambda _cid: self._refresh_status())
         self.models.status_received.connect(self._on_status_received)
         self.models.released.connect(self._on_model_released)
+        self.models.opened.connect(self._on_model_opened)
         self.chat_page.current_changed.connect(lambda _cid: self._refresh_status())
         self.chat_page.current_changed.connect(self._on_current_changed)
         self.chat_page.library_requested.connect(self.show_library)
@@ -209,6 +210,11 @@ class MainWindow(QMainWindow):
     def _on_failure_cleared(self, cid: str) -> None:
         if self.banner.owner == cid:
             self.banner.dismiss()
+
+    def _on_model_opened(self, _model_id: str) -> None:
+        owner = self.banner.owner
+        if owner and self.controller.failure(owner) is None:
+            self.banner.dismiss()  # "… was unloaded" or "… not loaded" no longer holds
 
     def _on_current_changed(self, cid: str) -> None:
         if self.banner.owner and self.banner.owner != cid:

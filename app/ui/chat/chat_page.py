@@ -33,6 +33,8 @@ from app.ui.qt_models.conversation_list import ConversationListModel
 from app.ui.theme import current_icon
 
 LIBRARY_ITEM = "\x00library"
+UNANSWERED_NOTE = ("Not sent: your last message has no reply yet. Press Retry under it (or "
+                   "edit it) first; this message stays here.")
 
 
 class ChatPage(QWidget):
@@ -307,6 +309,9 @@ class ChatPage(QWidget):
         self.settings_panel.flush()
         cid = self.current_id or self.new_conversation()
         if cid is None:
+            return
+        if self.controller.unanswered(cid):  # no second user turn in a row
+            self.composer.show_note(UNANSWERED_NOTE)
             return
         self.type_ahead.sending(cid)
         if self.controller.send(cid, text):

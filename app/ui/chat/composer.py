@@ -69,6 +69,8 @@ class MessageInput(QPlainTextEdit):
 NEAR_END = 0.85
 """The meter turns amber when the view (with the draft) passes this share of the limit."""
 DRAFT_COUNT_MS = 250
+BUSY_NOTE = ("Not sent: a reply is still being written. Your message stays here — send it "
+             "when the reply ends, or press Stop (Esc) first.")
 
 
 BAR_W, BAR_H = 72, 6
@@ -178,6 +180,10 @@ class Composer(QFrame):
         self.reading = QLabel()  # type-ahead: "Reading the prompt…" while a paste is read
         self.reading.setObjectName("readAheadText")
         self.reading.hide()
+        self.note = QLabel()  # why Enter did not send (a reply is being written …)
+        self.note.setObjectName("composerNote")
+        self.note.setWordWrap(True)
+        self.note.hide()
         self._draft_timer = QTimer(self)
         self._draft_timer.setSingleShot(True)
         self._draft_timer.setInterval(DRAFT_COUNT_MS)
@@ -193,6 +199,7 @@ class Composer(QFrame):
         row.addLayout(buttons)
         foot = QHBoxLayout()
         foot.addWidget(self.reading)
+        foot.addWidget(self.note, 10)
         foot.addStretch(1)
         foot.addWidget(self.meter)
         layout = QVBoxLayout(self)
@@ -202,6 +209,7 @@ class Composer(QFrame):
         layout.addLayout(foot)
         self.input.submitted.connect(self._on_submitted)
         self.input.textChanged.connect(self._update_send_enabled)
+        self.input.textChanged.connect(self.note.hide)
         self.input.textChanged.connect(self._draft_timer.start)
         self.send_button.clicked.connect(self._on_submitted)
         self.stop_button.clicked.connect(self.stop_requested)
@@ -216,7 +224,14 @@ class Composer(QFrame):
         self.reading.setText(text)
         self.reading.setVisible(bool(text))
 
+    def show_note(self, text: str) -> None:
+        """Say under the message box why it was not sent (it stays in the box)."""
+        self.note.setText(text)
+        self.note.show()
+
     def set_busy(self, busy: bool) -> None:
+        if getattr(self, "_busy", None) != busy:
+            self.note.hide()
         self._busy = busy
         self.send_button.setVisible(not busy)
         self.stop_button.setVisible(busy)
@@ -226,9 +241,10 @@ class Composer(QFrame):
         self.send_button.setEnabled(bool(self.input.toPlainText().strip()))
 
     def _on_submitted(self) -> None:
-        if self._busy:
-            return
         text = self.input.toPlainText().strip()
         if not text:
+            return
+        if self._busy:
+            self.show_note(BUSY_NOTE)
             return
         self.send_requested.emit(text)

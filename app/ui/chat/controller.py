@@ -88,8 +88,20 @@ class ChatController(QObject):
         return self.replies.failed
 
     def failure(self, cid: str | None) -> str | None:
-        """Why the conversation's last reply failed, while that still holds."""
-        return self.failed.get(cid) if cid else None
+        """Why the conversation's last reply failed (in this run or the last), while that
+        still holds."""
+        if not cid:
+            return None
+        loaded = self.models.get(self.model_of(cid)) is not None
+        self.replies.restore_failure(cid, model_loaded=loaded)
+        return self.failed.get(cid)
+
+    def unanswered(self, cid: str | None) -> bool:
+        """The branch ends with a user message that has no reply (and none is being written)."""
+        if not cid or self.is_busy(cid):
+            return False
+        branch = self.branch(cid)
+        return bool(branch) and branch[-1].role == "user"
 
     def _db(self, call: Callable[[], T], what: str = "") -> T | None:
         """Run a storage call; a database failure is shown and gives None."""

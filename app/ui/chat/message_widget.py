@@ -25,6 +25,7 @@ from app.conversation.wording import reply_line, reply_tooltip
 from app.storage import ReplyStats
 from app.ui.chat.edit_keys import EditKeys
 from app.ui.chat.message_body import MarkdownBody
+from app.ui.chat.replies import UNLOADED
 from app.ui.theme import current_icon
 
 
@@ -199,15 +200,22 @@ class MessageWidget(QFrame):
         self.set_content(content, thinking)
         self.set_stats(stats)
         if stats is not None and stats.context_full:
-            self._add_cut_notice()
+            self._add_cut_notice("The reply was cut: the conversation filled the model's context.")
+        elif stats is not None and stats.finish_reason == UNLOADED:
+            self._add_cut_notice(
+                "The reply was interrupted: its model was unloaded while it was writing. "
+                "This is what it had written."
+            )
 
-    def _add_cut_notice(self) -> None:
-        """"The reply was cut: the context is full" and, on the branch's last reply, Continue."""
+    def _add_cut_notice(self, words: str) -> None:
+        """Why the reply ends early ("The reply was cut: the context is full") and, on the
+        branch's last reply, Continue."""
         self.cut_notice = QFrame()
         self.cut_notice.setObjectName("cutNotice")
         row = QHBoxLayout(self.cut_notice)
         row.setContentsMargins(10, 6, 6, 6)
-        text = QLabel("The reply was cut: the conversation filled the model's context.")
+        text = QLabel(words)
+        text.setObjectName("cutNoticeText")
         text.setWordWrap(True)
         row.addWidget(text, 1)
         if self._can_continue:
@@ -262,10 +270,12 @@ class MessageWidget(QFrame):
     def set_stats(self, stats: ReplyStats | None) -> None:
         if self.meta is None:
             return
-        self.meta.setVisible(stats is not None)
-        if stats is not None:
-            self.meta.setText(self._describe(stats))
-            self.meta.setToolTip(reply_tooltip(stats))
+        # NOTE: an empty line rather than a hidden one: it is the row's stretch, which keeps
+        # copy / regenerate at the left. A reply kept when its model was unloaded has no
+        # speed or reuse figures to show.
+        shown = stats is not None and stats.finish_reason != UNLOADED
+        self.meta.setText(self._describe(stats) if stats is not None and shown else "")
+        self.meta.setToolTip(reply_tooltip(stats) if stats is not None and shown else "")
 
     def text(self) -> str:
         return self.body.source()

@@ -17,15 +17,18 @@ from dataclasses import dataclass, replace
 
 from PySide6.QtCore import QObject, Signal
 
-from app.conversation.state import ConversationState, SessionState
+from app.conversation.state import ConversationState, ReplyFailure, SessionState
 from app.conversation.window import Turn, WindowState, check_summary, clean_summary
 from app.remote.endpoint import is_remote_id
-from app.storage import Message, Storage, StorageError
+from app.storage import Message, ReplyStats, Storage, StorageError
 from app.ui.bridge_records import GenerationRequest, StreamUpdate, SummaryRequest, WindowReport
 from app.ui.bridges import ModelBridges
 from app.ui.chat.params import infer_params
 
 log = logging.getLogger(__name__)
+
+UNLOADED = "unloaded"
+"""``ReplyStats.finish_reason`` of a reply kept when its model was unloaded under it."""
 
 
 @dataclass(slots=True)
@@ -101,6 +104,7 @@ class ReplyRunner(QObject):
         self._live: dict[str, LiveReply] = {}  # conversation id → live reply
         self._by_request: dict[str, str] = {}  # request id → conversation id
         self.failed: dict[str, str] = {}  # conversation id → last error text
+        self._restored: set[str] = set()  # conversations whose saved failure was read
         self.not_loaded: set[str] = set()
         """Conversations whose error is that their model is not loaded (it goes away when
         the model is loaded)."""
@@ -131,7 +135,7 @@ class ReplyRunner(QObject):
             return
         bridge = self.models.get(conv.model_id)
         if bridge is None:
-            self._fail_early(cid, _not_loaded(conv.model_id, self.models.ids()))
+            self._fail_early(cid, leaf_id, _not_loaded(conv.model_id, self.models.ids()))
             return
         request = GenerationRequest(
             request_id=str(uuid.uuid4()),
@@ -186,18 +190,53 @@ class ReplyRunner(QObject):
             policy=policy,
         )
 
-    def _fail_early(self, cid: str, text: str) -> None:
-        self.failed[cid] = text
-        self.not_loaded.add(cid)
+    def _fail_early(self, cid: str, leaf_id: str, text: str) -> None:
+        self._set_failure(cid, ReplyFailure(leaf_id, text, not_loaded=True))
         self.changed.emit(cid)
         self.chat_error.emit(cid, text[:1].upper() + text[1:])
+
+    def _set_failure(self, cid: str, failure: ReplyFailure) -> None:
+        """Remember why the reply failed, here and in the database (a restart shows it)."""
+        self.failed[cid] = failure.text
+        if failure.not_loaded:
+            self.not_loaded.add(cid)
+        self._save_failure(cid, failure)
 
     def clear_failure(self, cid: str) -> None:
         """The conversation's last error no longer holds (a new request, another branch or
         model, the model loaded)."""
         self.not_loaded.discard(cid)
+        self._restored.add(cid)
         if self.failed.pop(cid, None) is not None:
+            self._save_failure(cid, None)
             self.failure_cleared.emit(cid)
+
+    def restore_failure(self, cid: str, *, model_loaded: bool) -> None:
+        """Once a session: the failure a previous run recorded for this conversation, if the
+        branch still ends where it happened and it still holds."""
+        if cid in self._restored or cid in self.failed:
+            return
+        self._restored.add(cid)
+        try:
+            failure = self.state.failure(cid)
+            if failure is None:
+                return
+            conv = self.storage.get_conversation(cid)
+        except StorageError as exc:
+            log.warning("could not read the last failure of %s: %s", cid, exc)
+            return
+        if conv.active_leaf_id != failure.message_id or (failure.not_loaded and model_loaded):
+            self._save_failure(cid, None)
+            return
+        self.failed[cid] = failure.text
+        if failure.not_loaded:
+            self.not_loaded.add(cid)
+
+    def _save_failure(self, cid: str, failure: ReplyFailure | None) -> None:
+        try:
+            self.state.save_failure(cid, failure)
+        except StorageError as exc:  # the card shows it in this session anyway
+            log.warning("could not save the last failure of %s: %s", cid, exc)
 
     def stop(self, cid: str) -> None:
         live = self._live.get(cid)
@@ -263,7 +302,9 @@ class ReplyRunner(QObject):
         request = live.request
         bridge = self.models.get(live.model_id)
         if request is None or bridge is None:
-            self._finish_failed(cid, live, _not_loaded(live.model_id, self.models.ids()))
+            self._finish_failed(
+                cid, live, _not_loaded(live.model_id, self.models.ids()), not_loaded=True
+            )
             return
         turns = tuple(t for t in request.messages if t.id in report.summarise_ids)
         rid = str(uuid.uuid4())
@@ -290,7 +331,9 @@ class ReplyRunner(QObject):
             self.changed.emit(cid)
             return
         if request is None or bridge is None:
-            self._finish_failed(cid, live, _not_loaded(live.model_id, self.models.ids()))
+            self._finish_failed(
+                cid, live, _not_loaded(live.model_id, self.models.ids()), not_loaded=True
+            )
             return
         window = self._checked_summary(request.window.start_id, live)
         self._save_window(cid, window)
@@ -335,18 +378,49 @@ class ReplyRunner(QObject):
             self.context_changed.emit(cid)
         self.changed.emit(cid)
 
-    def _finish_failed(self, cid: str, live: LiveReply, text: str) -> None:
+    def _finish_failed(
+        self, cid: str, live: LiveReply, text: str, *, not_loaded: bool = False
+    ) -> None:
         self._end(cid, live)
-        self.failed[cid] = text
+        self._set_failure(cid, ReplyFailure(live.leaf_id, text, not_loaded))
         self.changed.emit(cid)
         self.chat_error.emit(cid, f"Generation failed: {text}")
 
     def _on_model_released(self, model_id: str) -> None:
         """The model is being unloaded: its bridge is gone, so its replies end here."""
         for cid, live in list(self._live.items()):
-            if live.model_id == model_id:
-                self._finish_failed(cid, live, _released_text(model_id, self.models.label(model_id)))
-                self.not_loaded.add(cid)  # it no longer holds once a model is loaded
+            if live.model_id != model_id:
+                continue
+            if live.summarising or live.text == live.continued:
+                text = _released_text(model_id, self.models.label(model_id))
+                self._finish_failed(cid, live, text, not_loaded=True)
+            else:
+                self._keep_partial(cid, live)
+
+    def _keep_partial(self, cid: str, live: LiveReply) -> None:
+        """The model went away mid-reply: keep what it wrote, marked as interrupted (a
+        Continue on it goes on once a model is loaded)."""
+        self._end(cid, live)
+        use = self.context.get(cid)
+        stats = ReplyStats(
+            prompt_tokens=use.used if use is not None else 0,
+            completion_tokens=live.num_tokens,
+            finish_reason=UNLOADED,
+        )
+        try:
+            self.storage.add_message(
+                cid, live.parent_id, "assistant", live.text, thinking=live.thinking, stats=stats
+            )
+        except StorageError as exc:
+            self.error_raised.emit(f"Could not save the reply: {exc}")
+        else:
+            self.reply_saved.emit(cid)
+        self.changed.emit(cid)
+        label = self.models.label(live.model_id)
+        gone = (f"The remote model {label} was removed or changed" if is_remote_id(live.model_id)
+                else f"The model {label} was unloaded")
+        self.chat_error.emit(cid, f"{gone} while it was replying: the reply so far is kept "
+                             "(Continue under it goes on once a model is there).")
 
     def _end(self, cid: str, live: LiveReply) -> None:
         self._live.pop(cid, None)
