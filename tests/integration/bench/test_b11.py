@@ -1,0 +1,40 @@
+"""B11's machinery on the tiny model, fast: the window is typed into with key events with
+type-ahead on and off, each turn's TTFT is measured, the replies are the same, the on turns
+were read ahead, and the streaming chat's rates are measured. (The figures themselves belong
+to ``hearth bench --only B11`` on SmolLM2.)"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from benchmarks.scenarios_typeahead import b11_type_ahead
+from tests.ui.conftest import ASCII_GRAMMAR
+
+
+def test_a_short_b11_on_the_tiny_model(qapp, tiny_model_path: Path):
+    result = b11_type_ahead(
+        str(tiny_model_path),
+        turns=("Hello there, how are you today?", "Tell me about the river and its bridges.",
+               "And which of them is the oldest one?"),
+        paste=" ".join(f"Line {i}: barges of coal and wine pass the quays." for i in range(30)),
+        question="What do the barges carry?",
+        cps=25.0,
+        word_pause_s=0.35,  # past type-ahead's pause: each word is read
+        reply_tokens=8,
+        stream_tokens=400,
+        stream_turn=1,
+        model_options={"n_ctx": 2048, "n_seq_max": 4, "n_batch": 64},
+        grammar=ASCII_GRAMMAR,
+        timeout_s=120.0,
+    )  # fmt: skip
+    f = result.figures
+    assert f["same_replies"], result.note
+    assert len(f["ttft_on_ms"]) == len(f["ttft_off_ms"]) == len(f["ttft_floor_ms"]) == 4
+    assert all(t > 0 and math.isfinite(t) for t in f["ttft_on_ms"] + f["ttft_off_ms"] + f["ttft_floor_ms"])
+    assert all(n > 0 for n in f["tokens_read_ahead"]), f["tokens_read_ahead"]
+    assert f["tokens_read_ahead"][-1] > 200  # the paste was read while the question was typed
+    assert f["read_aheads_sent"] >= 4
+    assert all(v > 0 for v in f["stream_tok_s"].values()), f["stream_tok_s"]
+    assert result.met in (True, False)
+    assert "paste + question" in result.table()
