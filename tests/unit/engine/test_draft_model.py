@@ -238,3 +238,15 @@ def test_a_model_whose_memory_cannot_drop_a_tail_refuses_a_draft_model(tmp_path)
         # A chat that picked a draft model and moved to this model still gets its replies.
         stats = target.infer(tok(PROMPT), response_tokens=20, draft_model="d").result(30)
         assert stats.drafted_tokens == 0 and stats.completion_tokens > 0 and len(made) == 2
+
+
+def test_a_draft_model_slower_than_the_rows_it_saves_is_not_used():
+    draft = teller()
+    h = harness(teller(), draft)
+    assert h.sch.speculator.draft is not None
+    h.sch.speculator.draft.token_ms = 50.0  # a pass costs more than the decode tick it could save
+    _, done = run(h, response_tokens=200, draft_model="d")
+    assert done.stats.drafted_tokens == 0 and draft.decoded_ticks == 0
+    h.sch.speculator.draft.token_ms = 0.5  # cheap again: it drafts
+    _, done = run(h, response_tokens=200, draft_model="d")
+    assert done.stats.accepted_tokens > len(STORY) // 2
