@@ -365,3 +365,35 @@ def test_the_meter_reads_ahead_a_paste(make_window, qtbot, smollm2_or_tiny):
     line = reuse_words(stats)
     assert line.startswith(f"read ahead while you typed: {stats.tokens_read_ahead:,} of {stats.prompt_tokens:,}")
     no_seq_left(qtbot, window, cid, model_id=model_id)
+
+
+def test_an_overflowing_draft_reads_what_the_policy_sends(make_window, qtbot):
+    """A 512-token context, drop the oldest turns: the draft pushes the chat past its limit, so
+    the view type-ahead reads starts later (the same planner as the request)."""
+    window = on_window(make_window, model_options={"n_ctx": 512, "n_seq_max": 4, "n_batch": 32})
+    long_turn = " ".join(f"Line {i}: barges of coal pass the quays." for i in range(14))
+
+    def history() -> None:
+        box = message_input(window)
+        for n in range(2):
+            box.setPlainText(f"Turn {n}. {long_turn}")
+            enter(qtbot, window)
+
+    cid = new_chat(qtbot, window, type_ahead=True)
+    history()
+    start = window.controller.window(cid).start_id
+    message = f"And now? {long_turn} {long_turn}"
+    QApplication.clipboard().setText(message)
+    qtbot.keyClick(message_input(window), Qt.Key.Key_V, Qt.KeyboardModifier.ControlModifier)
+    settle(qtbot, window)
+    assert window.chat_page.type_ahead.view(cid).read > 50
+    stats = enter(qtbot, window)
+    assert window.controller.window(cid).start_id != start  # this message cut the view again
+    assert stats.tokens_read_ahead > 50  # what was read is the view the request sent
+    on = reply_text(window, cid)
+    off = new_chat(qtbot, window, type_ahead=False)
+    history()
+    message_input(window).setPlainText(message)
+    enter(qtbot, window)
+    assert on == reply_text(window, off)
+    no_seq_left(qtbot, window, cid, off)
