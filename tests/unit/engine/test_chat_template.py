@@ -138,10 +138,12 @@ def test_fan_out_macro_is_bounded():
         render_chat_template(src, MESSAGES)
 
 
-def test_the_loop_guard_cannot_be_renamed_away():
+def test_the_loop_guard_cannot_be_renamed_away(monkeypatch):
+    """In this process with the wall-clock bound lifted, as above: only the step count may end it."""
+    monkeypatch.setattr(jinja_sandbox, "MAX_RENDER_SECONDS", 3600.0)
     src = "{% set loop_guard = range %}{% for i in range(99999) %}{% for j in range(99999) %}{% endfor %}{% endfor %}"
-    with pytest.raises(InvalidRequest, match="steps"):
-        render_chat_template(src, MESSAGES)
+    with pytest.raises(jinja_sandbox.Refused, match="steps"):
+        jinja_sandbox.render(src, MESSAGES)
 
 
 def _gguf_template(path: Path) -> str:
