@@ -10,7 +10,7 @@ Plays each fixed chat of ``tools/summary_chats.py`` into a 512-token context und
 repetition penalty, temperature 0). Every summary the planner asks for is one try;
 ``check_summary`` decides whether it is usable. A usable summary becomes the view's summary
 (the next cut summarises it again with the turns that leave); an unusable one is dropped, as
-the app does. Prints the tries and the rate. A few minutes on 2 busy cores.
+the app does. Prints the tries and the rate. 14 min on 2 cores at load average 12–15.
 """
 
 from __future__ import annotations
