@@ -20,6 +20,7 @@ from PySide6.QtWidgets import QApplication
 
 from app.conversation.wording import reuse_words
 from app.engine.errors import EngineError
+from app.remote.endpoint import RemoteEndpoint
 from app.storage import ReplyStats, SamplingSettings
 from app.ui.chat import type_ahead as type_ahead_module
 from app.ui.main_window import MainWindow
@@ -398,3 +399,20 @@ def test_an_overflowing_draft_reads_what_the_policy_sends(make_window, qtbot):
     enter(qtbot, window)
     assert on == reply_text(window, off)
     no_seq_left(qtbot, window, cid, off)
+
+
+def test_never_for_a_remote_model(make_window, qtbot):
+    window = on_window(make_window)
+    page = window.chat_page
+    endpoint = RemoteEndpoint("http://127.0.0.1:9/v1", "nobody", name="remote box")  # never asked
+    window.models.open_remote(endpoint)
+    cid = new_chat(qtbot, window, type_ahead=True)
+    page.pick_model(endpoint.model_id)
+    assert window.controller.model_of(cid) == endpoint.model_id
+    write(qtbot, window, "A question for the remote model")
+    settle(qtbot, window)
+    assert page.type_ahead.sent_reads == 0 and page.type_ahead.view(cid) is None
+    page.pick_model("tiny")  # the same draft on the local model is read
+    settle(qtbot, window)
+    assert page.type_ahead.sent_reads == 1 and page.type_ahead.view(cid) is not None
+    no_seq_left(qtbot, window, cid)
