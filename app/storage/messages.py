@@ -87,15 +87,21 @@ class MessageStore(Database):
 
     def active_branch(self, conversation_id: str) -> list[Message]:
         """The messages on the conversation's active branch, root first."""
-        with self._session() as s:
-            leaf = self._row(s, conversation_id).active_leaf_id
-        return self.path_to(leaf)
+        return [m for m, _sib in self.branch_with_siblings(conversation_id)]
 
     def branch_with_siblings(self, conversation_id: str) -> list[tuple[Message, Siblings]]:
         """The active branch, root first, each message with its siblings — in one query.
 
-        This is what the chat view renders; one round trip keeps switching chats cheap.
+        This is what the chat view renders; one round trip keeps switching chats cheap, and
+        the answer is kept until the next write (``ReadCache``).
         """
+        return list(
+            self._cache.read(
+                ("branch", conversation_id), lambda: tuple(self._branch_rows(conversation_id))
+            )
+        )
+
+    def _branch_rows(self, conversation_id: str) -> list[tuple[Message, Siblings]]:
         with self._session() as s:
             conv = self._row(s, conversation_id)
             rows = list(

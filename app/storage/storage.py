@@ -9,6 +9,7 @@ with ``InvalidTextError`` (a ``StorageError``), see ``app.storage.text``.
 
 from __future__ import annotations
 
+import copy
 import logging
 import time
 import uuid
@@ -26,6 +27,7 @@ from app.storage.text import check_json, check_text
 log = logging.getLogger(__name__)
 
 DEFAULT_TITLE = "New chat"
+_MISSING = object()
 
 
 def session_key(conversation_id: str) -> str:
@@ -63,8 +65,11 @@ class Storage(MessageStore):
         return conversation_record(row)
 
     def get_conversation(self, conversation_id: str) -> Conversation:
-        with self._session() as s:
-            return conversation_record(self._row(s, conversation_id))
+        def load() -> Conversation:
+            with self._session() as s:
+                return conversation_record(self._row(s, conversation_id))
+
+        return self._cache.read(("conversation", conversation_id), load)
 
     def list_conversations(self, *, include_deleted: bool = False) -> list[Conversation]:
         """Newest activity first."""
@@ -177,9 +182,17 @@ class Storage(MessageStore):
     # -- settings ------------------------------------------------------------------------
 
     def get_setting(self, key: str, default: Any = None) -> Any:
-        with self._session() as s:
-            row = s.get(SettingRow, key)
-            return default if row is None else row.value
+        def load() -> Any:
+            with self._session() as s:
+                row = s.get(SettingRow, key)
+                return _MISSING if row is None else row.value
+
+        value = self._cache.read(("setting", key), load)
+        if value is _MISSING:
+            return default
+        if isinstance(value, (dict, list)):
+            return copy.deepcopy(value)  # JSON data: the caller may change its copy
+        return value
 
     def set_setting(self, key: str, value: Any) -> None:
         """Store ``value`` (JSON data) under ``key``; bad text raises :class:`InvalidTextError`."""

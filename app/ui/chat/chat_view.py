@@ -2,8 +2,10 @@
 
 One :class:`ConversationPage` per recently opened conversation is kept in a stack, so
 switching between chats (even while they stream) flips a page instead of rebuilding every
-message widget on the GUI thread. A page is rebuilt whole when its branch changes; while a
-reply streams only its :class:`MessageWidget` is updated (updates are already per-frame).
+message widget on the GUI thread. When a page's conversation changes (a reply finished, a
+branch switched) it is laid out again keeping every message widget that still shows the
+same thing; while a reply streams only its :class:`MessageWidget` is updated (updates are
+already per-frame). A hidden page catches up when it is shown again.
 Where the model's view of a long conversation starts, a divider says that the messages above
 it are no longer seen (or are seen as a summary).
 """
@@ -27,9 +29,10 @@ from PySide6.QtWidgets import (
 
 from app.conversation.window import WindowState
 from app.conversation.wording import prefill_words, reply_line
-from app.storage import ReplyStats
+from app.storage import Message, ReplyStats
 from app.ui.chat.controller import ChatController
 from app.ui.chat.message_widget import MessageWidget
+from app.ui.chat.replies import UNLOADED
 
 MAX_COLUMN_WIDTH = 820
 
@@ -50,6 +53,8 @@ class ConversationPage(QScrollArea):
         self.stale = False
         self._messages: list[MessageWidget] = []
         self._live_widget: MessageWidget | None = None
+        self._live_key: tuple[str, float] | None = None  # the live reply the widget shows
+        self._keys: dict[str, tuple[object, ...]] = {}  # message id → what its widget shows
         self.divider: QFrame | None = None
         self._stick_to_bottom = True
         # (message index, switcher's y in the viewport) to restore after a branch switch
@@ -98,27 +103,37 @@ class ConversationPage(QScrollArea):
     def live_widget(self) -> MessageWidget | None:
         return self._live_widget
 
-    def rerender(self) -> None:
+    def rerender(self, *, fresh: bool = False) -> None:
+        """Lay the page out again for its conversation as stored now; ``fresh`` builds every
+        widget anew (a theme change: icons and code colours are made at construction)."""
+        if fresh:
+            self._keys, self._live_key = {}, None
         self.stale = False
-        self.setUpdatesEnabled(False)
-        try:
-            self._rebuild()
-        finally:
-            self.setUpdatesEnabled(True)
+        # NOTE: no setUpdatesEnabled(False/True) around it: nothing is painted before the
+        # event loop runs again anyway, and turning updates back on repaints the whole page.
+        self._rebuild()
         if self._anchor is not None:
             QTimer.singleShot(0, self._restore_anchor)
 
     def _rebuild(self) -> None:
-        self._clear()
+        # Message widgets whose message, branch position and label are unchanged are kept
+        # (and so is the live reply's): a finished reply or a switch back to a chat whose
+        # reply finished while hidden builds only what is new. Building a long reply's
+        # widgets (Markdown labels, style polish, text layout) took ~60-600 ms of the GUI
+        # thread on a loaded machine; reusing them, none.
+        kept = {w.message_id: w for w in self._messages}
+        kept_live, live_key = self._live_widget, self._live_key
+        self._messages, self._live_widget, self._live_key = [], None, None
+        shown: list[QWidget] = []
         cid = self.conversation_id
         if cid is None:
-            self._layout.addWidget(
+            shown.append(
                 self._empty_state(
                     "Start a conversation",
                     "Type a message below to start a new chat, or open one from the sidebar.",
                 )
             )
-            self._layout.addStretch(1)
+            self._show(shown)
             return
         branch = self._controller.branch_with_positions(cid)
         model_id = self._controller.model_of(cid)
@@ -126,50 +141,98 @@ class ConversationPage(QScrollArea):
         window = self._controller.window(cid)
         live = self._controller.live_reply(cid)
         self.divider = None
+        keys: dict[str, tuple[object, ...]] = {}
         for i, (msg, position) in enumerate(branch):
             if msg.id == window.start_id and i > 0:
                 self.divider = _divider(window)
-                self._layout.addWidget(self.divider)
+                shown.append(self.divider)
             last = i == len(branch) - 1
-            widget = MessageWidget(
-                msg.role,
-                msg.content,
-                message_id=msg.id,
-                thinking=msg.thinking,
-                stats=msg.stats,
-                branch=position,
-                label=label,
-                describe=self._describe,
-                can_continue=last and live is None,
+            # Continue is offered on the branch's last reply when it was cut short (the
+            # context filled, or its model was unloaded): only then does the offer count.
+            cut = msg.stats is not None and (
+                msg.stats.context_full or msg.stats.finish_reason == UNLOADED
             )
-            widget.regenerate_requested.connect(self._on_regenerate_requested)
-            widget.edit_submitted.connect(self._on_edit_submitted)
-            widget.branch_stepped.connect(self._on_branch_stepped)
-            widget.continue_requested.connect(self._on_continue_requested)
+            can_continue = last and live is None and cut
+            key = (msg, position, label, can_continue)
+            widget = kept.pop(msg.id, None)
+            if widget is None or self._keys.get(msg.id) != key:
+                widget = self._message_widget(msg, position, label, can_continue)
+            keys[msg.id] = key
             self._messages.append(widget)
-            self._layout.addWidget(widget)
+            shown.append(widget)
+        self._keys = keys
         if live is not None:
-            self._live_widget = MessageWidget("assistant", "", streaming=True, label=label)
+            self._live_key = (live.parent_id, live.started)
+            if kept_live is not None and live_key == self._live_key:
+                self._live_widget = kept_live
+            else:
+                self._live_widget = MessageWidget("assistant", "", streaming=True, label=label)
             self._show_live(self._live_widget)
-            self._layout.addWidget(self._live_widget)
+            shown.append(self._live_widget)
         # Every user message ends with a reply, or a card that says why not, with Retry.
         error = self._controller.failure(cid)
         unanswered = bool(branch) and branch[-1][0].role == "user"
         if live is None and (error or unanswered):
-            self._layout.addWidget(self._error_card(error))
+            shown.append(self._error_card(error))
         if not branch and live is None:
-            self._layout.addWidget(
+            shown.append(
                 self._empty_state(
                     "How can I help?", "Ask anything. Replies stream from the local model."
                 )
             )
-        self._layout.addStretch(1)
+        self._show(shown)
         busy = self._controller.is_busy(cid)
         for w in self._messages:
             for btn in w.action_buttons.values():
                 btn.setEnabled(not busy)
             if w.switcher is not None:
                 w.switcher.setEnabled(not busy)
+
+    def _message_widget(
+        self, msg: Message, position: tuple[int, int], label: str, can_continue: bool
+    ) -> MessageWidget:
+        widget = MessageWidget(
+            msg.role,
+            msg.content,
+            message_id=msg.id,
+            thinking=msg.thinking,
+            stats=msg.stats,
+            branch=position,
+            label=label,
+            describe=self._describe,
+            can_continue=can_continue,
+        )
+        widget.regenerate_requested.connect(self._on_regenerate_requested)
+        widget.edit_submitted.connect(self._on_edit_submitted)
+        widget.branch_stepped.connect(self._on_branch_stepped)
+        widget.continue_requested.connect(self._on_continue_requested)
+        return widget
+
+    def _show(self, widgets: list[QWidget]) -> None:
+        """Lay out ``widgets`` (then a stretch); whatever was shown before and is not among
+        them is deleted."""
+        # NOTE: the items that stay in place are not taken out: re-adding a widget makes
+        # the layout measure every wrapped label again (~50 ms for a long chat, loaded).
+        layout = self._layout
+        same = 0
+        while same < min(len(widgets), layout.count()):
+            item = layout.itemAt(same)
+            if item is None or item.widget() is not widgets[same]:
+                break
+            same += 1
+        tail = layout.itemAt(same) if same == len(widgets) == layout.count() - 1 else None
+        if tail is not None and tail.spacerItem() is not None:
+            return  # nothing moved: the layout is not invalidated
+        keep = {id(w) for w in widgets}
+        while layout.count() > same:
+            item = layout.takeAt(same)
+            w = item.widget() if item is not None else None
+            if w is not None and id(w) not in keep:
+                w.hide()
+                w.deleteLater()
+        for w in widgets[same:]:
+            layout.addWidget(w)
+        layout.addStretch(1)
 
     def sync_live(self) -> None:
         """Show the live reply's latest text (called per frame while this page is visible)."""
@@ -277,16 +340,6 @@ class ConversationPage(QScrollArea):
             QTimer.singleShot(0, self._restore_anchor)
 
     # -- helpers -------------------------------------------------------------------------
-
-    def _clear(self) -> None:
-        while self._layout.count():
-            item = self._layout.takeAt(0)
-            w = item.widget() if item is not None else None
-            if w is not None:
-                w.hide()
-                w.deleteLater()
-        self._messages = []
-        self._live_widget = None
 
     def _empty_state(self, title: str, hint: str) -> QWidget:
         box = QWidget()
@@ -420,7 +473,7 @@ class ChatView(QStackedWidget):
     def rerender(self) -> None:
         """Rebuild every kept page (e.g. after a theme change)."""
         for page in self._pages.values():
-            page.rerender()
+            page.rerender(fresh=True)
 
     def message_widgets(self) -> list[MessageWidget]:
         return self.page().message_widgets()
