@@ -30,7 +30,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from app.cache.keys import KeyMeta
-from app.cache.prefix import is_prefix
+from app.cache.prefix import common_prefix_len, is_prefix
 from app.engine import checkpoints
 from app.engine.backend import Backend
 from app.engine.cache_hooks import CacheHooks, QuietCache
@@ -52,7 +52,7 @@ from app.engine.request_table import RequestTable
 from app.engine.reuse import OwnSeq, Reuser
 from app.engine.saves import Saver
 from app.engine.sessions import SeqPool
-from app.engine.shares import Shares
+from app.engine.shares import SHARE_MIN_TOKENS, Shares
 from app.engine.streaming import TextPipeline
 
 log = logging.getLogger(__name__)
@@ -257,8 +257,16 @@ class Admitter:
             touched = True
             cache = QuietCache(self._cache) if req.is_background else self._cache
             if route.path is AdmissionPath.NEW:
-                self._pool.clear_for_use(req.seq_id)
-                self._reuser.start(req, cache, self.weights_epoch)
+                # Only with the cache on (off, every session-less request runs cold), and only
+                # for a conversation's next turn: a shared template head alone is no reuse.
+                left = self._pool.take_leftover(req.seq_id, self.weights_epoch) if self.meta is not None else None
+                if left is not None and common_prefix_len(left, adm.prompt) < SHARE_MIN_TOKENS:
+                    left = None
+                if left is None:
+                    self._pool.clear_for_use(req.seq_id)
+                    self._reuser.start(req, cache, self.weights_epoch)
+                else:  # the seq still holds a finished request's tokens (``SeqPool.leave``)
+                    self._reuser.start(req, cache, self.weights_epoch, OwnSeq(req.seq_id, left, None))
             elif not self._extends(route, adm.prompt):  # a sticky turn that diverges
                 assert adm.options.session_id is not None
                 own = OwnSeq(route.seq_id, route.stored, adm.options.session_id)

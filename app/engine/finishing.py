@@ -78,6 +78,10 @@ class Finisher:
         if sid is not None and req.error is None and req.weights_epoch == self._admission.weights_epoch:
             self._pool.pin(sid, req.seq_id, req.context_tokens, req.read_ahead_from)
             return
+        if sid is None and req.error is None and not req.is_background and req.context_tokens:
+            # Its seq holds exactly its tokens (drafts dropped): the next taker may start from them.
+            self._pool.leave(req.seq_id, req.context_tokens, req.weights_epoch)
+            return
         try:
             self._pool.give_back(req.seq_id)
         except Exception as exc:

@@ -42,7 +42,8 @@ class OwnSeq:
 
     seq_id: int
     tokens: Sequence[int]
-    session_id: str
+    session_id: str | None
+    """None: a free seq left holding a finished request's tokens (``SeqPool.leave``)."""
 
 
 class Reuser:
@@ -75,8 +76,10 @@ class Reuser:
             n_live,
             len(found.tokens) if isinstance(found, Hit) else (found.tokens_shared if found else 0),
         )
-        if isinstance(found, Hit) and self._restore(cache, req, found, shared):
-            return
+        if isinstance(found, Hit):
+            if self._restore(cache, req, found, shared):
+                return
+            n_own = 0  # a restore that failed has emptied the seq
         if own is not None and n_own >= 1 and n_own >= (n_live if live_ok else 0):
             self._trim_own(cache, req, own, n_own, shared)
             return

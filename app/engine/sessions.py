@@ -6,6 +6,12 @@ recently used first), or ``free`` (lowest id first, see ``take``). A finished re
 is cleared as it is given back: each seq has a KV stream of its own (``kv_unified = false``),
 so freeing its cells can never reorder another seq's cells. ``clear_for_use`` empties a seq before a new request fills it.
 
+Beyond the seed: a request without a session leaves its cells in its free seq
+(``leave``, ``leftovers``), the way llama-server's slots keep their last prompt. The next
+request that takes that seq starts from them when they share its prompt's head (a follow-up
+of a client that re-sends the whole conversation and no session id), instead of restoring
+the same tokens from the cache; otherwise they are cleared as any free seq is.
+
 A native call that fails while a seq is given back leaves the seq's cells unknown; the seq
 is then kept as ``stale`` (``quarantine``), so its next user — or the idle loop — clears it
 first. No path loses a seq.
@@ -43,6 +49,8 @@ class SeqPool:
         self.free: list[int] = list(range(n_seq_max))  # kept sorted
         self.stale: set[int] = set()
         self.sessions: OrderedDict[str, Session] = OrderedDict()
+        self.leftovers: dict[int, tuple[tuple[int, ...], int]] = {}
+        """Free seq → the tokens its cells still hold and the weights epoch they were computed under."""
 
     # ------------------------------------------------------------------ free seqs
 
@@ -63,8 +71,22 @@ class SeqPool:
 
     def clear_for_use(self, seq_id: int) -> None:
         """Empty a seq before a new request fills it (it may be stale)."""
+        self.leftovers.pop(seq_id, None)
         self._backend.seq_rm(seq_id, 0)
         self.stale.discard(seq_id)
+
+    def leave(self, seq_id: int, tokens: list[int], weights_epoch: int) -> None:
+        """A finished request without a session: its seq goes free holding ``tokens``."""
+        self.leftovers[seq_id] = (tuple(tokens), weights_epoch)
+        self.put_free(seq_id)
+
+    def take_leftover(self, seq_id: int, weights_epoch: int) -> tuple[int, ...] | None:
+        """The tokens a just-taken seq still holds, when computed under ``weights_epoch``
+        (the record is consumed; the caller starts from the cells or clears them)."""
+        left = self.leftovers.pop(seq_id, None)
+        if left is None or left[1] != weights_epoch or seq_id in self.stale or not left[0]:
+            return None
+        return left[0]
 
     def give_back(self, seq_id: int) -> None:
         """A finished request's seq returns to the free list, cleared. If clearing it raises,
@@ -82,6 +104,7 @@ class SeqPool:
 
     def quarantine(self, seq_id: int) -> None:
         """Return a seq whose cells are unknown (a native call failed): cleared before reuse."""
+        self.leftovers.pop(seq_id, None)
         self.stale.add(seq_id)
         self.put_free(seq_id)
 
@@ -93,6 +116,7 @@ class SeqPool:
         """
         stale, self.stale = self.stale, set()
         for seq_id in sorted(stale):
+            self.leftovers.pop(seq_id, None)
             try:
                 self._backend.seq_rm(seq_id, 0)
             except Exception:
@@ -138,3 +162,4 @@ class SeqPool:
         seen = sorted([*running, *pinned, *self.free])
         assert seen == list(range(self.n_seq_max)), f"seq pool out of step: {seen}"
         assert self.stale <= set(self.free), f"stale seqs {self.stale} not free"
+        assert set(self.leftovers) <= set(self.free), f"leftover seqs {set(self.leftovers)} not free"

@@ -49,6 +49,15 @@ def _cold_reference(tmp_path, path, tokens, n=12):
         return _run(m, tokens, n=n)[0]
 
 
+def _restart(engine: Engine, data: Path, path: Path) -> tuple[Engine, object]:
+    """The engine closed and opened again on its data dir: the cache stays, the seqs'
+    cells go (a session-less request leaves its cells in its free seq, ``SeqPool.leave``,
+    and the next request would start from them before looking in the cache)."""
+    engine.close()
+    engine = Engine(data)
+    return engine, engine.load_model("m", _config(path))
+
+
 def _warm_equals_cold(tmp_path, path: Path) -> None:
     data = tmp_path / "data"
     engine = Engine(data)
@@ -67,9 +76,11 @@ def _warm_equals_cold(tmp_path, path: Path) -> None:
     ids, stats = _run(model, prompt)
     assert (ids, stats.cache_hit_kind, stats.cache_delta.read) == (cold_ids, "exact", len(prompt))
 
-    # Longest prefix: a longer prompt whose head is cached.
+    # Longest prefix: a longer prompt whose head is cached. (A restart first: the last
+    # request's cells, left in its free seq, would serve the head before the cache.)
     longer = prompt + model.tokenize(" And then the user asked one more question.")
     longer_cold = _cold_reference(tmp_path / "l", path, longer)
+    engine, model = _restart(engine, data, path)
     ids, stats = _run(model, longer)
     assert stats.cache_hit_kind == "partial"
     assert stats.cache_delta.read >= len(prompt)
@@ -79,6 +90,7 @@ def _warm_equals_cold(tmp_path, path: Path) -> None:
     first = model.complete(model.detokenize(prompt), response_tokens=6)
     assert first.finish_key is not None
     resumed = list(first.context_tokens) + model.tokenize(" Tell me more.")
+    engine, model = _restart(engine, data, path)
     before = engine.counters()["hits_resume"] + engine.counters()["hits_exact"]
     ids, stats = _run(model, resumed, parent_key=first.finish_key)
     assert stats.cache_hit_kind == "partial" and stats.cache_delta.read == len(first.context_tokens)
@@ -120,6 +132,11 @@ def test_any_length_prefix_hit(tmp_path, tiny_model_path):
         engine.cache.flush()
         n = len(ctx)
         extended = ctx + base[690 : 690 + 50]
+    with Engine(tmp_path / "d") as engine:  # a restart: the cells left in the seq are gone
+        model = engine.load_model("m", _config(tiny_model_path, policy=CachePolicy(
+            min_tokens=8, cold_min_tokens=100000, cold_max_tokens=200000, boundary_trim_tokens=4,
+            boundary_align_tokens=2048, continued_interval=100000,
+        )))
         _, stats = _run(model, extended, n=4)
         assert stats.cache_hit_kind == "partial"
         assert stats.cache_delta.read == n
@@ -176,6 +193,8 @@ def test_corrupt_blob_goes_cold(tmp_path, tiny_model_path):
         data = bytearray(blob.read_bytes())
         data[len(data) // 2] ^= 0xFF
         blob.write_bytes(bytes(data))
+    with Engine(tmp_path / "d") as engine:  # a restart: the prompt's cells left in the seq are gone
+        model = engine.load_model("m", _config(tiny_model_path))
         before = engine.counters()["corrupt_files"]
         _, stats = _run(model, prompt, n=3)
         assert stats.cache_hit_kind == "cold"

@@ -148,6 +148,22 @@ def test_a_session_resumed_after_cells_were_freed_equals_a_cold_run(tmp_path, mo
     _assert_same_logits(turn2, cold, warm)
 
 
+def test_a_follow_up_from_a_freed_seqs_cells_equals_a_cold_run(tmp_path, model_path):
+    """A client that sends no session id: turn 1 ends and its seq goes free still holding its
+    cells (``SeqPool.leave``); turn 2 re-sends the conversation, takes that seq and starts
+    from them instead of the cache — and equals a cold run of turn 2's prompt."""
+    with Engine(tmp_path / "d") as engine:
+        model = engine.load_model("m", _config(model_path, n_seq_max=2))
+        ids1, _ = _run(model, _chat(model, QUESTIONS[1]))
+        reply = model.detokenize(ids1)
+        turn2 = _chat(model, "And another one about snow.",
+                      [{"role": "user", "content": QUESTIONS[1]}, {"role": "assistant", "content": reply}])
+        warm, stats = _run(model, turn2)
+        assert stats.cache_hit_kind == "sticky"  # the seq's own cells, not a restore
+    cold = _cold(tmp_path, model_path, turn2)
+    _assert_same_logits(turn2, cold, warm)
+
+
 def test_warm_from_a_cold_split_save_equals_cold(tmp_path, model_path):
     with Engine(tmp_path / "d") as engine:
         model = engine.load_model("m", _config(model_path))
@@ -158,6 +174,9 @@ def test_warm_from_a_cold_split_save_equals_cold(tmp_path, model_path):
         assert stats.finish_key is not None and engine.cache.delete(stats.finish_key)
         split = ((len(first) - POLICY.boundary_trim_tokens) // 32) * 32
         other = first[:split] + model.tokenize(" Answer the last one.")
+    # A restart: the first request's cells (left in its free seq) are gone; the cache is not.
+    with Engine(tmp_path / "d") as engine:
+        model = engine.load_model("m", _config(model_path))
         warm, stats = _run(model, other)
         assert stats.cache_hit_kind == "partial"
         assert stats.cache_delta.read == split  # restored from the cold-split row

@@ -14,6 +14,7 @@ from dataclasses import replace
 import pytest
 
 from app.cache.keys import KeyMeta
+from app.engine.backend import DecodeOp
 from app.engine.cache_hooks import Hit, Miss, NullCache
 from app.engine.config import ModelConfig
 from app.engine.errors import DecodeFailed, EngineError, GrammarFailed, InvalidRequest
@@ -202,8 +203,12 @@ def test_a_sampler_that_cannot_be_freed_gives_its_request_one_error():
 
 
 def test_a_seq_that_cannot_be_cleared_at_release_is_quarantined():
+    """A failed request's seq is cleared as it is given back (a finished one without a session
+    leaves its cells for the next taker, ``SeqPool.leave``); when clearing fails too, the seq
+    is quarantined."""
     h = make(FaultyBackend(n_seq_max=1))
     a = h.admit("a", response_tokens=2)
+    h.stub.arm("decode", RuntimeError("decode failed"), when=lambda ops: any(isinstance(op, DecodeOp) for op in ops))
     h.stub.arm("seq_rm", RuntimeError("seq_rm failed"))
     h.tick_while(h.sch.is_busy)  # run, but leave the idle clean-up to the test
     assert errors(h, a) == ["engine_error"]
@@ -245,13 +250,15 @@ def test_a_stale_seq_that_cannot_be_cleared_when_idle_is_cleared_before_reuse():
     long_ = h.admit("long", response_tokens=6)
     short = h.admit("short", response_tokens=1)
     h.tick()
+    sampler_short = h.sch.reqs[1].sampler  # a failed request's seq is cleared as it is given back
+    h.stub.arm("free_sampler", RuntimeError("free failed"), when=lambda s: s is sampler_short)
     for _ in range(2):  # at the release, then at the idle clean-up
         h.stub.arm("seq_rm", RuntimeError("seq_rm failed"), when=lambda seq, start: seq == 1)
     h.tick()  # short ends while long runs; clearing its seq fails: quarantined
     assert h.sch.pool.stale == {1}
     h.run()  # ends with the idle clean-up, which fails for seq 1 too
     assert errors(h, long_, short) == ["done", "engine_error"]
-    assert h.stub.raised == ["seq_rm", "seq_rm"] and h.stub.kv[1] != []
+    assert h.stub.raised == ["free_sampler", "seq_rm", "seq_rm"] and h.stub.kv[1] != []
     h.sch.pool.check(h.sch.reqs)
     ref = h.admit("again", response_tokens=2)  # the lowest free seq first: 0, then 1
     ref2 = h.admit("again 2", response_tokens=2)

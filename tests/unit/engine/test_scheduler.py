@@ -593,14 +593,23 @@ def test_a_request_can_share_the_head_of_one_that_is_itself_waiting_to_share(mak
     assert stats[2].cache_delta.read == len(HEAD + "How do I ")
 
 
-def test_a_seq_released_while_others_run_is_cleared_at_once(make_model):
-    # One KV stream per seq: freeing a finished seq's cells cannot reorder another seq's.
-    model, stub = make_model(StubBackend(n_seq_max=2, step_delay=0.002))
+def test_a_seq_released_while_others_run_keeps_its_cells_for_the_next_request(make_model):
+    """A session-less request leaves its cells in its free seq (``SeqPool.leave``); the next
+    request on that seq whose prompt extends them prefills only its new tokens, with the cache
+    on (one KV stream per seq: the cells left behind never reorder another seq's). A prompt
+    that shares less than a conversation's worth (``SHARE_MIN_TOKENS``) starts cold."""
+    model, stub = make_model(StubBackend(n_seq_max=2, step_delay=0.002), cache_enabled=True)
     long_ = model.infer(tok("long"), response_tokens=40)
-    short = model.complete("short", response_tokens=2)
-    assert not long_.done
-    assert not any(kv[: len("short")] == tok("short") for kv in stub.kv.values())
-    assert len(short.generated) == 2
+    short = model.complete(HEAD + "short", response_tokens=2)
+    assert not long_.done and len(short.generated) == 2
+    held = tok(HEAD + "short") + list(short.generated)
+    assert stub.kv[1] == held
+    stub.prefilled.clear()
+    follow = model.complete(model.detokenize([*held, *tok(" more")]), response_tokens=2)
+    assert (follow.cache_hit_kind, follow.cache_delta.read) == ("sticky", len(held))
+    assert stub.prefilled[1] == len(" more")
+    other = model.complete("unrelated", response_tokens=2)  # shares nothing: the cells are cleared first
+    assert other.cache_hit_kind == "cold" and len(other.generated) == 2
     long_.cancel()
     long_.result(timeout=10)
 
