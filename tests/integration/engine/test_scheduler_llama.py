@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from app.engine.events import Done, Error, TokenId
+from app.engine.events import Done, Error
 from app.engine.llama_backend import LlamaBackend
 from tests.unit.engine.harness import Harness, make
 
@@ -26,7 +26,7 @@ def harness(tiny_model_path: Path) -> Iterator[Harness]:
 
 
 def ids(h: Harness, ref: int) -> list[int]:
-    return [e.id for e in h.events[ref] if isinstance(e, TokenId)]
+    return h.token_ids(ref)
 
 
 def test_a_refused_op_fails_only_its_request_on_llama(harness: Harness) -> None:

@@ -13,7 +13,7 @@ import pytest
 from app.cache import seqstate
 from app.cache.policy import CachePolicy
 from app.engine import Engine, ModelConfig
-from app.engine.events import Done, TokenId
+from app.engine.events import Done
 from app.engine.llama_backend import LlamaBackend
 from tests.helpers.forced_drafts import always_draft
 from tests.unit.engine.harness import Harness, make
@@ -69,7 +69,7 @@ def prompt_of(h: Harness) -> list[int]:
 
 
 def ids(h: Harness, ref: int) -> list[int]:
-    return [e.id for e in h.events[ref] if isinstance(e, TokenId)]
+    return h.token_ids(ref)
 
 
 def packed_session(h: Harness, sid: str) -> bytes:

@@ -12,7 +12,7 @@ from app.engine.admission import Admission
 from app.engine.backend import DecodeOp, PrefillOp
 from app.engine.cache_hooks import CacheHooks, NullCache
 from app.engine.config import ModelConfig
-from app.engine.events import Done, Error, Event
+from app.engine.events import Done, Error, Event, TokenId
 from app.engine.request import Mode
 from app.engine.scheduler import Scheduler
 from app.engine.validation import parse_options
@@ -103,6 +103,18 @@ class Harness:
 
     def text(self, ref: int) -> str:
         return "".join(getattr(e, "text", "") for e in self.events[ref] if type(e).__name__ == "Token")
+
+    def token_ids(self, ref: int) -> list[int]:
+        """The token ids ``ref`` was sent, in order."""
+        return [e.id for e in self.events[ref] if isinstance(e, TokenId)]
+
+    def run_to_done(self, text: str | list[int], **opts: Any) -> tuple[int, Done]:
+        """Admit one request, run until idle, and return it with its ``Done`` (asserted)."""
+        ref = self.admit(text, **opts)
+        self.run()
+        done = self.outcome(ref)
+        assert isinstance(done, Done), done
+        return ref, done
 
 
 def describe(op: Any) -> list[Any]:

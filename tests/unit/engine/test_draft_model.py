@@ -17,7 +17,7 @@ from app.engine import Engine, ModelConfig, draft_model
 from app.engine.backend import MemoryCaps
 from app.engine.draft_model import DraftModel, check_compatible
 from app.engine.errors import InvalidRequest, NotFound
-from app.engine.events import Done, TokenId
+from app.engine.events import Done
 from tests.helpers.stub_backend import FaultyBackend, StubBackend
 from tests.unit.engine.harness import Harness, make, tok
 
@@ -46,15 +46,11 @@ def harness(stub: StubBackend, draft: StubBackend | None = None, **cfg: Any) -> 
 
 
 def run(h: Harness, prompt: str | list[int] = PROMPT, **opts: Any) -> tuple[int, Done]:
-    ref = h.admit(prompt, **opts)
-    h.run()
-    done = h.outcome(ref)
-    assert isinstance(done, Done)
-    return ref, done
+    return h.run_to_done(prompt, **opts)
 
 
 def ids(h: Harness, ref: int) -> list[int]:
-    return [e.id for e in h.events[ref] if isinstance(e, TokenId)]
+    return h.token_ids(ref)
 
 
 def test_a_draft_model_that_agrees_drafts_what_the_prompt_does_not_hold():

@@ -12,7 +12,7 @@ import pytest
 from app.engine import speculation
 from app.engine.backend import MemoryCaps
 from app.engine.cache_hooks import NullCache
-from app.engine.events import Done, TokenId
+from app.engine.events import Done
 from app.engine.speculation import (
     DECAY_IDLE,
     NgramDrafter,
@@ -41,15 +41,11 @@ def harness(stub: StubBackend, **cfg: Any) -> Harness:
 
 
 def run(h: Harness, prompt: str = PROMPT, **opts: Any) -> tuple[int, Done]:
-    ref = h.admit(prompt, **opts)
-    h.run()
-    done = h.outcome(ref)
-    assert isinstance(done, Done)
-    return ref, done
+    return h.run_to_done(prompt, **opts)
 
 
 def ids(h: Harness, ref: int) -> list[int]:
-    return [e.id for e in h.events[ref] if isinstance(e, TokenId)]
+    return h.token_ids(ref)
 
 
 # ------------------------------------------------------------------ the drafter
