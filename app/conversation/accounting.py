@@ -42,7 +42,7 @@ REUSE_KINDS = (
     ReuseKind("session", "Held for its chat", ("hits_sticky",),
               "The chat's own memory was still in the model: only the new text was read."),
     ReuseKind("live", "Shared with a running chat", ("hits_live",),
-              "Started from what a request running at the same time had already read."),
+              "Started from what another request (running, or finished with its cells kept) had already read."),
     ReuseKind("cache", "Restored from the cache", ("hits_exact", "hits_resume", "hits_longest_prefix"),
               "Loaded from a saved conversation (in RAM or on disk) instead of read again."),
     ReuseKind("none", "Read in full", ("misses",),

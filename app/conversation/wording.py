@@ -49,7 +49,7 @@ def reuse_words(stats: ReplyStats, conversation_id: str = "", title_of: TitleOf 
         if source == "session":
             return f"reused {n:,} of {prompt:,} prompt tokens still held for this chat"
         if source == "live":
-            return f"shared {n:,} of {prompt:,} prompt tokens with {where or 'a running chat'}"
+            return f"shared {n:,} of {prompt:,} prompt tokens with {where or 'another request still held in memory'}"
         return f"restored {n:,} of {prompt:,} prompt tokens of {where or 'a saved chat'} from the cache"
     return _kind_words(stats)
 

@@ -129,6 +129,11 @@ class Reuser:
         self._backend.seq_rm(req.seq_id, n)
         req.context_tokens = list(req.prompt_tokens[:n])
         req.prefill_cursor = list(req.prompt_tokens[n:])
+        if own.session_id is None:  # a free seq's leftover: another request's cells, kept
+            req.cache.reused("partial", n)
+            req.cache.reuse = Reuse("live", n, shared, None, None)
+            cache.count_live()
+            return
         req.cache.reused("sticky", n)
         req.cache.reuse = Reuse("session", n, shared, None, own.session_id)
         cache.count_sticky()

@@ -55,5 +55,5 @@ def _origin(reuse: Reuse, session_id: str | None, title_of: TitleOf | None) -> s
     else:
         whose = ""
     if reuse.source == "live":
-        return f"shared with {whose or 'a request running at the same time'}"
+        return f"shared with {whose or 'another request still held in memory'}"
     return f"from {whose}" if whose else "from a saved conversation"

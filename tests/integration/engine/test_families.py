@@ -124,8 +124,8 @@ def test_four_chats_that_start_together(client: Client) -> None:
 def test_a_miss_says_why(client: Client, family: str) -> None:
     client.turn([user("Tell me about lighthouses and the people who kept them.")])
     _, stats = client.turn([user("Tell me about windmills.")])
-    # "session": the shared head from the cells the first turn left in its free seq (a state
+    # "live": the shared head from the cells the first turn left in its free seq (a state
     # that can be cut; SeqPool.leave), where the cache would otherwise have served it.
-    assert stats.reuse.source in ("cache", "session", "none")
+    assert stats.reuse.source in ("cache", "live", "none")
     if stats.reuse.source == "none":
         assert stats.reuse.miss_reason == ("too_short" if family == "llama" else "no_checkpoint")

@@ -30,7 +30,7 @@ def test_words_for_each_source_and_miss():
         "reused 300 of 340 prompt tokens still held in memory for this chat"
     )
     assert reuse_words(Reuse("live", 40, 40, None, None), 60) == (
-        "reused 40 of 60 prompt tokens shared with a request running at the same time"
+        "reused 40 of 60 prompt tokens shared with another request still held in memory"
     )
     assert reuse_words(Reuse("cache", 64, 64, None, None), 80) == (
         "reused 64 of 80 prompt tokens from a saved conversation"

@@ -606,7 +606,8 @@ def test_a_seq_released_while_others_run_keeps_its_cells_for_the_next_request(ma
     assert stub.kv[1] == held
     stub.prefilled.clear()
     follow = model.complete(model.detokenize([*held, *tok(" more")]), response_tokens=2)
-    assert (follow.cache_hit_kind, follow.cache_delta.read) == ("sticky", len(held))
+    assert (follow.cache_hit_kind, follow.cache_delta.read) == ("partial", len(held))
+    assert follow.stats.reuse.source == "live" and follow.stats.reuse.origin_session is None
     assert stub.prefilled[1] == len(" more")
     other = model.complete("unrelated", response_tokens=2)  # shares nothing: the cells are cleared first
     assert other.cache_hit_kind == "cold" and len(other.generated) == 2
