@@ -147,8 +147,3 @@ class ConversationState:
             self.storage.delete_setting(policy_key(cid))
         else:
             self.storage.set_setting(policy_key(cid), policy.value)
-
-    def forget(self, cid: str) -> None:
-        """Drop a conversation's records (when it is purged)."""
-        for key in (session_key(cid), window_key(cid), policy_key(cid), failure_key(cid)):
-            self.storage.delete_setting(key)

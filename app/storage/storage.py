@@ -121,7 +121,9 @@ class Storage(MessageStore):
             return conversation_record(row)
 
     def purge_deleted(self) -> int:
-        """Remove soft-deleted conversations and their messages for good."""
+        """Remove soft-deleted conversations, their messages and every per-chat setting for
+        good: the records keyed ``<kind>/<conversation id>`` (session, window, overflow policy,
+        failure, type-ahead, and any added later)."""
         with self._session() as s:
             ids = list(
                 s.scalars(select(ConversationRow.id).where(ConversationRow.deleted_at.is_not(None)))
@@ -129,9 +131,8 @@ class Storage(MessageStore):
             if ids:
                 s.execute(delete(MessageRow).where(MessageRow.conversation_id.in_(ids)))
                 s.execute(delete(ConversationRow).where(ConversationRow.id.in_(ids)))
-                s.execute(
-                    delete(SettingRow).where(SettingRow.key.in_([session_key(i) for i in ids]))
-                )
+                per_chat = [SettingRow.key.endswith(f"/{i}", autoescape=True) for i in ids]
+                s.execute(delete(SettingRow).where(or_(*per_chat)))
             return len(ids)
 
     def search(self, query: str) -> list[Conversation]:

@@ -100,14 +100,25 @@ def test_branch_with_siblings_matches_the_per_message_calls(store):
     assert store.branch_with_siblings(store.create_conversation().id) == []
 
 
-def test_purge_removes_session_state(store):
+def test_purge_removes_every_per_chat_record(store):
+    """A purged chat leaves no record behind: its session state, window, overflow policy,
+    failure and type-ahead switch (each keyed ``<kind>/<id>``); a kept chat's and the app's
+    own settings stay."""
+    from app.conversation.state import failure_key, policy_key, window_key
+    from app.conversation.type_ahead import chat_key
     from app.storage import session_key
 
-    cid = store.create_conversation().id
-    store.set_setting(session_key(cid), {"model_id": "m", "prompt": [1, 2]})
-    store.delete_conversation(cid)
-    store.purge_deleted()
-    assert store.get_setting(session_key(cid)) is None
+    keyed = (session_key, window_key, policy_key, failure_key, chat_key)
+    gone, kept = store.create_conversation().id, store.create_conversation().id
+    for cid in (gone, kept):
+        for key in keyed:
+            store.set_setting(key(cid), {"of": cid})
+    store.set_setting("last_conversation", gone)
+    store.delete_conversation(gone)
+    assert store.purge_deleted() == 1
+    assert [key(gone) for key in keyed if store.get_setting(key(gone)) is not None] == []
+    assert all(store.get_setting(key(kept)) == {"of": kept} for key in keyed)
+    assert store.get_setting("last_conversation") == gone
 
 
 def test_regenerate_adds_sibling_reply(store):
