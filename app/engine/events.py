@@ -193,6 +193,8 @@ class SlotInfo:
     num_drafted: int = 0
     num_accepted: int = 0
     """The running request's speculation counters (see ``Stats.drafted_tokens``)."""
+    draft_length: int = 0
+    """Draft tokens the running request's last decode pushed (its adaptive draft length)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,3 +237,6 @@ class SchedulerSnapshot:
     """Draft tokens pushed and accepted since the model loaded (beyond SPEC)."""
     draft_model: str | None = None
     """The id of the attached draft model (``Model.use_draft``), if any (beyond SPEC)."""
+    draft_max: int = 0
+    """The most draft tokens a decode row carries unless a request says otherwise
+    (``ModelConfig.draft_max``; the adaptive length is at most this; beyond SPEC)."""

@@ -113,7 +113,9 @@ class Scheduler:
             backend, config, has_tool_markers=tool_markers is not None, save_due=self.saver.continued_due
         )
         self.loop = SchedulerLoop(self)
-        self.snapshot = SchedulerSnapshot(slots=self._slots(), speculative=self.speculator.enabled)
+        self.snapshot = SchedulerSnapshot(
+            slots=self._slots(), speculative=self.speculator.enabled, draft_max=self._draft_max_setting()
+        )
         """Lock-free observability: replaced whole after every loop iteration."""
         self._ticks: deque[TickInfo] = deque(maxlen=120)
         self._num_generated = 0
@@ -438,7 +440,11 @@ class Scheduler:
             num_drafted=self.speculator.num_drafted,
             num_accepted=self.speculator.num_accepted,
             draft_model=None if self.speculator.draft is None else self.speculator.draft.model_id,
+            draft_max=self._draft_max_setting(),
         )
+
+    def _draft_max_setting(self) -> int:
+        return self.config.draft_max if self.speculator.enabled else 0
 
     def _slots(self) -> tuple[SlotInfo, ...]:
         owners = {s.seq_id: (sid, len(s.tokens)) for sid, s in self.pool.sessions.items()}
@@ -450,7 +456,8 @@ class Scheduler:
                 if req.is_background:
                     busy = "reading_ahead"
                 slots.append(SlotInfo(
-                    seq, busy, req.options.session_id, len(req.context_tokens), req.num_drafted, req.num_accepted
+                    seq, busy, req.options.session_id, len(req.context_tokens), req.num_drafted, req.num_accepted,
+                    len(req.drafted),
                 ))  # fmt: skip
             elif seq in owners:
                 slots.append(SlotInfo(seq, "pinned", owners[seq][0], owners[seq][1]))

@@ -103,7 +103,7 @@ async def status(request: Request) -> dict[str, Any]:
             "slots": [dataclasses.asdict(s) for s in snap.slots],
             "speculation": {
                 "enabled": snap.speculative, "drafted": snap.num_drafted, "accepted": snap.num_accepted,
-                "draft_model": snap.draft_model,
+                "draft_max": snap.draft_max, "draft_model": snap.draft_model,
             },
         })  # fmt: skip
     live = [dataclasses.asdict(r) for r in state.activity.live()]

@@ -68,8 +68,27 @@ def test_status_reports_drafted_and_accepted_tokens(server: ServerThread) -> Non
     spec = models["tiny"]["speculation"]
     assert spec["enabled"] is True
     assert spec["drafted"] > 0 and 0 <= spec["accepted"] <= spec["drafted"]
-    assert models["plain"]["speculation"] == {"enabled": False, "drafted": 0, "accepted": 0, "draft_model": None}
-    assert spec["draft_model"] is None
+    assert models["plain"]["speculation"] == {
+        "enabled": False, "drafted": 0, "accepted": 0, "draft_max": 0, "draft_model": None,
+    }  # fmt: skip
+    assert spec["draft_model"] is None and spec["draft_max"] == 16  # the setting: ModelConfig's default
     record = doc["recent"][-1]
     assert (record["drafted_tokens"], record["accepted_tokens"]) == (spec["drafted"], spec["accepted"])
-    assert all({"num_drafted", "num_accepted"} <= set(slot) for slot in models["tiny"]["slots"])
+    assert all({"num_drafted", "num_accepted", "draft_length"} <= set(slot) for slot in models["tiny"]["slots"])
+
+
+def test_status_reports_the_draft_length_setting(tiny_model_path: Path, tmp_path: Path) -> None:
+    engine = Engine(tmp_path)
+    try:
+        engine.load_model("short", ModelConfig(path=str(tiny_model_path), n_ctx=512, n_seq_max=1, n_threads=1,
+                                               draft_max=3))  # fmt: skip
+        config = ServerConfig(port=0)
+        thread = ServerThread(create_app(engine, config), config)
+        thread.start()
+        try:
+            spec = status(thread)["models"][0]["speculation"]
+        finally:
+            thread.stop()
+    finally:
+        engine.close()
+    assert spec == {"enabled": True, "drafted": 0, "accepted": 0, "draft_max": 3, "draft_model": None}
