@@ -463,6 +463,10 @@ class ChatView(QStackedWidget):
                 page.sync_live()
         self.setCurrentWidget(page)
 
+    def page_of(self, cid: str | None) -> ConversationPage | None:
+        """The kept page of ``cid`` (None if it has none now)."""
+        return self._pages.get(cid)
+
     def forget(self, cid: str) -> None:
         """Drop a conversation's page (deleted conversation)."""
         page = self._pages.pop(cid, None)
