@@ -64,11 +64,15 @@ class CacheHooks(Protocol):
 
     def lookup(
         self, meta: KeyMeta, prompt: Sequence[int], parent_key: bytes | None, session_id: str | None = None,
-        *, min_tokens: int = MIN_RESTORE_TOKENS, count: bool = True,
+        *, min_tokens: int = MIN_RESTORE_TOKENS,
     ) -> Hit | Miss:
         """``min_tokens``: a hit shares at least this many tokens (admission passes what a
         live seq already offers, plus one, so the cache is read only when it does better).
-        ``count=False``: a hit is not counted (type-ahead's reads are no requests)."""
+        Nothing is counted: a hit counts once its row is in the seq (``count_hit``)."""
+        ...
+
+    def count_hit(self, source: str) -> None:
+        """A request started from a cache row (``Hit.source``) that loaded."""
         ...
 
     def count_miss(self) -> None: ...
@@ -114,9 +118,12 @@ class NullCache:
 
     def lookup(
         self, meta: KeyMeta, prompt: Sequence[int], parent_key: bytes | None, session_id: str | None = None,
-        *, min_tokens: int = MIN_RESTORE_TOKENS, count: bool = True,
+        *, min_tokens: int = MIN_RESTORE_TOKENS,
     ) -> Hit | Miss:
         return Miss("nothing_shared", 0)
+
+    def count_hit(self, source: str) -> None:
+        pass
 
     def count_miss(self) -> None:
         pass
@@ -164,9 +171,12 @@ class QuietCache:
 
     def lookup(
         self, meta: KeyMeta, prompt: Sequence[int], parent_key: bytes | None, session_id: str | None = None,
-        *, min_tokens: int = MIN_RESTORE_TOKENS, count: bool = True,
+        *, min_tokens: int = MIN_RESTORE_TOKENS,
     ) -> Hit | Miss:
-        return self._inner.lookup(meta, prompt, parent_key, session_id, min_tokens=min_tokens, count=False)
+        return self._inner.lookup(meta, prompt, parent_key, session_id, min_tokens=min_tokens)
+
+    def count_hit(self, source: str) -> None:
+        pass
 
     def count_miss(self) -> None:
         pass
@@ -231,7 +241,7 @@ class StoreCache:
 
     def lookup(
         self, meta: KeyMeta, prompt: Sequence[int], parent_key: bytes | None, session_id: str | None = None,
-        *, min_tokens: int = MIN_RESTORE_TOKENS, count: bool = True,
+        *, min_tokens: int = MIN_RESTORE_TOKENS,
     ) -> Hit | Miss:
         """The longest prefix of ``prompt`` held anywhere (exact row, the ``parent_key`` row,
         or any row sharing a head with it), cut to the shared cells; else why not.
@@ -241,13 +251,14 @@ class StoreCache:
         got = self.store.find(meta, prompt, parent_key=parent_key, min_tokens=max(min_tokens, MIN_RESTORE_TOKENS))
         if isinstance(got, NotFound):
             return Miss(got.reason, got.tokens_shared)
-        if count:
-            self.store.count(f"hits_{got.source}")
         kind: Literal["exact", "partial"] = "exact" if got.n == len(prompt) else "partial"
         return Hit(
             kind, got.source, tuple(prompt[: got.n]), got.payload, got.row.n_tokens,
             got.row.session_id or None,
         )  # fmt: skip
+
+    def count_hit(self, source: str) -> None:
+        self.store.count(f"hits_{source}")
 
     def count_miss(self) -> None:
         self.store.count("misses")

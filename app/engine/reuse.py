@@ -122,6 +122,7 @@ class Reuser:
         req.prefill_cursor = list(prompt[keep:])
         req.cache.reused(hit.kind, n)
         req.cache.reuse = Reuse("cache", keep, shared, None, hit.origin_session)
+        cache.count_hit(hit.source)  # only now: a row that did not load is no hit
         return True
 
     def _trim_own(self, cache: CacheHooks, req: Request, own: OwnSeq, n: int, shared: int) -> None:

@@ -14,8 +14,9 @@ from dataclasses import replace
 import pytest
 
 from app.cache.keys import KeyMeta
+from app.cache.store import CacheStore
 from app.engine.backend import DecodeOp
-from app.engine.cache_hooks import Hit, Miss, NullCache
+from app.engine.cache_hooks import Hit, Miss, NullCache, StoreCache
 from app.engine.config import ModelConfig
 from app.engine.errors import DecodeFailed, EngineError, GrammarFailed, InvalidRequest
 from app.engine.events import Done, Error
@@ -84,7 +85,7 @@ class RaisingLookup(NullCache):
 
     def lookup(
         self, meta: KeyMeta, prompt: Sequence[int], parent_key: bytes | None, session_id: str | None = None,
-        *, min_tokens: int = 2, count: bool = True,
+        *, min_tokens: int = 2,
     ) -> Hit | Miss:
         raise ValueError("'I' format requires 0 <= number <= 4294967295")
 
@@ -97,6 +98,30 @@ def test_a_raw_error_during_admission_never_leaks_a_seq():
     h.sch.pool.check(h.sch.reqs)
     h.sch.admission._cache = NullCache(ModelConfig(path="stub").cache_policy)
     assert_serving(h)
+
+
+def test_a_row_that_does_not_load_counts_as_a_miss_not_a_hit(tmp_path, caplog):
+    """A real store holds a row for the prompt's head whose bytes the backend cannot load (a
+    damaged state): the request goes on cold with the cold reply, and the counters say one
+    miss and no hit — the row was found, but nothing of it was used."""
+    prompt = "a prompt long enough to be looked up in the cache"
+    with CacheStore(tmp_path / "data", ram_file_dir=tmp_path / "shm") as store:
+
+        def hooks(config: ModelConfig) -> StoreCache:
+            return StoreCache(store, model_id="m", policy=config.cache_policy, tier="ram", context_size=4096, quant_bits=16)
+
+        h = make(FaultyBackend(n_seq_max=1), cache=hooks, cache_enabled=True)
+        meta = h.sch.admission.meta
+        assert h.sch.admission._cache.save(meta, tok(prompt)[:-4], b"not,a,state", "cold", 0)
+        assert h.sch.admission._cache.store.flush()
+        ref, done = h.run_to_done(prompt, response_tokens=3)
+        assert "did not load" in caplog.text  # found, tried, failed
+        assert done.stats.cache_hit_kind == "cold" and done.stats.reuse.source == "none"
+        counters = store.counters()
+        assert [counters[k] for k in ("hits_exact", "hits_resume", "hits_longest_prefix", "misses")] == [0, 0, 0, 1]
+    cold = make(FaultyBackend(n_seq_max=1))
+    cold_ref, _ = cold.run_to_done(prompt, response_tokens=3)
+    assert h.token_ids(ref) == cold.token_ids(cold_ref)
 
 
 def test_a_waiting_admission_that_cannot_start_gets_one_error():
