@@ -289,6 +289,8 @@ class ModelEntry:
     n_head_kv: int | None = None
     head_dim_k: int | None = None
     head_dim_v: int | None = None
+    kv_heads_per_layer: tuple[int, ...] = ()  # KV heads of each layer; 0: a recurrent layer (hybrids)
+    recurrent_bytes_per_seq: int = 0  # the f32 recurrent state a sequence keeps, whatever its length
     general_name: str | None = None  # general.name from the metadata
     memory_kind: str = "attention"  # attention | sliding_window | recurrent | hybrid (see below)
     broken: str | None = None
@@ -310,6 +312,8 @@ HYBRID_ARCHITECTURES = frozenset({
     "qwen35moe", "qwen4exp", "deepseek4", "minimax-01",
 })  # fmt: skip
 """llama.cpp's hybrid (recurrent + attention) architectures (``llm_arch_is_hybrid``)."""
+INTERVAL_HYBRIDS = frozenset({"qwen3next", "qwen35", "qwen35moe", "qwen4exp"})
+"""Hybrids whose attention layers are every ``full_attention_interval``-th (default 4)."""
 
 
 def memory_kind(arch: str | None, n_swa: int | None) -> str:
@@ -320,6 +324,46 @@ def memory_kind(arch: str | None, n_swa: int | None) -> str:
     if arch in RECURRENT_ARCHITECTURES:
         return "recurrent"
     return "sliding_window" if n_swa else "attention"
+
+
+def _kv_heads_per_layer(arch: str | None, md: dict[str, Any], n_layer: int | None, n_head_kv: int | None) -> tuple[int, ...]:
+    """``attention.head_count_kv`` per layer: an array in most hybrids (0 marks a recurrent
+    layer); one number for every layer otherwise, except in the hybrids that say which layers
+    attend by ``full_attention_interval`` (every n-th; 4 when absent, as llama.cpp reads them)."""
+    value = md.get(f"{arch}.attention.head_count_kv")
+    if isinstance(value, list | tuple):
+        heads = [_int_or_none(v) for v in value]
+        return tuple(h or 0 for h in heads) if all(h is not None for h in heads) else ()
+    if not n_layer or not n_head_kv:
+        return ()
+    interval = _int_or_none(md.get(f"{arch}.full_attention_interval"))
+    if interval is None and arch in INTERVAL_HYBRIDS:
+        interval = 4
+    if interval and interval > 0 and arch in HYBRID_ARCHITECTURES:
+        return tuple(n_head_kv if (i + 1) % interval == 0 else 0 for i in range(n_layer))
+    return (n_head_kv,) * n_layer
+
+
+def _recurrent_bytes_per_seq(arch: str | None, md: dict[str, Any], kv_heads: tuple[int, ...]) -> int:
+    """The f32 recurrent state of one sequence (llama.cpp's ``n_embd_r`` + ``n_embd_s`` per
+    recurrent layer, ``llama_memory_recurrent``): the conv/shift state and the SSM state.
+    0 for attention-only models and for layouts this does not know."""
+    if arch not in RECURRENT_ARCHITECTURES and arch not in HYBRID_ARCHITECTURES:
+        return 0
+
+    def get(key: str) -> int:
+        return _int_or_none(md.get(f"{arch}.{key}")) or 0
+
+    n_layer, n_embd = get("block_count"), get("embedding_length")
+    layers = sum(1 for h in kv_heads if h == 0) if kv_heads else n_layer
+    if get("shortconv.l_cache"):  # lfm2: a short convolution's last tokens
+        per_layer = n_embd * (get("shortconv.l_cache") - 1)
+    elif get("wkv.head_size"):  # rwkv: two token shifts and the wkv state
+        per_layer = 2 * n_embd + n_embd * get("wkv.head_size")
+    else:  # mamba and the SSM hybrids
+        d_conv, d_inner, d_state = get("ssm.conv_kernel"), get("ssm.inner_size"), get("ssm.state_size")
+        per_layer = max(d_conv - 1, 0) * (d_inner + 2 * get("ssm.group_count") * d_state) + d_state * d_inner
+    return layers * per_layer * 4
 
 
 def entry_from_header(path: Path, header: GGUFHeader, *, is_default: bool = False) -> ModelEntry:
@@ -343,6 +387,7 @@ def entry_from_header(path: Path, header: GGUFHeader, *, is_default: bool = Fals
     n_embd = arch_int("embedding_length")
     head_dim = n_embd // n_head if n_embd and n_head else None
     general_name = md.get("general.name")
+    kv_heads = _kv_heads_per_layer(arch, md, arch_int("block_count"), n_head_kv)
     return ModelEntry(
         path=path,
         name=path.stem,
@@ -360,6 +405,8 @@ def entry_from_header(path: Path, header: GGUFHeader, *, is_default: bool = Fals
         n_head_kv=n_head_kv,
         head_dim_k=arch_int("attention.key_length") or head_dim,
         head_dim_v=arch_int("attention.value_length") or head_dim,
+        kv_heads_per_layer=kv_heads,
+        recurrent_bytes_per_seq=_recurrent_bytes_per_seq(arch, md, kv_heads),
         memory_kind=memory_kind(arch, arch_int("attention.sliding_window")),
     )
 
@@ -381,20 +428,47 @@ def read_entry(path: Path | str, *, is_default: bool = False) -> ModelEntry:
                           quant=quant_from_filename(path.name), is_default=is_default)
 
 
-def estimate_memory(entry: ModelEntry, n_ctx: int, n_seq_max: int = 1) -> int:
-    """Bytes a load is expected to need: the weights plus an f16 KV cache.
+CELL_BYTES = {"f32": 4.0, "f16": 2.0, "q8_0": 34 / 32, "q5_1": 24 / 32, "q5_0": 22 / 32, "q4_1": 20 / 32, "q4_0": 18 / 32}
+"""Bytes a KV value takes in each cell type llama.cpp accepts (blocks of 32 for the quants)."""
+DEFAULT_TYPE_K, DEFAULT_TYPE_V = "q8_0", "f16"  # the engine's defaults (app.engine.config)
 
-    ``n_ctx`` is per sequence (SPEC §1), so the KV holds ``n_ctx · n_seq_max`` cells, each
-    ``n_layer · n_head_kv · (head_dim_k + head_dim_v)`` f16 values. Compute buffers are not
-    included; they are small next to either term for the models a desktop runs.
-    """
+
+def estimate_kv(entry: ModelEntry, n_ctx: int, n_seq_max: int = 1, *, type_k: str = DEFAULT_TYPE_K,
+                type_v: str = DEFAULT_TYPE_V) -> int:  # fmt: skip
+    """Bytes of the model's memory for ``n_seq_max`` sequences of ``n_ctx`` tokens, as llama.cpp
+    allocates it: the attention KV (``n_ctx · n_seq_max`` cells — ``n_ctx`` is per sequence,
+    SPEC §1 — of each attention layer's ``n_head_kv · head_dim`` K and V values in their cell
+    types; sliding-window layers hold every cell too, ``swa_full``) plus each sequence's
+    fixed recurrent state (recurrent and hybrid models)."""
     if n_ctx <= 0 or n_seq_max <= 0:
         raise ValueError("n_ctx and n_seq_max must be positive")
     kv = 0
-    if entry.n_layer and entry.n_head_kv and entry.head_dim_k and entry.head_dim_v:
-        per_cell = entry.n_layer * entry.n_head_kv * (entry.head_dim_k + entry.head_dim_v) * 2
-        kv = per_cell * n_ctx * n_seq_max
-    return entry.size_bytes + kv
+    if entry.kv_heads_per_layer and entry.head_dim_k and entry.head_dim_v:
+        per_head = entry.head_dim_k * CELL_BYTES[type_k] + entry.head_dim_v * CELL_BYTES[type_v]
+        kv = round(sum(entry.kv_heads_per_layer) * per_head * n_ctx * n_seq_max)
+    return kv + entry.recurrent_bytes_per_seq * n_seq_max
+
+
+def estimate_memory(entry: ModelEntry, n_ctx: int, n_seq_max: int = 1) -> int:
+    """Bytes a load is expected to need: the weights plus the memory of ``estimate_kv`` in
+    the default cell types. Compute buffers are not included; they are small next to either
+    term for the models a desktop runs."""
+    return entry.size_bytes + estimate_kv(entry, n_ctx, n_seq_max)
+
+
+def memory_words(entry: ModelEntry, n_ctx: int, n_seq_max: int) -> str:
+    """What ``estimate_kv`` counts, in words: "KV cache (q8_0 K + f16 V, 4,096 × 2 tokens)",
+    "recurrent state (fixed, 2 sequences)", or both for a hybrid."""
+    parts = []
+    if any(entry.kv_heads_per_layer):
+        attn = sum(1 for h in entry.kv_heads_per_layer if h)
+        plural = "s" if attn > 1 else ""
+        layers = f" of its {attn} attention layer{plural}" if attn < len(entry.kv_heads_per_layer) else ""
+        parts.append(f"KV cache{layers} ({DEFAULT_TYPE_K} K + {DEFAULT_TYPE_V} V, {n_ctx:,} × {n_seq_max} tokens)")
+    if entry.recurrent_bytes_per_seq:
+        seqs = "1 sequence" if n_seq_max == 1 else f"{n_seq_max} sequences"
+        parts.append(f"recurrent state (fixed whatever the length, {seqs})")
+    return " and ".join(parts) or "model memory (unknown layout)"
 
 
 # -- the library ---------------------------------------------------------------------------

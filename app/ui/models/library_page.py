@@ -24,7 +24,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.engine.backend import REUSE_WORDS
-from app.models.library import ModelEntry, ModelLibrary, estimate_memory
+from app.models.library import ModelEntry, ModelLibrary, estimate_memory, memory_words
 from app.ui.models.settings import LoadSettings, load_settings_for, save_settings_for
 from app.ui.models.widgets import MessageCard, beside_card, button, caption, section, side_card
 from app.ui.qt_models.model_library import COL_NAME, LibraryTableModel
@@ -367,7 +367,7 @@ class LibraryPage(QWidget):
         self.memory_label.setText(f"≈ {human_bytes(total)}")
         self.memory_detail.setText(
             f"{human_bytes(e.size_bytes)} of weights + {human_bytes(total - e.size_bytes)} of "
-            f"KV cache (f16, {s.n_ctx:,} × {s.n_seq_max} tokens); compute buffers come on top.")
+            f"{memory_words(e, s.n_ctx, s.n_seq_max)}; compute buffers come on top.")
 
 
 def _subtitle(e: ModelEntry, row: LibraryRow) -> str:

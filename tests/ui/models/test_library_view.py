@@ -65,7 +65,7 @@ def test_table_lists_models_adapters_and_broken_files(
     assert lib.select_path(lora)
     assert not lib.load_button.isEnabled()
 
-    # The estimate follows the settings: weights + f16 KV for n_ctx × n_seq_max.
+    # The estimate follows the settings: weights + q8_0 K / f16 V KV for n_ctx × n_seq_max.
     assert lib.select_path(tiny)
     entry = _cell(mm, tiny, COL_NAME, ROW_ROLE).entry
     lib.n_ctx.setValue(1024)

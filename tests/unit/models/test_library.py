@@ -43,10 +43,15 @@ def test_default_model_is_listed_out_of_the_box(library_dir: Path, smollm2_path:
     assert (e.n_layer, e.n_head_kv, e.head_dim_k, e.head_dim_v) == (30, 3, 64, 64)
 
 
-def test_estimate_memory_is_weights_plus_f16_kv(smollm2_path: Path) -> None:
+def test_estimate_memory_is_weights_plus_kv_in_the_default_cell_types(smollm2_path: Path) -> None:
+    from app.engine.config import DEFAULT_TYPE_K, DEFAULT_TYPE_V
+    from app.models import library
+
+    assert (library.DEFAULT_TYPE_K, library.DEFAULT_TYPE_V) == (DEFAULT_TYPE_K, DEFAULT_TYPE_V)
     e = read_entry(smollm2_path)
-    # 30 layers · 3 kv heads · (64 + 64) dims · 2 bytes, for 4096 cells in each of 2 seqs
-    per_cell = 30 * 3 * 128 * 2
+    # 30 layers · 3 kv heads · (64 dims of q8_0 K, 34 bytes a block of 32 + 64 of f16 V), for
+    # 4096 cells in each of 2 seqs (what llama.cpp allocates: tests/integration/models/test_memory_kind.py)
+    per_cell = 30 * 3 * (64 * 34 // 32 + 64 * 2)
     assert estimate_memory(e, n_ctx=4096, n_seq_max=2) == e.size_bytes + per_cell * 4096 * 2
     with pytest.raises(ValueError):
         estimate_memory(e, n_ctx=0, n_seq_max=1)
