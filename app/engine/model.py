@@ -13,7 +13,9 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future
 from dataclasses import replace
+from functools import partial
 from typing import Any, TypeVar
 
 from app.cache.keys import KeyMeta
@@ -178,14 +180,20 @@ class Model:
         stream gives ``PrefillProgress`` events, then ``Done`` (``cancelled`` when a real
         request of the session, a newer ``read_ahead`` or ``cancel`` ended it first: what it
         read stays in the session's seq either way) or ``Error``. Send the real request as
-        usual (``infer`` with the whole prompt): it reuses what was read ahead."""
+        usual (``infer`` with the whole prompt): it reuses what was read ahead.
+
+        Returns at once: the admission runs on the scheduler thread after the tick in flight
+        (a background slice of up to ``read_ahead.CHUNK`` tokens), and a refusal there (the
+        session's reply is streaming, the prompt does not fit) ends the stream with ``Error``.
+        NOTE: waiting for the admission, as ``infer`` does, held the app's bridge thread for
+        a whole slice per read: a message sent meanwhile queued behind it (B11's paste turn)."""
         ref = next(_refs)
         stream = Stream(ref, self.cancel, on_event)
         opts = {**opts, "session_id": session_id}
         adm = self._admission(
             Mode.PREFILL_ONLY, tokens, opts, default_tokens=0, emit=stream._push, ref=ref, priority="background"
         )
-        self._post_admit(adm)
+        self.scheduler.post(Admit(adm)).add_done_callback(partial(_refused, stream))
         return stream
 
     def infer(self, tokens: Sequence[int], *, on_event: Callable[[Event], None] | None = None, **params: Any) -> Stream:
@@ -425,3 +433,13 @@ class Model:
             self._lora.free_all()
             self.scheduler.attach_draft(None)  # the thread has ended: nothing uses it any more
             self.backend.close()
+
+
+def _refused(stream: Stream, fut: Future[Any]) -> None:
+    """A ``read_ahead`` admission refused on the scheduler thread ends its stream with ``Error``."""
+    exc = fut.exception()
+    if exc is None:
+        return
+    if not isinstance(exc, EngineError):
+        log.error("a read-ahead admission failed", exc_info=exc)
+    stream._push(Error(str(exc), exc.code if isinstance(exc, EngineError) else "bug"))

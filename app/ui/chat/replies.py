@@ -157,8 +157,11 @@ class ReplyRunner(QObject):
         self._live[cid] = live
         self._by_request[request.request_id] = cid
         self.busy_changed.emit(cid, True)
-        self.changed.emit(cid)
+        # NOTE: submitted before the chat redraws: the engine starts reading meanwhile (the
+        # redraw took 10-40 ms of B11's time to first token, loaded). A remote model's bridge
+        # may answer within ``submit`` (a view it cannot send): the redraw then shows that.
         bridge.submit(request)
+        self.changed.emit(cid)
 
     def _draft_models(self, model_id: str) -> tuple[str, ...]:
         """The models that can draft for ``model_id``: the local ones loaded (a remote model

@@ -1,7 +1,7 @@
 """Type-ahead in the composer (issue 25), on the GUI thread: when a chat's draft is read ahead.
 
-When typing pauses (``DEBOUNCE_MS``), or at once on a paste, the chat's view with the draft as
-its last user message is read into the chat's sticky sequence by its model's bridge
+When a word ends (a space or a newline typed), when typing pauses (``DEBOUNCE_MS``), or at
+once on a paste, the chat's view with the draft as its last user message is read into the chat's sticky sequence by its model's bridge
 (``EngineBridge.read_ahead``: rendered through the chat's overflow policy and sent off the GUI
 thread, at the engine's lowest priority; ``app.conversation.type_ahead`` says what of it is
 read). On Enter the message goes as the ordinary request and finds almost all of its prompt
@@ -31,10 +31,16 @@ from app.ui.engine_bridge import EngineBridge
 
 log = logging.getLogger(__name__)
 
-DEBOUNCE_MS = 300
-"""Typing pauses this long before the draft is read. NOTE: a typist at 8 characters a second
-pauses ~125 ms between keys and longer between words; 300 ms reads at word ends and pauses,
-not at every key (each read renders the chat twice on the bridge thread)."""
+DEBOUNCE_MS = 200
+"""Typing pauses this long inside a word before the draft is read. NOTE: a typist at 8
+characters a second pauses ~125 ms between keys: 200 ms reads at pauses, not at every key
+(each read renders the chat twice on the bridge thread)."""
+
+WORD_END_MS = 0
+"""A space or newline just typed (a word ended) reads at once: a read then leaves nothing
+out (``app.conversation.type_ahead.margin_of``). NOTE: with reads only at 300 ms pauses
+(B11 before), each message's last stretch and a 2-token margin were still to read on Enter:
+10 tokens left where 8 are now (the last word, the end of turn, the assistant header)."""
 
 LONG_READ = 256
 """A draft with at least this many tokens still to read shows "Reading the prompt…"."""
@@ -65,7 +71,6 @@ class TypeAhead(QObject):
         self.setting = TypeAheadSetting(controller.storage)
         self._timer = QTimer(self)
         self._timer.setSingleShot(True)
-        self._timer.setInterval(DEBOUNCE_MS)
         self._timer.timeout.connect(self.read_now)
         self._cid: str | None = None
         self._draft = ""
@@ -128,7 +133,7 @@ class TypeAhead(QObject):
             if cid:
                 self.stop(cid)
             return
-        self._timer.start()
+        self._timer.start(WORD_END_MS if text[-1].isspace() else DEBOUNCE_MS)
 
     def pasted(self, cid: str | None, text: str) -> None:
         """Text was pasted: read at once, without waiting for a pause."""
@@ -200,7 +205,7 @@ class TypeAhead(QObject):
 
     def _schedule(self) -> None:
         if self._cid and self._draft.strip():
-            self._timer.start()
+            self._timer.start(DEBOUNCE_MS)
 
     def read_now(self) -> None:
         """Read the open chat's draft ahead, if type-ahead may."""
