@@ -132,3 +132,70 @@ def test_a_theme_change_builds_every_widget_anew(make_window, qtbot):
     after = view.message_widgets()
     assert len(after) == len(before) and not any(x is y for x, y in zip(after, before, strict=True))
     assert view.transcript() == _stored_transcript(window, current_id(window))
+
+
+def _looks(widget) -> tuple[object, ...]:
+    """What a person sees of a finished reply (and what its buttons do)."""
+    return (
+        widget.role,
+        widget.message_id,
+        widget.text(),
+        widget.meta.text() if widget.meta is not None else None,
+        widget.meta.toolTip() if widget.meta is not None else None,
+        sorted(widget.action_buttons),
+        widget._actions_row.isVisibleTo(widget),
+        widget.progress_text(),
+        widget.switcher.label.text() if widget.switcher is not None else None,
+        widget.streaming,
+    )
+
+
+def test_the_streaming_widget_becomes_the_finished_reply(make_window, qtbot):
+    """A reply that finishes keeps the widget it streamed into (open chat, hidden chat, a
+    regenerated reply with its ‹ 2/2 ›); it shows and does what a widget built from the stored
+    message does. Seen failing before the change: the finished reply was a new widget."""
+    window = make_window(sampling=LONG)
+    controller = window.controller
+    view = chat_view(window)
+
+    type_and_send(qtbot, window, "tell me about the sea")
+    a = current_id(window)
+    qtbot.waitUntil(lambda: view.live_widget() is not None, timeout=REPLY_TIMEOUT_MS)
+    streaming = view.live_widget()
+    wait_idle(qtbot, window, a)
+    reply = view.message_widgets()[-1]
+    assert reply is streaming
+    assert reply.message_id == controller.branch(a)[-1].id
+    kept = _looks(reply)
+    window.chat_page.refresh_icons()  # every widget built anew from the stored messages
+    assert _looks(view.message_widgets()[-1]) == kept
+
+    # Regenerate on it: the new reply streams into a widget that ends with ‹ 2/2 ›.
+    reply = view.message_widgets()[-1]
+    qtbot.mouseClick(reply.action_buttons["regenerate"], Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: view.live_widget() is not None, timeout=REPLY_TIMEOUT_MS)
+    streaming = view.live_widget()
+    wait_idle(qtbot, window, a)
+    reply = view.message_widgets()[-1]
+    assert reply is streaming
+    assert reply.switcher is not None and reply.switcher.label.text() == "2/2"
+    kept = _looks(reply)
+    window.chat_page.refresh_icons()
+    assert _looks(view.message_widgets()[-1]) == kept
+    _shot(window, "finished-reply-kept-widget")
+
+    # Finishing while hidden: the page shows the same widget, finished, when opened again.
+    type_and_send(qtbot, window, "go on please")
+    qtbot.waitUntil(lambda: view.live_widget() is not None, timeout=REPLY_TIMEOUT_MS)
+    streaming = view.live_widget()
+    b = _new_chat(qtbot, window)
+    assert b != a
+    wait_idle(qtbot, window, a)
+    select_conversation(qtbot, window, a)
+    reply = view.message_widgets()[-1]
+    assert reply is streaming and not reply.streaming
+    assert reply.message_id == controller.branch(a)[-1].id
+    assert view.transcript() == _stored_transcript(window, a)
+    kept = _looks(reply)
+    window.chat_page.refresh_icons()
+    assert _looks(view.message_widgets()[-1]) == kept

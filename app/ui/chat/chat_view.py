@@ -155,7 +155,14 @@ class ConversationPage(QScrollArea):
             can_continue = last and live is None and cut
             key = (msg, position, label, can_continue)
             widget = kept.pop(msg.id, None)
-            if widget is None or self._keys.get(msg.id) != key:
+            if widget is None and last and kept_live is not None and _became(kept_live, live_key, msg):
+                # The reply that streamed here was saved: its widget becomes the message's.
+                widget, kept_live = kept_live, None
+                widget.finish(
+                    msg, position, describe=self._describe, can_continue=can_continue
+                )
+                self._connect(widget)
+            elif widget is None or self._keys.get(msg.id) != key:
                 widget = self._message_widget(msg, position, label, can_continue)
             keys[msg.id] = key
             self._messages.append(widget)
@@ -202,11 +209,14 @@ class ConversationPage(QScrollArea):
             describe=self._describe,
             can_continue=can_continue,
         )
+        self._connect(widget)
+        return widget
+
+    def _connect(self, widget: MessageWidget) -> None:
         widget.regenerate_requested.connect(self._on_regenerate_requested)
         widget.edit_submitted.connect(self._on_edit_submitted)
         widget.branch_stepped.connect(self._on_branch_stepped)
         widget.continue_requested.connect(self._on_continue_requested)
-        return widget
 
     def _show(self, widgets: list[QWidget]) -> None:
         """Lay out ``widgets`` (then a stretch); whatever was shown before and is not among
@@ -378,6 +388,17 @@ class ConversationPage(QScrollArea):
         if self.conversation_id:
             cid = self.conversation_id
             QTimer.singleShot(0, lambda: self._controller.retry(cid))
+
+
+def _became(widget: MessageWidget, live_key: tuple[str, float] | None, msg: Message) -> bool:
+    """``msg`` (the branch's last) is the reply ``widget`` streamed: it answers the same
+    message. (Its last words may not be in the widget yet: they came with the end.)"""
+    return (
+        live_key is not None
+        and widget.streaming
+        and msg.role == "assistant"
+        and msg.parent_id == live_key[0]
+    )
 
 
 def _divider(window: WindowState) -> QFrame:

@@ -77,6 +77,12 @@ class CodeBlock(QFrame):
             self._render()
         self._lang.setText(segment.language or "code")
 
+    def highlight_open(self) -> None:
+        if not self._highlight_open:
+            self._highlight_open = True
+            if not self._segment.closed:
+                self._render()
+
     def is_highlighted(self) -> bool:
         return "<span" in self._body.text()
 
@@ -136,6 +142,16 @@ class MarkdownBody(QWidget):
         for _s, w in self._items[len(segments) :]:
             w.deleteLater()
         del self._items[len(segments) :]
+
+    def finish(self) -> None:
+        """The stream ended: a code block whose fence is still open is coloured now, as in a
+        body built from the finished text."""
+        if not self._streaming:
+            return
+        self._streaming = False
+        for _s, w in self._items:
+            if isinstance(w, CodeBlock):
+                w.highlight_open()
 
     def _create(self, seg: Segment) -> QWidget:
         if seg.kind == "code":

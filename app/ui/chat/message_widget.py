@@ -22,7 +22,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.conversation.wording import reply_line, reply_tooltip
-from app.storage import ReplyStats
+from app.storage import Message, ReplyStats
 from app.ui.chat.edit_keys import EditKeys
 from app.ui.chat.message_body import MarkdownBody
 from app.ui.chat.replies import UNLOADED
@@ -191,6 +191,7 @@ class MessageWidget(QFrame):
         self.action_buttons.update({"copy": copy, "regenerate": regen})
         actions.addWidget(copy)
         actions.addWidget(regen)
+        self._actions = actions
         self._add_switcher(actions, branch)
         actions.addSpacing(10)
         actions.addWidget(self.meta, 1)
@@ -199,6 +200,35 @@ class MessageWidget(QFrame):
         self._layout.addWidget(self._actions_row)
         self.set_content(content, thinking)
         self.set_stats(stats)
+        self._add_end_notice(stats)
+
+    def finish(
+        self,
+        message: Message,
+        branch: tuple[int, int] = (1, 1),
+        *,
+        describe: Describe | None = None,
+        can_continue: bool = False,
+    ) -> None:
+        """The streaming reply was saved as ``message``: show it as a finished reply (its whole
+        text, stats line, actions, switcher, why it ended) in this same widget. Building the
+        reply anew lays its whole text out again: tens of ms of the GUI thread for a long reply."""
+        assert self.role != "user" and self.streaming
+        stats = message.stats
+        self.message_id = message.id
+        self.streaming = False
+        self.set_content(message.content, message.thinking)
+        if describe is not None:
+            self._describe = describe
+        self._can_continue = can_continue
+        self.set_progress("")
+        self.body.finish()
+        self._add_switcher(self._actions, branch, index=2)
+        self.set_stats(stats)
+        self._add_end_notice(stats)
+        self._actions_row.show()
+
+    def _add_end_notice(self, stats: ReplyStats | None) -> None:
         if stats is not None and stats.context_full:
             self._add_cut_notice("The reply was cut: the conversation filled the model's context.")
         elif stats is not None and stats.finish_reason == UNLOADED:
@@ -232,13 +262,13 @@ class MessageWidget(QFrame):
             row.addWidget(self.continue_button)
         self._layout.addWidget(self.cut_notice)
 
-    def _add_switcher(self, layout: QHBoxLayout, branch: tuple[int, int]) -> None:
+    def _add_switcher(self, layout: QHBoxLayout, branch: tuple[int, int], index: int = -1) -> None:
         if branch[1] > 1:
             self.switcher = BranchSwitcher(*branch)
             self.switcher.stepped.connect(
                 lambda step: self.branch_stepped.emit(self.message_id, step)
             )
-            layout.addWidget(self.switcher)
+            layout.insertWidget(index, self.switcher)
 
     # -- updates -------------------------------------------------------------------------
 
