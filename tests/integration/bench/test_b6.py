@@ -25,7 +25,7 @@ def test_a_short_b6_on_the_tiny_model(qapp, tiny_model_path: Path):
     assert f["reply_tokens"] == [120] * 4
     assert f["switches"] >= 4 and f["beats"] > 10
     assert f["updates_measured"] > 0
-    for key in ("longest_stall_ms", "to_screen_p95_ms", "switch_to_paint_p95_ms", "to_screen_any_paint_p95_ms"):
+    for key in ("longest_stall_ms", "start_stall_ms", "to_screen_p95_ms", "switch_to_paint_p95_ms", "to_screen_any_paint_p95_ms"):
         assert math.isfinite(f[key]) and f[key] >= 0, (key, f[key])
     # Only the open chat's text is measured: fewer updates than the four replies sent.
     assert f["updates_measured"] + f["updates_unpainted"] < f["updates_any_paint"]
