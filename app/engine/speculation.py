@@ -24,10 +24,12 @@ residual, p without d, renormalised), and it draws exactly one sample per genera
 decoding without speculation does. So greedy replies are bit-identical on and off, and a
 seeded sampled reply is too (same seed, same draws, same logits).
 
-**Adaptive.** Each sequence keeps decayed evidence of how often its drafts are accepted
-(``SeqSpec.acceptance``, a per-token rate). A draft row costs what ``TickCosts`` says a row
-costs (plus any ubatch it adds); the i-th draft token is worth ``acceptance**i`` tokens, each
-worth the tick's time per decode row. ``Speculator.plan`` reserves the rows whose expected
+**Adaptive.** Each sequence keeps decayed evidence of how often its drafts are accepted, as
+two per-token rates (``SeqSpec``): the first token of a fresh guess (``acceptance``), and a
+token that follows an accepted one (``continuation``: a copy going on). A draft row costs what
+``TickCosts`` says a row costs (plus any ubatch it adds), fitted from decode ticks only; the
+i-th draft token is worth ``acceptance * continuation**(i - 1)`` tokens, each worth the
+tick's time per decode row. ``Speculator.plan`` reserves the rows whose expected
 gain is positive, for the sequences whose drafts pay most; a sequence whose drafts do not pay
 stops drafting, and tries one draft again once its evidence has decayed.
 
@@ -65,6 +67,8 @@ LOOKUP_WINDOW = 8192
 PRIOR_ACCEPTANCE = 0.5
 PRIOR_TRIES = 2.0
 """A new sequence's acceptance before any evidence: as if 1 of 2 draft tokens was accepted."""
+PRIOR_CONTINUE = 0.8
+"""The same for a draft token that follows an accepted one (``SeqSpec``)."""
 DECAY_VERIFY = 0.8
 """Each verify multiplies the older evidence by this (the last ~5 verifies count)."""
 DECAY_IDLE = 0.97
@@ -151,27 +155,61 @@ class NgramDrafter:
 
 @dataclass(slots=True)
 class SeqSpec:
-    """One request's speculation: its drafter and the evidence of how well it drafts."""
+    """One request's speculation: its drafter and the evidence of how well it drafts.
+
+    Two rates, because a draft token's fate depends on whether the one before it was
+    accepted: the *first* token of a draft after a rejection (or after a tick without a
+    draft) starts a guess, while a token that follows an accepted one — later tokens of the
+    same draft, and the first of the next draft after one accepted whole — continues a copy
+    the model is making. B12's rewrites: once a copy runs, ~9 in 10 continue; a fresh match
+    ~1 in 2. One rate for both made a copy ramp its drafts up over ~6 verifies and cut them
+    back after each miss."""
 
     drafter: NgramDrafter = field(default_factory=NgramDrafter)
     hits: float = 0.0
     tries: float = 0.0
+    """Evidence for the first token of a draft that starts a guess."""
+    run_hits: float = 0.0
+    run_tries: float = 0.0
+    """Evidence for a draft token that follows an accepted one."""
     prior: float = PRIOR_ACCEPTANCE
     """The acceptance before any evidence (a draft model's is higher than prompt lookup's)."""
+    run_prior: float = PRIOR_CONTINUE
+    in_run: bool = False
+    """The last verify accepted its whole draft: the next draft continues a copy."""
 
     @property
     def acceptance(self) -> float:
-        """Estimated probability that the next draft token is accepted, given the ones before
-        it were (hits / tries, each verify being tries = accepted + 1 rejection if any)."""
+        """Estimated probability that the next draft's first token is accepted (hits / tries,
+        a try being a draft token the sampler reached)."""
+        if self.in_run:
+            return self.continuation
         return (self.hits + self.prior * PRIOR_TRIES) / (self.tries + PRIOR_TRIES)
 
+    @property
+    def continuation(self) -> float:
+        """Estimated probability that a draft token is accepted given the one before it was."""
+        return (self.run_hits + self.run_prior * PRIOR_TRIES) / (self.run_tries + PRIOR_TRIES)
+
     def record(self, num_drafted: int, num_accepted: int) -> None:
-        self.hits = DECAY_VERIFY * self.hits + num_accepted
-        self.tries = DECAY_VERIFY * self.tries + num_accepted + (num_accepted < num_drafted)
+        """A verify of ``num_drafted`` tokens accepted the first ``num_accepted``."""
+        reached = num_accepted + (num_accepted < num_drafted)  # tokens the sampler compared
+        first = 0 if self.in_run else 1
+        self.hits = DECAY_VERIFY * self.hits + (min(num_accepted, 1) if first else 0)
+        self.tries = DECAY_VERIFY * self.tries + (min(reached, 1) if first else 0)
+        self.run_hits = DECAY_VERIFY * self.run_hits + num_accepted - min(num_accepted, first)
+        self.run_tries = DECAY_VERIFY * self.run_tries + reached - min(reached, first)
+        self.in_run = num_drafted > 0 and num_accepted == num_drafted
+
+    def pause(self) -> None:
+        """A tick without a draft: the next draft starts a guess."""
+        self.in_run = False
 
     def idle(self) -> None:
         self.hits *= DECAY_IDLE
         self.tries *= DECAY_IDLE
+        self.run_hits *= DECAY_IDLE
+        self.run_tries *= DECAY_IDLE
 
 
 @dataclass(frozen=True, slots=True)
@@ -286,7 +324,7 @@ class Speculator:
                 req = reqs[op.seq_id]
                 cap = min(self._draft_max(req), self._room(req, plan_time=True), budget)
                 extra_ms = self.draft.token_ms if self.draft is not None and self._with_model(req) else 0.0
-                choice = self._best_length(op, spec.acceptance, cap, token_ms, extra_ms)
+                choice = self._best_length(op, spec.acceptance, spec.continuation, cap, token_ms, extra_ms)
                 if choice is not None:
                     singles.append(choice)
         singles.sort(key=lambda c: c.gain_ms, reverse=True)
@@ -306,14 +344,15 @@ class Speculator:
         return shape_of(rows, self._n_ubatch, self._one_stream)
 
     def _best_length(
-        self, op: DecodeOp, acceptance: float, cap: int, token_ms: float, extra_ms: float = 0.0
+        self, op: DecodeOp, acceptance: float, continuation: float, cap: int, token_ms: float, extra_ms: float = 0.0
     ) -> _Choice | None:
-        """The longest draft whose last row still pays: row i is worth ``acceptance**i``
-        tokens and costs one row at its position (and ``extra_ms``: proposing it)."""
+        """The longest draft whose last row still pays: row i is worth
+        ``acceptance * continuation**(i - 1)`` tokens and costs one row at its position (and
+        ``extra_ms``: proposing it)."""
         k, gain, worth = 0, 0.0, 1.0
         pos = op.pos + len(op.drafted)
         while k < cap:
-            worth *= acceptance
+            worth *= acceptance if k == 0 else continuation
             net = worth * token_ms - self.costs.row_ms(pos + k + 1) - extra_ms
             if net <= 0:
                 break
@@ -341,8 +380,11 @@ class Speculator:
         accepted drafts, then the sampled token, up to where it finished): the drafts kept,
         the token, and the next drafts."""
         spec = req.spec if isinstance(req.spec, SeqSpec) else None
-        if op.drafted and spec is not None:
-            spec.record(len(op.drafted), len(res.accepted))
+        if spec is not None:
+            if op.drafted:
+                spec.record(len(op.drafted), len(res.accepted))
+            else:
+                spec.pause()
         req.drafted = ()
         tokens = (*res.accepted, res.token)
         taken = len(req.context_tokens) - op.pos
@@ -402,15 +444,24 @@ class Speculator:
     # ------------------------------------------------------------------ after decode
 
     def observe(self, plan: TickPlan, pushed: Sequence[StepResult], ms: float) -> int:
-        """A tick ran in ``ms``: feed the cost model. Returns the tick's draft rows."""
+        """A tick ran in ``ms``: feed the cost model. Returns the tick's draft rows.
+
+        Only ticks of decode (and draft) rows are fitted: those are the rows the cost model
+        prices. NOTE: a prefill slice is hundreds of rows without logits whose cost per row
+        and per cell attended is not a decode row's (batched matrix products, quadratic
+        attention); fitted together, a loaded 2-core machine gave per_kcell 275 ms and a
+        per-ubatch cost at its floor, so a draft row cost as much as a whole tick and a
+        copy accepted at 94 % stopped drafting (B12, 2026-12-02 16:34 UTC)."""
         rows = []
         num_drafts = 0
+        prefill = False
         for op, res in zip(plan.ops, pushed, strict=True):
             if isinstance(op, PrefillOp):
-                rows.append(SeqRows(op.seq_id, len(op.tokens), op.pos, int(op.want_logits)))
+                prefill = True
             elif isinstance(res, Sampled):
                 rows.append(SeqRows(op.seq_id, 1 + len(res.drafts), op.pos + len(res.accepted)))
                 num_drafts += len(res.drafts)
-        self.costs.observe(self._shape(rows), ms - self._draft_ms)
+        if not prefill:
+            self.costs.observe(self._shape(rows), ms - self._draft_ms)
         self._draft_ms = 0.0
         return num_drafts

@@ -38,9 +38,18 @@ PRIOR_WEIGHT = 2.0
 """How many ticks' worth of evidence the prior counts for."""
 FORGET = 0.98
 """Each new tick multiplies the weight of the older ones by this (a window of ~50 ticks)."""
-OUTLIER = 3.0
-"""A tick that took more than this many times its prediction counts as this many times: one
-tick stalled by another process must not swing the fit (a real slowdown still moves it)."""
+OUTLIER = 1.5
+"""A tick that took more than this many times its prediction (or less than its inverse)
+counts as this many times: one tick stalled by another process must not swing the fit (a
+real slowdown still moves it, tick by tick). NOTE: at 3 (and from above only), a loaded
+2-core machine's stalls taught the fit that a row costs a whole tick: per_ubatch went to its
+floor and copies accepted at 95 % stopped drafting (B12, 2026-12-02 16:46 UTC)."""
+KCELL_PRIOR_SPAN = 10.0
+"""The cost of cells attended moves from its prior only with evidence from ticks spanning
+this many thousand cells (several seqs deep in long contexts). NOTE: decode ticks of one
+short chat attend a few hundred cells each, so their small differences, under a load that
+changes the tick's time 30-fold, fitted 150-275 ms per 1,000 cells (3.8 quiet), and a draft
+row looked as dear as a whole tick (B12, 2026-12-02)."""
 FLOOR = 0.05
 """No fitted coefficient goes below this share of its prior (costs are never free)."""
 
@@ -113,8 +122,9 @@ class TickCosts:
     def __init__(self, prior: tuple[float, float, float, float] = PRIOR_MS, weight: float = PRIOR_WEIGHT) -> None:
         self._prior = np.array(prior, dtype=np.float64)
         # Prior precision: ``weight`` ticks of a typical decode shape (1 ubatch, 4 rows with
-        # logits, 1 kcell).
-        self._prior_precision = weight * np.diag([1.0, 16.0, 16.0, 1.0])
+        # logits), and for the cells attended as much as ticks attending KCELL_PRIOR_SPAN
+        # thousand cells would give.
+        self._prior_precision = weight * np.diag([1.0, 16.0, 16.0, KCELL_PRIOR_SPAN**2])
         self._xtx = np.zeros((4, 4))
         self._xty = np.zeros(4)
         self._coef = self._prior.copy()
@@ -149,7 +159,8 @@ class TickCosts:
         if shape.num_rows <= 0 or not np.isfinite(ms) or ms <= 0:
             return
         x = shape.features()
-        ms = min(ms, OUTLIER * float(self._coef @ x))
+        predicted = float(self._coef @ x)
+        ms = min(max(ms, predicted / OUTLIER), OUTLIER * predicted)
         self._xtx = FORGET * self._xtx + np.outer(x, x)
         self._xty = FORGET * self._xty + x * ms
         a = self._xtx + self._prior_precision

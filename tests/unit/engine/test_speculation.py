@@ -138,6 +138,27 @@ def test_the_cost_fit_recovers_a_machines_coefficients():
     assert costs.per_kcell == pytest.approx(2.0, rel=0.15)
 
 
+def test_stalled_ticks_do_not_make_a_draft_row_cost_a_whole_tick():
+    # A loaded 2-core machine: the quiet shape (6 ms a ubatch, 4.1 ms a row with logits: a
+    # row at position 300 costs 0.47 of a one-row tick), every tick slowed 1-3x by other
+    # processes and stalled 5-20x with a chance that grows with its length (3 % per 10 ms);
+    # one seq's decode ticks of 1-17 rows at positions 150-400. With stalls counted at up to
+    # 3x their prediction, from above only, the fitted ratio reached 0.84 and 0.99 in these
+    # runs (a draft row as dear as a tick: copies stopped drafting).
+    truth = np.array([6.0, 3.3, 0.8, 3.8])
+    for seed in range(4):
+        costs = TickCosts()
+        rng = np.random.default_rng(seed)
+        for i in range(400):
+            rows = int(rng.integers(1, 18)) if i % 3 == 0 else 1
+            shape = shape_of([SeqRows(0, rows, int(rng.integers(150, 400)))], 512, False)
+            ms = float(truth @ shape.features())
+            load = rng.uniform(1, 3) * (rng.uniform(5, 20) if rng.random() < 0.03 * ms / 10 else 1)
+            costs.observe(shape, ms * load)
+        one_row = costs.predict(shape_of([SeqRows(0, 1, 300)], 512, False))
+        assert costs.row_ms(301) < 0.7 * one_row, seed
+
+
 def test_the_cost_fit_ignores_empty_and_broken_ticks():
     costs = TickCosts()
     before = (costs.per_ubatch, costs.per_row, costs.per_kcell)
@@ -159,6 +180,31 @@ def test_a_sequence_whose_drafts_fail_stops_drafting_and_tries_again_later():
         spec.idle()
     assert low < spec.acceptance < 0.5  # back towards the prior, not past it
     assert DECAY_IDLE < 1
+
+
+def test_a_copy_in_progress_is_expected_to_go_on_and_a_fresh_guess_is_not():
+    spec = SeqSpec()
+    for _ in range(4):  # three guesses that fail, then a copy that runs 8 tokens and misses
+        for _ in range(3):
+            spec.record(2, 0)
+        for _ in range(2):
+            spec.record(4, 4)
+        assert spec.in_run and spec.continuation > 0.8
+        spec.record(4, 0)
+        assert not spec.in_run
+    assert spec.acceptance < 0.5 < 0.8 < spec.continuation  # 1 guess in 4 and 7 in 8 (decayed, and the priors)
+    spec.record(1, 1)
+    assert spec.acceptance == spec.continuation  # an accepted draft: the next one continues it
+    spec.pause()  # a tick without a draft: the next one is a fresh guess again
+    assert spec.acceptance < 0.6 < spec.continuation
+
+
+def test_prefill_ticks_are_not_fitted_as_draft_rows():
+    h = harness(StubBackend())
+    fitted: list[TickShape] = []
+    h.sch.speculator.costs.observe = lambda shape, ms: fitted.append(shape)  # type: ignore[method-assign]
+    h.run_to_done("a prompt long enough to prefill in a tick of its own", response_tokens=4)
+    assert fitted and all(shape.num_rows == shape.num_outputs for shape in fitted)  # decode rows only
 
 
 # ------------------------------------------------------------------ the scheduler with drafts
