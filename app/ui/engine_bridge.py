@@ -6,9 +6,10 @@ view under its overflow policy, ``app.conversation``), decides between ``continu
 and ``infer``, counts tokens for the composer, and hands the engine an ``on_event`` callback.
 That callback runs on the engine's scheduler thread, so it only appends to a locked buffer; a
 frame timer in the worker thread drains the buffers every ~16 ms and emits one frozen
-:class:`StreamUpdate` per request, which reaches the GUI thread as a queued signal. The GUI
-thread therefore sees at most ~60 small updates per second per request and never waits on the
-engine. ``EngineBridge.shutdown`` stops the worker (waiting for the call it is in) before the
+:class:`StreamUpdate` per request, which reaches the GUI thread as a queued signal (a token
+that comes a frame or more after the last drain, or a reply's first, is drained at once). The
+GUI thread therefore sees about 60 small updates per second per request at most and never
+waits on the engine. ``EngineBridge.shutdown`` stops the worker (waiting for the call it is in) before the
 model may be unloaded: no native call can follow the model's free.
 """
 
@@ -130,8 +131,13 @@ class _BridgeWorker(QObject):
         self._frame.setInterval(FRAME_MS)
         self._frame.timeout.connect(self._flush)
         # NOTE: a reply's first token is flushed at once: TTFT is what a user waits for most,
-        # and waiting for the next frame added 8 ms on average (B11).
-        self._first_token.connect(self._flush, Qt.ConnectionType.QueuedConnection)
+        # and waiting for the next frame added 8 ms on average (B11). So is any token that
+        # comes a frame or more after the last flush: decode ticks of several streams come
+        # every ~50 ms on SmolLM2, and each waited for the frame timer (0-16 ms) before it
+        # could be painted (B6, issue 27). Flushes stay at most one a frame otherwise.
+        self._flushed_at = 0.0
+        self._wake_posted = False
+        self._first_token.connect(self._wake, Qt.ConnectionType.QueuedConnection)
         self._status = QTimer(self)
         self._status.setInterval(STATUS_MS)
         self._status.timeout.connect(self._poll_status)
@@ -393,16 +399,20 @@ class _BridgeWorker(QObject):
 
     def _callback(self, request_id: str) -> Callable[[Event], None]:
         def on_event(event: Event) -> None:  # scheduler thread: append only
-            first = False
+            wake = False
             with self._lock:
                 live = None if self._closed else self._live.get(request_id)
                 if live is not None:
+                    now = time.perf_counter()
                     if not live.events:
-                        live.oldest_at = time.perf_counter()
+                        live.oldest_at = now
                     live.events.append(event)
                     first = not live.answered and isinstance(event, Token)
                     live.answered = live.answered or first
-            if first:
+                    late = isinstance(event, Token) and now - self._flushed_at >= FRAME_MS / 1000
+                    wake = (first or late) and not self._wake_posted
+                    self._wake_posted = self._wake_posted or wake
+            if wake:
                 self._first_token.emit()
 
         return on_event
@@ -449,7 +459,17 @@ class _BridgeWorker(QObject):
     # -- frames ------------------------------------------------------------------------------
 
     @Slot()
+    def _wake(self) -> None:
+        """Flush now (a reply's first token, or a token a frame after the last flush); the
+        frame timer starts again from here."""
+        with self._lock:
+            self._wake_posted = False
+        self._frame.start()
+        self._flush()
+
+    @Slot()
     def _flush(self) -> None:
+        self._flushed_at = time.perf_counter()
         with self._lock:
             batches = [(rid, live, live.events) for rid, live in self._live.items() if live.events]
             for _rid, live, _events in batches:
