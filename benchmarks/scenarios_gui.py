@@ -98,6 +98,7 @@ def b6_gui(
     any_paint: list[float] = []
     switch_at: list[tuple[float, str]] = []  # a switch not yet painted
     switch_ms: list[float] = []
+    to_gui: list[float] = []  # every update: from its oldest token to the GUI thread's slot
 
     ids: list[str] = []
     chat_of: dict[str, str] = {}  # request id → conversation
@@ -111,6 +112,7 @@ def b6_gui(
                     chat_of[rid] = c
         if not (update.text and update.waited_since):
             return
+        to_gui.append((time.perf_counter() - update.waited_since) * 1000)
         any_pending.append(update.waited_since)
         cid = chat_of.get(rid)
         if cid is not None and cid == page.current_id:
@@ -204,6 +206,7 @@ def b6_gui(
     screen = sorted(to_screen)
     old = sorted(any_paint)
     switches = sorted(switch_ms)
+    gui = sorted(to_gui)
     longest = stalls[-1] if stalls else float("nan")
     p99 = stalls[int(0.99 * (len(stalls) - 1))] if stalls else float("nan")
     p95_screen = _pct(screen, 0.95)
@@ -213,6 +216,8 @@ def b6_gui(
         ["text on screen (open chat), median", median(screen) if screen else float("nan")],
         ["text on screen (open chat), p95", p95_screen],
         ["text on screen (open chat), max", screen[-1] if screen else float("nan")],
+        ["text reaches the GUI thread (every chat), median", median(gui) if gui else float("nan")],
+        ["text reaches the GUI thread (every chat), p95", _pct(gui, 0.95)],
         ["switch to painted, median", median(switches) if switches else float("nan")],
         ["switch to painted, p95", _pct(switches, 0.95)],
         ["old figure: every chat's text to any paint, p95", _pct(old, 0.95)],
@@ -227,6 +232,8 @@ def b6_gui(
         "to_screen_max_ms": round(screen[-1], 1) if screen else None,
         "updates_measured": len(screen),
         "updates_unpainted": unpainted[0],
+        "to_gui_median_ms": round(median(gui), 1) if gui else None,
+        "to_gui_p95_ms": round(_pct(gui, 0.95), 1),
         "switch_to_paint_median_ms": round(median(switches), 1) if switches else None,
         "switch_to_paint_p95_ms": round(_pct(switches, 0.95), 1),
         "switch_to_paint_max_ms": round(switches[-1], 1) if switches else None,
