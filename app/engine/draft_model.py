@@ -21,6 +21,16 @@ has not run), for every seq that drafts with the model::
                last draft and gives the next), the seqs drafting sharing every pass
 
 So k drafts cost k passes of the draft model; ``Speculator`` prices them (``token_ms``).
+
+**Its KV is cached with its own key** (``DraftCache``, when the model's cache is on): the
+draft backend's identity (its weights, KV types and context parameters) and the tokens its
+seq holds, in the same store as the model's rows (as model ``<draft id>:draft``, counting no
+hits or misses of the model's). A seq's cells are saved when another conversation is about
+to replace at least ``SAVE_MIN_TOKENS`` of them (``evict``) and when the draft model is
+detached or the model unloaded (``shutdown``); a seq that would catch up by more than one
+tick's slice first looks the cache up and restores the longest prefix held. So a
+conversation coming back after another one took its seq, or after a restart, drafts from its
+first tick instead of reading its context again 128 tokens a tick.
 """
 
 from __future__ import annotations
@@ -28,8 +38,12 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 
+from app.cache.keys import KeyMeta
 from app.engine.backend import Backend, Op, PrefillOp
+from app.engine.cache_hooks import CacheHooks, Hit, SaveReason
+from app.engine.config import MAX_DRAFT
 from app.engine.errors import InvalidRequest
 
 log = logging.getLogger(__name__)
@@ -45,6 +59,18 @@ to draft is expected to agree more often than not, and the evidence takes over w
 verifies (``speculation.SeqSpec``)."""
 EMA = 0.2
 """Weight of the newest measurement of a draft pass's cost."""
+SAVE_MIN_TOKENS = CATCH_UP_TOKENS
+"""A seq's cells are saved before being replaced only when they are at least this many
+tokens: fewer are read again within one tick's catch-up."""
+
+
+@dataclass(frozen=True, slots=True)
+class DraftCache:
+    """Where the draft model's KV is cached: hooks that count nothing of the model's, and the
+    draft backend's identity."""
+
+    hooks: CacheHooks
+    meta: KeyMeta
 
 
 def check_compatible(target: Backend, draft: Backend) -> None:
@@ -67,9 +93,16 @@ def check_compatible(target: Backend, draft: Backend) -> None:
 class DraftModel:
     """The draft model attached to one target model. Its scheduler thread only."""
 
-    def __init__(self, model_id: str, backend: Backend) -> None:
+    def __init__(self, model_id: str, backend: Backend, cache: DraftCache | None = None) -> None:
         self.model_id = model_id
         self.backend = backend
+        self.cache = cache
+        self.num_saved = 0
+        self.num_restored = 0
+        """Tokens saved to and restored from the cache (its seqs' cells)."""
+        self._missed: dict[int, tuple[int, ...]] = {}
+        """seq id → the head of the tokens it was catching up to when the cache had nothing
+        better: no lookup while it catches up to the same tokens (each tick would miss again)."""
         self._held: dict[int, list[int]] = {}
         """seq id → the tokens the draft's KV holds for it, in position order."""
         self.token_ms = 0.0
@@ -115,9 +148,15 @@ class DraftModel:
                 continue
             held = self._held.setdefault(seq_id, [])
             common = min(_common_prefix(held, tokens), len(tokens) - 1)  # the last again: its logits
+            if len(held) - common > MAX_DRAFT:  # more than rejected drafts: another conversation
+                self._missed.pop(seq_id, None)
+            if len(held) - common >= SAVE_MIN_TOKENS:
+                self._save(seq_id, "evict")  # another conversation takes the seq
             if common < len(held):
                 self.backend.seq_rm(seq_id, common)
                 del held[common:]
+            if len(tokens) - common > CATCH_UP_TOKENS:
+                common = self._restore(seq_id, tokens, common)
             todo = tuple(tokens[common:])
             take = todo[:budget]
             if not take:
@@ -146,6 +185,54 @@ class DraftModel:
                 self._push(pushes)
         return {seq_id: tuple(d) for seq_id, d in drafts.items()}
 
+    def _save(self, seq_id: int, reason: SaveReason) -> None:
+        """Cache the cells of ``seq_id`` (exactly its held tokens). Never fails the tick."""
+        held = self._held.get(seq_id)
+        if self.cache is None or not held:
+            return
+        try:
+            started = time.perf_counter_ns()
+            payload = self.backend.kv_pack(seq_id)
+            key = self.cache.hooks.save(self.cache.meta, tuple(held), payload, reason, time.perf_counter_ns() - started)
+            if key is not None:
+                self.num_saved += len(held)
+        except Exception:
+            log.exception("draft model %s: could not save seq %d", self.model_id, seq_id)
+
+    def _restore(self, seq_id: int, tokens: Sequence[int], common: int) -> int:
+        """Restore the longest head of ``tokens`` the cache holds for this draft when it
+        saves at least a tick's catch-up over the ``common`` tokens held; returns the tokens
+        the seq then holds that need no pass (at most all but the last: its logits)."""
+        missed = self._missed.get(seq_id)
+        if self.cache is None or (missed is not None and tuple(tokens[: len(missed)]) == missed):
+            return common
+        try:
+            got = self.cache.hooks.lookup(self.cache.meta, tokens, None, min_tokens=common + CATCH_UP_TOKENS)
+        except Exception:
+            log.exception("draft model %s: cache lookup failed", self.model_id)
+            return common
+        if not isinstance(got, Hit):
+            self._missed[seq_id] = tuple(tokens[: common + CATCH_UP_TOKENS + 1])
+            return common
+        held = self._held[seq_id]
+        self.backend.seq_rm(seq_id, 0)
+        held.clear()
+        try:
+            restored = self.backend.kv_unpack(seq_id, got.payload)
+        except Exception:
+            log.exception("draft model %s: could not restore seq %d", self.model_id, seq_id)
+            restored = False
+        if not restored:
+            self.backend.seq_rm(seq_id, 0)
+            return 0
+        held.extend(got.tokens)
+        self.num_restored += len(held)
+        keep = min(len(held), len(tokens) - 1)
+        if keep < len(held):
+            self.backend.seq_rm(seq_id, keep)
+            del held[keep:]
+        return keep
+
     def _push(self, ops: Sequence[Op]) -> None:
         self.backend.decode(ops, self.backend.sample(ops))
 
@@ -157,9 +244,15 @@ class DraftModel:
             except Exception:
                 log.exception("draft model %s: could not clear seq %d", self.model_id, seq_id)
         self._held.clear()
+        self._missed.clear()
 
-    def close(self) -> None:
+    def close(self, save: bool = True) -> None:
+        """Save every seq worth saving (``shutdown``, when ``save``), then free the backend."""
+        for seq_id, held in list(self._held.items()):
+            if save and len(held) >= SAVE_MIN_TOKENS:
+                self._save(seq_id, "shutdown")
         self._held.clear()
+        self._missed.clear()
         self.backend.close()
 
 

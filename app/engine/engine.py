@@ -12,9 +12,9 @@ from typing import Any
 
 from app.cache.keys import FingerprintCache, KeyMeta
 from app.engine.backend import Backend
-from app.engine.cache_hooks import CacheHooks, NullCache, StoreCache
+from app.engine.cache_hooks import CacheHooks, NullCache, QuietCache, StoreCache
 from app.engine.config import Markers, ModelConfig
-from app.engine.draft_model import CATCH_UP_TOKENS
+from app.engine.draft_model import CATCH_UP_TOKENS, DraftCache
 from app.engine.errors import EngineError, InvalidRequest, NBatchTooSmall, NotFound
 from app.engine.events import ModelInfo
 from app.engine.model import Model
@@ -144,6 +144,7 @@ class Engine:
         return Model(
             model_id, config, backend, scheduler, tier=config.tier,
             draft_loader=lambda draft_id: self._draft_backend(config, draft_id),
+            draft_cache=lambda draft_id, draft: self._draft_cache(config, draft_id, draft),
         )  # fmt: skip
 
     def _draft_backend(self, target: ModelConfig, draft_id: str) -> Backend:
@@ -156,6 +157,19 @@ class Engine:
             cache_enabled=False,
         )  # fmt: skip
         return self._backend_factory(config)
+
+    def _draft_cache(self, target: ModelConfig, draft_id: str, draft: Backend) -> DraftCache | None:
+        """Where the draft backend ``draft`` caches its KV: the model's store, tier and policy,
+        under the draft backend's own identity (model id ``<draft id>:draft``); its lookups and
+        saves count none of the model's hits and misses. None when the model's cache is off."""
+        if not target.cache_enabled:
+            return None
+        info = draft.info
+        hooks = StoreCache(
+            self.cache, model_id=f"{draft_id}:draft", policy=target.cache_policy, tier=target.tier,
+            context_size=target.n_ctx_per_seq, quant_bits=info.quant_bits, detokenize=draft.detokenize,
+        )  # fmt: skip
+        return DraftCache(QuietCache(hooks), KeyMeta(info.fingerprint, info.quant_type, info.ctx_params_hash))
 
     def list_models(self) -> list[ModelInfo]:
         return [m.model_info() for m in self._models.values()]

@@ -33,7 +33,7 @@ from app.engine.commands import (
     WindDown,
 )
 from app.engine.config import ModelConfig
-from app.engine.draft_model import DraftModel, check_compatible
+from app.engine.draft_model import DraftCache, DraftModel, check_compatible
 from app.engine.errors import EngineError, InvalidRequest, NotFound
 from app.engine.events import (
     CompletionResult,
@@ -136,6 +136,7 @@ class Model:
         *,
         tier: str,
         draft_loader: Callable[[str], Backend] | None = None,
+        draft_cache: Callable[[str, Backend], DraftCache | None] | None = None,
     ) -> None:
         self.id = model_id
         self.config = config
@@ -149,6 +150,8 @@ class Model:
         self._closed = False
         self._draft_loader = draft_loader
         """Loads a backend of another loaded model to draft for this one (the Engine's)."""
+        self._draft_cache = draft_cache
+        """Where a draft backend's KV is cached (the Engine's; None: not cached)."""
         self._draft_lock = threading.Lock()
         self.draft_id: str | None = None
         """The attached draft model's id (``use_draft``)."""
@@ -403,7 +406,8 @@ class Model:
             backend = self._draft_loader(draft_id)
             try:
                 self._with_vocab(lambda: check_compatible(self.backend, backend))
-                draft = DraftModel(draft_id, backend)
+                cache = self._draft_cache(draft_id, backend) if self._draft_cache is not None else None
+                draft = DraftModel(draft_id, backend, cache)
                 draft.calibrate()
                 self.scheduler.call(AttachDraft(draft))
             except BaseException:

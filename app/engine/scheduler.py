@@ -235,6 +235,9 @@ class Scheduler:
         if save:
             self.save_in_flight("shutdown")
         self.abandon(EngineError("the model was unloaded", code="cancelled"))
+        old = self.speculator.attach(None)
+        if old is not None:
+            old.close(save)  # its seqs are saved (under its own key) and its backend freed
 
     # ------------------------------------------------------------------ what the loop drives
 
