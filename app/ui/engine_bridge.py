@@ -57,6 +57,7 @@ from app.ui.engine_api import ModelApi, StreamApi
 log = logging.getLogger(__name__)
 
 FRAME_MS = 16
+WAKE_MS = 2
 STATUS_MS = 500
 DEFAULT_REPLY_TOKENS = 64
 
@@ -103,6 +104,7 @@ class _BridgeWorker(QObject):
     status_ready = Signal(object)  # StatusSnapshot
     count_ready = Signal(str, int)  # key, tokens
     _first_token = Signal()  # from the scheduler thread: flush now
+    _late_token = Signal()  # from the scheduler thread: flush in WAKE_MS
 
     def __init__(self, model: ModelApi, model_id: str) -> None:
         super().__init__()
@@ -135,9 +137,17 @@ class _BridgeWorker(QObject):
         # comes a frame or more after the last flush: decode ticks of several streams come
         # every ~50 ms on SmolLM2, and each waited for the frame timer (0-16 ms) before it
         # could be painted (B6, issue 27). Flushes stay at most one a frame otherwise.
+        # A late token is flushed WAKE_MS after it came, with whatever the same decode tick
+        # brings for the other streams (they come one after the other).
         self._flushed_at = 0.0
         self._wake_posted = False
         self._first_token.connect(self._wake, Qt.ConnectionType.QueuedConnection)
+        self._late_token.connect(self._wake_soon, Qt.ConnectionType.QueuedConnection)
+        self._soon = QTimer(self)
+        self._soon.setSingleShot(True)
+        self._soon.setTimerType(Qt.TimerType.PreciseTimer)
+        self._soon.setInterval(WAKE_MS)
+        self._soon.timeout.connect(self._wake)
         self._status = QTimer(self)
         self._status.setInterval(STATUS_MS)
         self._status.timeout.connect(self._poll_status)
@@ -399,7 +409,7 @@ class _BridgeWorker(QObject):
 
     def _callback(self, request_id: str) -> Callable[[Event], None]:
         def on_event(event: Event) -> None:  # scheduler thread: append only
-            wake = False
+            wake = soon = False
             with self._lock:
                 live = None if self._closed else self._live.get(request_id)
                 if live is not None:
@@ -410,10 +420,12 @@ class _BridgeWorker(QObject):
                     first = not live.answered and isinstance(event, Token)
                     live.answered = live.answered or first
                     late = isinstance(event, Token) and now - self._flushed_at >= FRAME_MS / 1000
-                    wake = (first or late) and not self._wake_posted
-                    self._wake_posted = self._wake_posted or wake
+                    wake, soon = first and not self._wake_posted, late and not self._wake_posted
+                    self._wake_posted = self._wake_posted or wake or soon
             if wake:
                 self._first_token.emit()
+            elif soon:
+                self._late_token.emit()
 
         return on_event
 
@@ -438,6 +450,7 @@ class _BridgeWorker(QObject):
     @Slot()
     def stop(self) -> None:
         self._frame.stop()
+        self._soon.stop()
         self._status.stop()
         with self._lock:
             self._closed = True
@@ -459,9 +472,15 @@ class _BridgeWorker(QObject):
     # -- frames ------------------------------------------------------------------------------
 
     @Slot()
+    def _wake_soon(self) -> None:
+        if not self._soon.isActive():
+            self._soon.start()
+
+    @Slot()
     def _wake(self) -> None:
-        """Flush now (a reply's first token, or a token a frame after the last flush); the
-        frame timer starts again from here."""
+        """Flush now (a reply's first token, or WAKE_MS after a token a frame after the last
+        flush); the frame timer starts again from here."""
+        self._soon.stop()
         with self._lock:
             self._wake_posted = False
         self._frame.start()
