@@ -11,6 +11,14 @@ Read-your-writes: a save is in the catalog the moment ``submit_save`` returns, s
 memory until the writer has published it, so the next request finds it however busy the
 disk is.
 
+Writes wait for a prefill. While an engine says a request waits for its first token
+(``hold_writes``), a queued save is written only once that token is out (at most
+``WRITE_HOLD_MAX_S`` later), and a fresh one ``WRITE_GRACE_S`` after it was queued, so the
+next turn of a client that sends it right after a reply finds the writer still waiting.
+On two cores the writer thread otherwise takes a core from llama.cpp's prefill threads
+(issue 24, B8: the turns whose previous save was still being written were the ones 10–30 ms
+above the floor). Lookups are unaffected: a queued save is served from memory.
+
 Threads. Any thread may call any method. ``submit_save`` never blocks: the files are built,
 written and published on the writer thread. Locks, always taken in this order:
 ``_io_lock`` serialises everything that changes tier contents (publish, demote, evict,
@@ -69,6 +77,11 @@ __all__ = [
 
 SAVE_REASONS = ("cold", "continued", "finish", "evict", "shutdown")
 DB_NAME = "kvcache.sqlite"
+WRITE_GRACE_S = 0.05
+"""A save waits this long after it was queued before it is written (see the module doc)."""
+WRITE_HOLD_MAX_S = 1.0
+"""The longest ``hold_writes`` keeps one save waiting: a stream of new requests never stops
+the writer (a long prefill takes seconds; one save's write costs it a few ms)."""
 
 ProgressFn = Callable[[int, int], None]
 
@@ -118,8 +131,10 @@ class CacheStore:
         with self._io_lock:
             open_files(self._file_tiers, self._db, self._catalog, self._evictor, self._journal, self._counters)
             self._evictor.gc()
+        self._holders: set[object] = set()
+        self._hold_cond = threading.Condition()
         self._writer: Writer[SaveJob] = Writer(
-            self._write_job, maxsize=writer_queue, on_error=self._on_write_error
+            self._write_job, maxsize=writer_queue, on_error=self._on_write_error, gate=self._wait_for_prefills
         )
 
     def _probe(self) -> set[str]:
@@ -237,6 +252,30 @@ class CacheStore:
                 self._cond.notify_all()
         if row is not None:
             self._journal.emit("published", row)
+
+    def hold_writes(self, holder: object, on: bool) -> None:
+        """``holder`` (an engine's model) has a request waiting for its first token (``on``),
+        or no longer: queued saves wait while any holder holds (see the module doc)."""
+        with self._hold_cond:
+            if on:
+                self._holders.add(holder)
+            else:
+                self._holders.discard(holder)
+                if not self._holders:
+                    self._hold_cond.notify_all()
+
+    def _wait_for_prefills(self, submitted_at: float, hurry: Callable[[], bool]) -> None:
+        """Writer thread, before a job: the grace after its submission, then while held."""
+        grace = submitted_at + WRITE_GRACE_S - time.monotonic()
+        if grace > 0 and not hurry():
+            time.sleep(grace)
+        deadline = time.monotonic() + WRITE_HOLD_MAX_S
+        with self._hold_cond:
+            while self._holders and not hurry() and not self._closed:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return
+                self._hold_cond.wait(min(remaining, 0.05))  # hurry() is polled
 
     def _on_write_error(self, job: SaveJob, exc: BaseException) -> None:
         self._evictor.write_failed(exc, "saving to the cache")

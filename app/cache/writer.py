@@ -4,6 +4,11 @@
 save as dropped. Each job is handed to the store's handler on the writer thread; a handler
 exception is reported through ``on_error`` (or logged with its traceback when there is no
 handler) and never reaches the submitter.
+
+Beyond the seed: a job may wait before it runs (``gate``, called with the job's submission
+time): the store holds writes back while a request waits for its first token, so the file
+writes do not take a core from that prefill (see ``CacheStore.hold_writes``). ``flush`` and
+``close`` hurry: jobs run at once while they wait.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from typing import Generic, TypeVar
+from typing import Generic, TypeVar, cast
 
 log = logging.getLogger(__name__)
 
@@ -29,11 +34,17 @@ class Writer(Generic[J]):
         maxsize: int = 32,
         on_error: Callable[[J, BaseException], None] | None = None,
         name: str = "hearth-cache-writer",
+        gate: Callable[[float, Callable[[], bool]], None] | None = None,
     ) -> None:
+        """``gate(submitted_at, hurry)``: called on the writer thread before each job (with
+        its ``time.monotonic()`` submission time); it returns when the job may run, and
+        should return at once while ``hurry()`` is true."""
         if maxsize < 1:
             raise ValueError("writer queue size must be >= 1")
         self._handle = handle
         self._on_error = on_error
+        self._gate = gate
+        self._hurry = 0  # flushes waiting: gated jobs run at once
         self._queue: queue.Queue[object] = queue.Queue(maxsize)
         self._idle = threading.Condition()
         self._pending = 0  # submitted and not yet handled
@@ -52,7 +63,7 @@ class Writer(Generic[J]):
             if self._closed:
                 return False
             try:
-                self._queue.put_nowait(job)
+                self._queue.put_nowait((job, time.monotonic()))
             except queue.Full:
                 return False
             self._pending += 1
@@ -62,12 +73,20 @@ class Writer(Generic[J]):
         """Wait until every submitted job has been handled; False on timeout."""
         deadline = time.monotonic() + timeout
         with self._idle:
-            while self._pending:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return False
-                self._idle.wait(remaining)
-            return True
+            self._hurry += 1
+            try:
+                while self._pending:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        return False
+                    self._idle.wait(remaining)
+                return True
+            finally:
+                self._hurry -= 1
+
+    def hurrying(self) -> bool:
+        """A flush (or close) is waiting for the queue to drain."""
+        return self._hurry > 0
 
     def close(self, timeout: float = 10.0) -> None:
         """Drain (up to ``timeout``) and stop the thread. Idempotent."""
@@ -86,17 +105,23 @@ class Writer(Generic[J]):
 
     def _run(self) -> None:
         while True:
-            job = self._queue.get()
-            if job is _STOP:
+            item = self._queue.get()
+            if item is _STOP:
                 return
+            job, submitted_at = cast("tuple[J, float]", item)
             try:
-                self._handle(job)  # type: ignore[arg-type]
+                if self._gate is not None:
+                    try:
+                        self._gate(submitted_at, self.hurrying)
+                    except Exception:  # a gate that fails only stops holding the job back
+                        log.exception("cache writer gate failed")
+                self._handle(job)
             except Exception as exc:  # a writer thread must not die
                 if self._on_error is None:
                     log.exception("cache writer job failed")
                 else:  # the handler tells the environment's failures from bugs, and logs
                     try:
-                        self._on_error(job, exc)  # type: ignore[arg-type]
+                        self._on_error(job, exc)
                     except Exception:
                         log.exception("cache writer error handler failed")
             finally:

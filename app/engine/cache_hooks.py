@@ -109,6 +109,11 @@ class CacheHooks(Protocol):
 
     def wants_finish(self, live: int) -> bool: ...
 
+    def hold_writes(self, on: bool) -> None:
+        """A request of this model waits for its first token (``on``), or none does: the
+        cache writes queued saves once none does (``CacheStore.hold_writes``)."""
+        ...
+
 
 class NullCache:
     """Cache off: every lookup misses, nothing is saved."""
@@ -160,6 +165,9 @@ class NullCache:
     def wants_finish(self, live: int) -> bool:
         return False
 
+    def hold_writes(self, on: bool) -> None:
+        pass
+
 
 class QuietCache:
     """A request's view of the cache that counts nothing: a background read is no request
@@ -207,6 +215,9 @@ class QuietCache:
 
     def wants_finish(self, live: int) -> bool:
         return self._inner.wants_finish(live)
+
+    def hold_writes(self, on: bool) -> None:
+        self._inner.hold_writes(on)
 
 
 class StoreCache:
@@ -313,4 +324,7 @@ class StoreCache:
 
     def wants_finish(self, live: int) -> bool:
         return should_finish_save(live, self.policy)
+
+    def hold_writes(self, on: bool) -> None:
+        self.store.hold_writes(self, on)
 

@@ -148,8 +148,11 @@ def _lookup(cache: CacheHooks, req: Request, floor: int, *, whole_only: bool = F
         return None
     need = max(MIN_RESTORE_TOKENS, floor + 1)
     key_tokens = req.prompt_tokens[:-1] if whole_only else req.prompt_tokens
-    if need > len(key_tokens):
-        return None  # a seq already offers every token a restore could give
+    if need > len(req.prompt_tokens) - 1:
+        # A seq already offers every token a restore could give (at most the prompt less its
+        # last token is reused): a regenerate whose seq still holds its prompt reads nothing
+        # (it read and unpacked the whole row to keep the same cells; issue 24's profile).
+        return None
     return cache.lookup(req.meta, key_tokens, req.options.parent_key, req.options.session_id, min_tokens=need)
 
 

@@ -99,6 +99,8 @@ class Scheduler:
         """seq id → running request, in admission order (``Admitter`` adds, ``Finisher`` removes)."""
         self.pool = SeqPool(backend, config.n_seq_max)
         self.saver = Saver(backend, cache)
+        self._cache = cache
+        self._holding_writes = False
         self.shares = Shares(backend, self.reqs, self.pool)
         self.admission = Admitter(
             backend, cache, self.pool, self.reqs, self.saver, self.shares, meta,
@@ -256,17 +258,33 @@ class Scheduler:
     def abandon(self, exc: Exception) -> None:
         self.fail_running(exc)
         self.admission.fail_pending(exc)
+        self.hold_writes()
+
+    def hold_writes(self) -> None:
+        """Tell the cache whether a request waits for its first token (background reads do
+        not count): its writer holds queued saves back meanwhile (``CacheStore.hold_writes``)."""
+        waiting = any(
+            r.times.first_token_at is None and not r.is_background and not r.finishing for r in self.reqs.values()
+        )
+        if waiting != self._holding_writes:
+            self._holding_writes = waiting
+            try:
+                self._cache.hold_writes(waiting)
+            except Exception:  # never worth a request
+                log.exception("telling the cache writer to %s failed", "wait" if waiting else "go on")
 
     # ------------------------------------------------------------------ the tick
 
     def tick(self) -> None:
         """One tick: schedule → sample → stream → decode → postprocess → finish → dispatch."""
         started = time.perf_counter()
+        self.hold_writes()
         plan = self.schedule()
         if plan.ops:
             sampled = self.sample(plan)
             if sampled is not None:
                 pushed = self.stream(plan, sampled)  # tokens reach their streams before the decode runs
+                self.hold_writes()
                 if self.decode(plan, pushed):
                     self.postprocess(plan)
                 self.budget.record(plan)
@@ -431,6 +449,7 @@ class Scheduler:
         return "prefilling" if any(r.is_prefilling for r in self.reqs.values()) else "generating"
 
     def publish(self) -> None:
+        self.hold_writes()
         self.snapshot = SchedulerSnapshot(
             phase=self.phase,
             pending_len=len(self.admission.pending),

@@ -3,8 +3,15 @@
 from __future__ import annotations
 
 import threading
+import time
 
+import pytest
+
+from app.cache import store as store_module
+from app.cache.keys import encode_tokens
+from app.cache.store import CacheStore
 from app.cache.writer import Writer
+from tests.unit.cache.conftest import META, save
 
 
 def test_submit_flush_close() -> None:
@@ -33,3 +40,36 @@ def test_submit_flush_close() -> None:
     writer.close()
     writer.close()  # idempotent
     assert not writer.submit(5)
+
+
+def test_a_held_store_writes_once_the_first_token_is_out(store: CacheStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    """While an engine says a request waits for its first token, a queued save stays in
+    memory (found by lookups) and is written once the hold ends; ``flush`` does not wait
+    for the hold, and no hold keeps a save back longer than ``WRITE_HOLD_MAX_S``.
+    (Seen failing with the gate left out of the writer: the row was written while held.)"""
+    holder = object()
+    store.hold_writes(holder, True)
+    save(store, [1, 2, 3, 4], flush=False)
+    time.sleep(store_module.WRITE_GRACE_S + 0.2)
+    row = store.lookup_exact(META, [1, 2, 3, 4])
+    assert row is not None and store.get(row.key) is None  # queued, not written
+    assert store.longest_prefix(META, [1, 2, 3, 4, 5]) is not None  # lookups see it meanwhile
+    store.hold_writes(holder, False)
+    deadline = time.monotonic() + 10
+    while store.get(row.key) is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert store.get(row.key) is not None
+
+    store.hold_writes(holder, True)
+    t0 = time.monotonic()
+    save(store, [5, 6, 7, 8])  # flushes: written at once although held
+    assert time.monotonic() - t0 < store_module.WRITE_HOLD_MAX_S
+
+    monkeypatch.setattr(store_module, "WRITE_HOLD_MAX_S", 0.2)
+    save(store, [9, 10, 11, 12], flush=False)
+    key = META.key(encode_tokens([9, 10, 11, 12]))
+    deadline = time.monotonic() + 10
+    while store.get(key) is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert store.get(key) is not None  # written although the hold never ended
+    store.hold_writes(holder, False)

@@ -7,10 +7,12 @@ queue and the ops the backend saw (``[kind, seq_id, n_tokens]`` per op).
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 import pytest
 
 from app.engine.admission import AdmissionPath
+from app.engine.cache_hooks import NullCache
 from app.engine.errors import ContextOverflow, NoSession, StickyBusy
 from app.engine.events import Done, PrefillProgress, TokenId
 from app.engine.shares import SHARE_MIN_TOKENS
@@ -259,3 +261,40 @@ def test_seqs_are_taken_lowest_first_and_decode_rows_are_in_seq_order():
     h.tick()  # its prefill
     rows = [row for row in h.tick() if row[0] == "decode"]
     assert [seq for _kind, seq, _n in rows] == [0, 1, 2]  # not in admission order (0, 2, 1)
+
+
+class HoldRecorder(NullCache):
+    """Records what the scheduler tells the cache writer (``hold_writes``)."""
+
+    def __init__(self, policy: Any) -> None:
+        super().__init__(policy)
+        self.holds: list[bool] = []
+
+    def hold_writes(self, on: bool) -> None:
+        self.holds.append(on)
+
+
+def test_the_writer_is_held_from_admission_to_the_first_token_only():
+    """Queued saves wait while a request waits for its first token (issue 24: on two cores
+    the writer took a core from the next turn's prefill); from its first token on, and for
+    a second request that joins a running decode until its own first token, then not."""
+    rec: HoldRecorder | None = None
+
+    def cache(config: Any) -> HoldRecorder:
+        nonlocal rec
+        rec = HoldRecorder(config.cache_policy)
+        return rec
+
+    h = make(StubBackend(n_seq_max=2), cache=cache)
+    assert rec is not None
+    a = h.admit("a long enough prompt", response_tokens=6)
+    h.tick()  # prefill
+    assert rec.holds == [True]
+    h.tick()  # samples a's first token, streams it, decodes it
+    assert rec.holds == [True, False]
+    b = h.admit("another prompt", response_tokens=3)
+    h.tick()
+    assert rec.holds == [True, False, True]
+    h.run()
+    assert rec.holds == [True, False, True, False]
+    assert [type(e) for e in h.events[a]][-1] is Done and [type(e) for e in h.events[b]][-1] is Done
