@@ -84,6 +84,9 @@ class CacheAccount:
     """Context length at the last save (or restore): continued saves count from here."""
     finish_key: bytes | None = None
     reuse: Reuse = field(default_factory=Reuse)
+    cold_after_first: int = 0
+    """A cold save of the prompt's first this-many tokens, due once the first reply token is
+    out (``Saver.cold_after_first``); 0: none (due, or made at a prefill stop instead)."""
 
     def reused(self, kind: CacheHitKind, num_tokens: int) -> None:
         """The seq starts out holding ``num_tokens`` prompt tokens taken from ``kind``."""

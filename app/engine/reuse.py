@@ -90,7 +90,8 @@ class Reuser:
             req.cache.reuse = Reuse("live", n_live, shared, None, head.origin_session)
             cache.count_live()  # one hit accounting: every reuse is a hit (app.conversation)
             return
-        _cold(cache, req, Reuse("none", 0, shared, self._miss_reason(found, shared), None))
+        _cold(cache, req, Reuse("none", 0, shared, self._miss_reason(found, shared), None),
+              defer=self._backend.info.memory.cut_states)
 
     def _miss_reason(self, found: Hit | Miss | None, shared: int) -> MissReason:
         """Why nothing was reused, when ``shared`` prompt tokens were computed before."""
@@ -156,11 +157,17 @@ def _lookup(cache: CacheHooks, req: Request, floor: int, *, whole_only: bool = F
     return cache.lookup(req.meta, key_tokens, req.options.parent_key, req.options.session_id, min_tokens=need)
 
 
-def _cold(cache: CacheHooks, req: Request, reuse: Reuse) -> None:
+def _cold(cache: CacheHooks, req: Request, reuse: Reuse, *, defer: bool = False) -> None:
+    """A cold prefill. The policy's cold save of the prompt's head is made once the first
+    reply token is out (``defer``, a state that can be cut: the whole prompt's cells cut to
+    the head), so its pack is not in the time to first token and the prefill is not split
+    at the head (issue 24, B8's first turn); a state that cannot be cut stops there."""
     cache.count_miss()
     req.cache.reuse = reuse
     prompt = req.prompt_tokens
     split = cache.cold_split(len(prompt)) if req.mode is not Mode.PREFILL_ONLY else 0
     req.prefill_cursor = list(prompt)
-    if split:
+    if split and defer:
+        req.cache.cold_after_first = split
+    elif split:
         req.stop_at(split, "cold")

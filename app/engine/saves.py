@@ -17,6 +17,7 @@ import logging
 import time
 from collections.abc import Iterable, Sequence
 
+from app.cache import seqstate
 from app.cache.keys import KeyMeta
 from app.engine.backend import Backend
 from app.engine.cache_hooks import CacheHooks, SaveReason
@@ -45,6 +46,27 @@ class Saver:
         ``cold`` too: the seq holds a head of the prompt, read before the reply)."""
         self.save(req, reason)
         req.cache.last_save_at = len(req.context_tokens)
+
+    def cold_after_first(self, req: Request) -> None:
+        """The deferred cold save (``CacheAccount.cold_after_first``), once the first reply
+        token is out and before it is decoded: the seq holds the whole prompt; its first
+        ``n`` cells are saved."""
+        n, req.cache.cold_after_first = req.cache.cold_after_first, 0
+        if req.meta is None or not 0 < n <= len(req.context_tokens):
+            return
+        try:
+            t0 = time.perf_counter_ns()
+            payload = seqstate.cut(self._backend.kv_pack(req.seq_id), n)
+            key = self._cache.save(
+                req.meta, req.context_tokens[:n], payload, "cold", time.perf_counter_ns() - t0,
+                req.options.session_id,
+            )  # fmt: skip
+        except Exception:
+            log.exception("a cold save of seq %d (%d tokens) failed; generation goes on", req.seq_id, n)
+            return
+        if key is not None:
+            req.cache.num_created = max(req.cache.num_created, n - req.cache.num_reused)
+        req.cache.last_save_at = max(req.cache.last_save_at, n)
 
     def continued(self, req: Request) -> None:
         """After a decode: a continued save when the policy's interval has passed."""

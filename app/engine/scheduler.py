@@ -260,6 +260,13 @@ class Scheduler:
         self.admission.fail_pending(exc)
         self.hold_writes()
 
+    def _cold_saves(self, plan: TickPlan) -> None:
+        """Cold saves deferred to the first reply token (``reuse._cold``), now it is out."""
+        for seq in plan.seq_ids:
+            req = self.reqs.get(seq)
+            if req is not None and req.cache.cold_after_first and req.times.first_token_at is not None:
+                self.saver.cold_after_first(req)
+
     def hold_writes(self) -> None:
         """Tell the cache whether a request waits for its first token (background reads do
         not count): its writer holds queued saves back meanwhile (``CacheStore.hold_writes``)."""
@@ -285,6 +292,7 @@ class Scheduler:
             if sampled is not None:
                 pushed = self.stream(plan, sampled)  # tokens reach their streams before the decode runs
                 self.hold_writes()
+                self._cold_saves(plan)
                 if self.decode(plan, pushed):
                     self.postprocess(plan)
                 self.budget.record(plan)

@@ -216,3 +216,33 @@ def test_sticky_session_and_evict_save_restores(tmp_path, tiny_model_path):
         _, stats = _run(model, nxt, n=3, session_id="a")
         assert stats.cache_hit_kind in ("partial", "exact")
         assert stats.cache_delta.read == len(a.context_tokens)
+
+
+def test_the_cold_save_is_made_after_the_first_token(tmp_path, tiny_model_path):
+    """The policy's cold save of a prompt's head no longer splits the prefill there and packs
+    before the first token (issue 24): it is cut from the whole prompt's cells once the first
+    reply token is out. The row holds exactly the head, and a prompt that shares only that
+    head restores it and gives the cold reply."""
+    from app.cache.policy import cold_save_split
+    from app.engine.events import PrefillProgress
+
+    data = tmp_path / "data"
+    with Engine(data) as engine:
+        model = engine.load_model("m", _config(tiny_model_path, n_batch=512))  # one prefill slice
+        prompt = model.tokenize(TEXT * 3)
+        split = cold_save_split(len(prompt), POLICY)
+        assert 0 < split < len(prompt) - 1
+        events = list(model.infer(prompt, response_tokens=4))
+        assert [e.done for e in events if isinstance(e, PrefillProgress)][1:] == [len(prompt)]  # not stopped at the head
+        engine.cache.flush()
+        cold = [r for r in engine.cache.rows() if r.save_reason == "cold"]
+        assert [r.n_tokens for r in cold] == [split]
+        assert list(cold[0].tokens) == prompt[:split]
+        other = prompt[:split] + model.tokenize(" Something else entirely, to end the prompt.")
+    with Engine(data) as engine:
+        model = engine.load_model("m", _config(tiny_model_path))
+        for row in [r for r in engine.cache.rows() if r.save_reason != "cold"]:
+            engine.cache.delete(row.key)  # only the cold row can serve the head
+        ids, stats = _run(model, other)
+        assert stats.cache_delta.read == split
+    assert ids == _cold_reference(tmp_path, tiny_model_path, other)
