@@ -25,6 +25,7 @@ from app.engine.events import (
     Event,
     LastCacheHit,
     ModelInfo,
+    PrefillProgress,
     SchedulerSnapshot,
     SlotInfo,
     Stats,
@@ -104,6 +105,31 @@ class FakeModel:
         return self._start(
             held + list(suffix_tokens), continuation=True, session_id=session_id, **params
         )
+
+    def read_ahead(
+        self, tokens: list[int], *, session_id: str, on_event: Callable[[Event], None] | None = None, **_: Any
+    ) -> FakeStream:
+        """Type-ahead: the session holds ``tokens`` at once (its reply streaming: ``Error``)."""
+        stream = FakeStream(next(self._refs))
+        emit = on_event or (lambda _e: None)
+        with self._lock:
+            self.calls.append(("read_ahead", len(tokens)))
+            busy = session_id in self._busy_sessions
+            if not busy:
+                self._sessions[session_id] = list(tokens)
+        if busy:
+            emit(Error(f"session {session_id} is generating", "sticky_busy"))
+        else:
+            emit(PrefillProgress(len(tokens), len(tokens)))
+            stats = Stats(
+                prompt_tokens=len(tokens), completion_tokens=0, prefill_ms=0.0, generation_ms=0.0, ttft_ms=0.0,
+                cache_hit_kind="sticky", finish_reason="stop", cancelled=False, finish_key=None,
+                committed_tokens=len(tokens),
+            )  # fmt: skip
+            stream.stats = stats
+            emit(Done(stats))
+        stream.done.set()
+        return stream
 
     def end_session(self, session_id: str) -> None:
         with self._lock:

@@ -8,7 +8,7 @@ import pytest
 
 from app.conversation.window import Turn
 from app.engine.chat import continuation_suffix
-from app.ui.bridge_records import GenerationRequest, SessionState, StreamUpdate
+from app.ui.bridge_records import GenerationRequest, ReadAheadRequest, SessionState, StreamUpdate
 from app.ui.engine_bridge import EngineBridge, _BridgeWorker
 from tests.helpers.fake_engine import FakeEngine
 
@@ -123,3 +123,26 @@ def test_each_update_says_when_its_oldest_event_reached_the_bridge(qtbot, fake):
     for received, update in texts:
         assert before <= update.waited_since <= received
     bridge.shutdown()
+
+
+def test_read_aheads_queued_behind_a_newer_draft_or_the_message_are_dropped_unread(qapp, fake):
+    """The GUI notes each ask (and the message) before it is queued: the worker renders and
+    reads only the newest draft, and nothing once the message is sent (B11's paste turn had
+    its message wait behind queued reads)."""
+    engine, model = fake
+    worker = _BridgeWorker(model, "fake")
+    request = GenerationRequest("", "c", (), "")
+
+    def ask(draft: str, generation: int) -> None:
+        worker.note_read("c", generation)
+        worker.read_ahead(ReadAheadRequest(request, draft, generation))
+
+    worker.note_read("c", 2)
+    worker.read_ahead(ReadAheadRequest(request, "an older draft ", 1))  # gen 2 was asked since
+    worker.note_read("c", -1)  # ... and the message sent (EngineBridge.submit)
+    worker.read_ahead(ReadAheadRequest(request, "the newest draft ", 2))
+    assert [c for c in model.calls if c[0] == "read_ahead"] == []
+    ask("the next draft ", 3)  # a word just ended: read to its end, no margin
+    assert model.calls[-1] == ("read_ahead", len(_tokens("<|user|>the next draft")))
+    ask("the next draft is typ", 4)  # inside a word: two tokens left out (bytes: no merge)
+    assert model.calls[-1] == ("read_ahead", len(_tokens("<|user|>the next draft is typ")) - 2)

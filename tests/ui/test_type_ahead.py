@@ -203,29 +203,54 @@ def test_undo_to_a_shorter_draft(make_window, qtbot):
 
 
 def test_switch_chats_mid_draft(make_window, qtbot):
+    """Each chat keeps its own draft: the one left stops reading (what it read stays in its
+    sequence); opened again, its draft is back in the box and goes on being read."""
     window = on_window(make_window)
     page = window.chat_page
+    box = message_input(window)
     a = new_chat(qtbot, window, type_ahead=True)
     first_turn(qtbot, window)
     b = new_chat(qtbot, window, type_ahead=True)
     page.open_conversation(a)
     write(qtbot, window, QUESTION[:40])  # read into a's sequence
-    page.open_conversation(b)  # mid-draft: a stops, the draft (still in the box) is b's now
+    page.open_conversation(b)  # mid-draft: a stops, the box shows b's draft (none)
     assert page.type_ahead.view(a) is None
+    assert box.toPlainText() == ""
+    write(qtbot, window, "Something else entirely.")
+    settle(qtbot, window)
+    page.open_conversation(a)  # a's draft is back; b's waits for b
+    assert box.toPlainText() == QUESTION[:40]
+    assert box.textCursor().atEnd()
     write(qtbot, window, " bridges?")
     settle(qtbot, window)
     message = QUESTION[:40] + " bridges?"
     stats = enter(qtbot, window)
-    assert stats.tokens_read_ahead > 0
-    on_b = reply_text(window, b)
-    # a's sequence holds the part of the draft it read: its next message trims it
-    page.open_conversation(a)
-    write(qtbot, window, "Something else entirely.", pause_ms=20)
-    enter(qtbot, window)
+    assert stats.tokens_read_ahead > len(QUESTION[:40].split())  # what was read before the switch counts
     on_a = reply_text(window, a)
-    assert on_b == off_reply(qtbot, window, message, first=False)
-    assert on_a == off_reply(qtbot, window, "Something else entirely.")
+    page.open_conversation(b)
+    assert box.toPlainText() == "Something else entirely."
+    settle(qtbot, window)
+    assert enter(qtbot, window).tokens_read_ahead > 0
+    on_b = reply_text(window, b)
+    assert on_a == off_reply(qtbot, window, message)
+    assert on_b == off_reply(qtbot, window, "Something else entirely.", first=False)
     no_seq_left(qtbot, window, a, b)
+
+
+def test_a_deleted_chats_draft_goes_with_it(make_window, qtbot):
+    window = on_window(make_window)
+    page = window.chat_page
+    box = message_input(window)
+    a = new_chat(qtbot, window, type_ahead=True)
+    b = new_chat(qtbot, window, type_ahead=True)
+    write(qtbot, window, "A draft for b")
+    page.open_conversation(a)
+    write(qtbot, window, "A draft for a")
+    window.controller.delete(a)
+    qtbot.waitUntil(lambda: current_id(window) == b, timeout=REPLY_TIMEOUT_MS)
+    assert box.toPlainText() == "A draft for b"
+    settle(qtbot, window)
+    no_seq_left(qtbot, window, b)
 
 
 def test_enter_while_a_read_ahead_chunk_runs(make_window, qtbot):

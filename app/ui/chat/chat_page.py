@@ -4,6 +4,7 @@ settings panel."""
 from __future__ import annotations
 
 from PySide6.QtCore import QByteArray, Qt, QTimer, Signal
+from PySide6.QtGui import QTextCursor
 from PySide6.QtWidgets import (
     QComboBox,
     QFileDialog,
@@ -143,6 +144,8 @@ class ChatPage(QWidget):
         self.settings_panel.overflow.policy_edited.connect(self._on_policy_edited)
         self.settings_panel.overflow.default_policy_edited.connect(controller.set_default_policy)
         self._draft_tokens: tuple[str, int] = ("", 0)
+        self._drafts: dict[str, str] = {}
+        """Chat id → its unsent draft while another chat is open (this session only)."""
         self.setStyleSheet(chat_extras_qss())
         self.refresh_models()
         self.list_model.modelReset.connect(lambda: self.sidebar.select(self.current_id))
@@ -172,6 +175,11 @@ class ChatPage(QWidget):
             return
         self.settings_panel.flush()
         conv = self.controller.conversation(cid) if cid else None
+        left, text = self.current_id, self.composer.input.toPlainText()
+        if left is not None:  # its draft waits for it; the box shows the next chat's own
+            self._drafts[left] = text
+            if not text.strip():
+                del self._drafts[left]
         self.current_id = conv.id if conv else None
         self.sidebar.select(self.current_id)
         self.settings_panel.load(conv)
@@ -183,6 +191,8 @@ class ChatPage(QWidget):
         self.chat_view.set_conversation(self.current_id)
         self._update_header()
         self.type_ahead.switched(self.current_id)
+        if left is not None or (self.current_id or "") in self._drafts:  # (none open: the text stays)
+            self._show_draft(self._drafts.pop(self.current_id or "", ""))
         self.settings_panel.set_type_ahead(self.type_ahead.enabled(conv.id) if conv else False)
         self._draft_tokens = ("", 0)
         self._update_meter()
@@ -190,6 +200,14 @@ class ChatPage(QWidget):
         self.composer.set_busy(busy)
         self.model_picker.setEnabled(not busy)
         self.current_changed.emit(self.current_id or "")
+
+    def _show_draft(self, text: str) -> None:
+        """The open chat's draft in the box, the cursor at its end (type-ahead reads it again:
+        what it read before is still in the chat's sequence, so nothing is read twice)."""
+        box = self.composer.input
+        if box.toPlainText() != text:
+            box.setPlainText(text)
+            box.moveCursor(QTextCursor.MoveOperation.End)
 
     def _update_header(self) -> None:
         conv = self.controller.conversation(self.current_id) if self.current_id else None
@@ -336,7 +354,9 @@ class ChatPage(QWidget):
             self._update_header()
 
     def _on_conversation_deleted(self, cid: str, _title: str) -> None:
+        self._drafts.pop(cid, None)
         if cid == self.current_id:
+            self.composer.input.clear()  # its draft goes with it
             entries = self.controller.catalog.entries()
             QTimer.singleShot(0, lambda: self.open_conversation(entries[0].id if entries else None))
             self.current_id = None
