@@ -28,8 +28,11 @@ lint: setup
 
 # One pytest worker per core (pytest-xdist), each test file on one worker (its module-scoped
 # fixtures, such as a served model, start once); llama.cpp runs one thread per context there.
+# The slowest files go out first (tests/conftest.py, tests/file_durations.txt), not xdist's
+# default of the files with the most tests first, which left long few-test files for the end.
 test: lint
-	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -q -p no:cacheprovider -n logical --dist loadfile
+	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -q -p no:cacheprovider -n logical --dist loadfile \
+		--no-loadscope-reorder
 
 bench: setup
 	$(BIN)/hearth bench --json docs/benchmarks.json

@@ -7,6 +7,7 @@ The tiny files are generated deterministically once and cached under ``tests/.as
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -69,3 +70,41 @@ def smollm2_path() -> Path:
         return smollm2_gguf_path()
     except FileNotFoundError as exc:
         pytest.skip(str(exc))
+
+
+# The slowest test files, measured (tests/file_durations.txt). Under `make test` (xdist,
+# `--dist loadfile --no-loadscope-reorder`) a worker takes the next file in collection order
+# when it runs short of work; handing out the longest files first keeps one long file from
+# starting last and running alone on one worker while the other core idles.
+FILE_DURATIONS = Path(__file__).with_name("file_durations.txt")
+
+
+def _file_seconds() -> dict[str, float]:
+    seconds: dict[str, float] = {}
+    if FILE_DURATIONS.exists():
+        for line in FILE_DURATIONS.read_text().splitlines():
+            fields = line.split()
+            if len(fields) == 2 and not line.startswith("#"):
+                seconds[fields[1]] = float(fields[0])
+    return seconds
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Longest files first when xdist hands out whole files; other runs keep pytest's order."""
+    if not (os.environ.get("PYTEST_XDIST_WORKER") and config.getoption("dist", "no") == "loadfile"):
+        return
+    seconds = _file_seconds()
+    first_seen: dict[str, int] = {}
+    for item in items:
+        first_seen.setdefault(item.nodeid.split("::")[0], len(first_seen))
+    # A file not measured yet counts as one second a test (the suite's median file is cheaper).
+    counts: dict[str, int] = {}
+    for item in items:
+        path = item.nodeid.split("::")[0]
+        counts[path] = counts.get(path, 0) + 1
+
+    def key(item: pytest.Item) -> tuple[float, int]:
+        path = item.nodeid.split("::")[0]
+        return (-seconds.get(path, float(counts[path])), first_seen[path])
+
+    items.sort(key=key)
