@@ -73,7 +73,7 @@ def test_a_background_read_fills_the_sessions_seq_and_counts_as_no_request():
     h = make(StubBackend(n_seq_max=2), cache=cache, n_batch=512)
     ref = background(h, "x" * 150)
     rows = h.tick_while(h.sch.is_busy)
-    assert read_rows([r for tick in rows for r in tick], 0) == [32, 32, 32, 32, 22]  # CHUNK slices
+    assert read_rows([r for tick in rows for r in tick], 0) == [64, 64, 22]  # CHUNK slices
     done = h.outcome(ref)
     assert isinstance(done, Done) and not done.stats.cancelled
     session = h.sch.pool.sessions["c"]
@@ -105,12 +105,12 @@ def test_the_real_request_reuses_what_was_read_ahead_and_says_so():
 def test_enter_while_the_draft_is_being_read_ends_the_read_and_keeps_it():
     h = make(StubBackend(n_seq_max=2), n_batch=512)
     ref = background(h, "y" * 200)
-    h.tick()  # one 32-token slice read
+    h.tick()  # one 64-token slice read
     real = h.admit("y" * 200 + "?", session_id="c", response_tokens=3)
     done = h.outcome(ref)
     assert isinstance(done, Done) and done.stats.cancelled
     req = h.sch.reqs[0]
-    assert req.ref == real and req.cache.reuse.tokens_reused == 32 and req.cache.reuse.tokens_read_ahead == 32
+    assert req.ref == real and req.cache.reuse.tokens_reused == 64 and req.cache.reuse.tokens_read_ahead == 64
     assert h.tick() == [["prefill", 0, 128]]  # the rest of the prompt, in full chunks
     h.run()
     h.sch.pool.check(h.sch.reqs)
@@ -189,10 +189,10 @@ def test_a_request_never_waits_for_a_background_donor_of_its_head():
     h = make(StubBackend(n_seq_max=2), n_batch=512)
     head = "h" * 200
     background(h, head + " draft", sid="typing")
-    h.tick()  # 32 tokens of the shared head are read
+    h.tick()  # 64 tokens of the shared head are read
     h.admit(head + " real?", session_id="other", response_tokens=2)
     req = h.sch.reqs[1]
-    assert req.share_from is None and len(req.context_tokens) == 32  # copied what is held, now
+    assert req.share_from is None and len(req.context_tokens) == 64  # copied what is held, now
     h.run()
     h.sch.pool.check(h.sch.reqs)
 
