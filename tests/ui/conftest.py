@@ -7,6 +7,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from PySide6.QtCore import QEvent
+from PySide6.QtWidgets import QApplication
 
 from app.storage import SamplingSettings
 from app.ui.app import create_window
@@ -56,6 +58,11 @@ def make_window(qtbot: Any, data_dir: Path, tiny_model_path: Path) -> Iterator[W
     yield make
     for window in windows:
         window.close()
+        window.deleteLater()
+    # Delete the closed windows now: a window left alive keeps its ~220 widgets in the
+    # QApplication, and every later theme change and event pass of this worker walks them all
+    # (a file late in a worker's run took 100x its time alone).
+    QApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
 
 
 @pytest.fixture

@@ -113,7 +113,7 @@ class ConversationPage(QScrollArea):
         # event loop runs again anyway, and turning updates back on repaints the whole page.
         self._rebuild()
         if self._anchor is not None:
-            QTimer.singleShot(0, self._restore_anchor)
+            QTimer.singleShot(0, self, self._restore_anchor)
 
     def _rebuild(self) -> None:
         # Message widgets whose message, branch position and label are unchanged are kept
@@ -347,7 +347,7 @@ class ConversationPage(QScrollArea):
             self._anchor_target = None
             self._stick_to_bottom = bar.value() >= bar.maximum() - 24
         else:
-            QTimer.singleShot(0, self._restore_anchor)
+            QTimer.singleShot(0, self, self._restore_anchor)
 
     # -- helpers -------------------------------------------------------------------------
 
