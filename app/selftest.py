@@ -8,7 +8,7 @@ No network and no Qt. On a temporary data dir it
 2. ``turn``: runs one short greedy chat turn ("capital of France") and checks the reply
    mentions Paris;
 3. ``save``: runs a prompt of at least the policy's ``min_tokens`` cold, saves it with
-   ``prefill_only`` (a finish save), flushes the cache writer;
+   ``prefill_only`` on a session (a finish save), ends the session, flushes the cache writer;
 4. ``restore``: the same prompt again must be an ``exact`` cache hit giving the same greedy
    tokens as the cold run;
 5. ``reopen``: closes the engine, opens a new one on the same dir and checks the prompt is
@@ -41,6 +41,8 @@ THREADS = 1
 """One llama.cpp thread: the 135M model needs no more, and on a busy machine (2 cores shared
 with other work) 2 spinning threads made a 40-token prefill take 11.6 s instead of 0.4 s."""
 RESTORE_TOKENS = 8
+
+SAVE_SESSION = "hearth-self-test-save"
 
 
 class StepFailed(Exception):
@@ -172,7 +174,11 @@ def _steps(model_path: str | os.PathLike[str] | None, data: Path, notes: list[st
             cold_ids, _, stats = _run(model, prompt, RESTORE_TOKENS)
             _check("save", stats.cache_hit_kind == "cold",
                    f"the first run of the prompt was a {stats.cache_hit_kind!r} hit, expected cold")
-            pre = model.prefill_only(prompt)
+            # On a session, ended after the save: its seq is cleared, so the next step reads
+            # the cache (a session-less request leaves its cells for the next one, which
+            # would start from them instead).
+            pre = model.prefill_only(prompt, session_id=SAVE_SESSION)
+            model.end_session(SAVE_SESSION)
             _check("save", pre.finish_key is not None,
                    f"prefill_only of {len(prompt)} tokens saved nothing (min_tokens {min_tokens})")
             t = time.perf_counter()
