@@ -32,10 +32,11 @@ class Saver:
         self._backend = backend
         self._cache = cache
 
-    def save(self, req: Request, reason: SaveReason) -> bytes | None:
-        """Save the request's whole context (its seq holds exactly ``context_tokens``)."""
-        tokens = req.context_tokens
-        key = self._save(req.meta, req.seq_id, tokens, reason, req.options.session_id)
+    def save(self, req: Request, reason: SaveReason, n: int | None = None) -> bytes | None:
+        """Save the request's whole context (its seq holds exactly ``context_tokens``), or
+        its first ``n`` tokens (the packed seq cut to them)."""
+        tokens = req.context_tokens if n is None else req.context_tokens[:n]
+        key = self._save(req.meta, req.seq_id, tokens, reason, req.options.session_id, cut=n is not None)
         if key is not None:
             req.cache.num_created = max(req.cache.num_created, len(tokens) - req.cache.num_reused)
         return key
@@ -54,18 +55,7 @@ class Saver:
         n, req.cache.cold_after_first = req.cache.cold_after_first, 0
         if req.meta is None or not 0 < n <= len(req.context_tokens):
             return
-        try:
-            t0 = time.perf_counter_ns()
-            payload = seqstate.cut(self._backend.kv_pack(req.seq_id), n)
-            key = self._cache.save(
-                req.meta, req.context_tokens[:n], payload, "cold", time.perf_counter_ns() - t0,
-                req.options.session_id,
-            )  # fmt: skip
-        except Exception:
-            log.exception("a cold save of seq %d (%d tokens) failed; generation goes on", req.seq_id, n)
-            return
-        if key is not None:
-            req.cache.num_created = max(req.cache.num_created, n - req.cache.num_reused)
+        self.save(req, "cold", n)
         req.cache.last_save_at = max(req.cache.last_save_at, n)
 
     def continued(self, req: Request) -> None:
@@ -99,15 +89,19 @@ class Saver:
         return num
 
     def _save(
-        self, meta: KeyMeta | None, seq_id: int, tokens: Sequence[int], reason: SaveReason, session_id: str | None
+        self, meta: KeyMeta | None, seq_id: int, tokens: Sequence[int], reason: SaveReason, session_id: str | None,
+        *, cut: bool = False,
     ) -> bytes | None:
         """Pack the seq and queue the save, tagged with the session that made it (so the row
-        can be named by its conversation)."""
+        can be named by its conversation). ``cut``: the seq holds more than ``tokens``; the
+        payload is cut to them."""
         if meta is None or not tokens:
             return None
         try:
             t0 = time.perf_counter_ns()
             payload = self._backend.kv_pack(seq_id)
+            if cut:
+                payload = seqstate.cut(payload, len(tokens))
             return self._cache.save(meta, tokens, payload, reason, time.perf_counter_ns() - t0, session_id)
         except Exception:
             log.exception("a %s save of seq %d (%d tokens) failed; generation goes on", reason, seq_id, len(tokens))
