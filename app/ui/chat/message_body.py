@@ -16,6 +16,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.ui.chat.highlight import highlight_html, plain_html
+from app.ui.chat.long_words import breakable, breakable_html, strip_breaks_on_copy
 from app.ui.chat.markdown import Segment, split_markdown
 from app.ui.theme import colors, current_icon
 
@@ -88,10 +89,13 @@ class CodeBlock(QFrame):
 
     def _render(self) -> None:
         seg = self._segment
+        # NOTE: long words get break points here too (see MarkdownBody._create); Copy copies
+        # the code as written.
         if seg.closed or self._highlight_open:
-            self._body.setText(highlight_html(seg.text, seg.language, dark=colors().name == "dark"))
+            shown = highlight_html(seg.text, seg.language, dark=colors().name == "dark")
         else:
-            self._body.setText(plain_html(seg.text))
+            shown = plain_html(seg.text)
+        self._body.setText(breakable_html(shown))
 
     def _on_copy_clicked(self) -> None:
         QGuiApplication.clipboard().setText(self._code)
@@ -115,6 +119,7 @@ class MarkdownBody(QWidget):
         self._layout.setSpacing(10)
         self._items: list[tuple[Segment, QWidget]] = []
         self._source = ""
+        strip_breaks_on_copy()
 
     def source(self) -> str:
         return self._source
@@ -168,7 +173,9 @@ class MarkdownBody(QWidget):
         )
         label.setOpenExternalLinks(True)
         label.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Minimum)
-        label.setText(seg.text)
+        # NOTE: long words get break points, else one of them sets the label's minimum width
+        # and the whole chat column is cut at the window's right edge.
+        label.setText(breakable(seg.text))
         return label
 
     @staticmethod
@@ -176,7 +183,7 @@ class MarkdownBody(QWidget):
         if isinstance(widget, CodeBlock):
             widget.update_segment(seg)
         elif isinstance(widget, QLabel):
-            widget.setText(seg.text)
+            widget.setText(breakable(seg.text))
 
     def code_blocks(self) -> list[CodeBlock]:
         return [w for _s, w in self._items if isinstance(w, CodeBlock)]

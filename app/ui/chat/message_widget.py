@@ -24,6 +24,7 @@ from PySide6.QtWidgets import (
 from app.conversation.wording import reply_line, reply_tooltip
 from app.storage import Message, ReplyStats
 from app.ui.chat.edit_keys import EditKeys
+from app.ui.chat.long_words import breakable
 from app.ui.chat.message_body import MarkdownBody
 from app.ui.chat.replies import UNLOADED
 from app.ui.theme import current_icon
@@ -293,7 +294,7 @@ class MessageWidget(QFrame):
                 ("▾ " if self.thinking_toggle.isChecked() else "▸ ")
                 + ("Thinking…" if busy else "Thought process")
             )
-            self.thinking_text.setText(thinking)
+            self.thinking_text.setText(breakable(thinking))
         if self.streaming:
             self._actions_row.hide()
 

@@ -1,0 +1,149 @@
+"""Nothing a person reads in a chat is cut at the right edge (issue 27, items 4 and 7): not a
+reply with a word wider than the column, finished while its chat was hidden, nor a user
+message with a long identifier, nor a long line of code, at 1280 and 900 px."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import pytest
+from PySide6.QtCore import QPoint, Qt
+from PySide6.QtGui import QKeySequence
+from PySide6.QtWidgets import QApplication, QLabel
+
+from app.storage import SamplingSettings
+from app.ui.chat.long_words import ZWSP, breakable, breakable_html
+from app.ui.main_window import MainWindow
+from tests.ui.helpers import (
+    chat_view,
+    current_id,
+    select_conversation,
+    type_and_send,
+    wait_idle,
+)
+from tests.ui.screens import screenshot
+
+# A reply that is one word of 120 letters between two short ones: wider than the column of a
+# 900 px window (~560 px) at the message font.
+LONG_WORD = SamplingSettings(
+    temperature=0.0, max_tokens=240, grammar='root ::= "the " [a-z]{120} " end"'
+)
+IDENTIFIER = "snapshot_of_the_scheduler_state_before_the_first_decode_of_the_reply"
+
+
+def cut_labels(window: MainWindow) -> list[str]:
+    """Every label in the open chat that is not whole: past the viewport's right edge, narrower
+    than its narrowest layout (a word wider than the label), or shorter than its wrapped
+    text."""
+    page = chat_view(window).page()
+    viewport = page.viewport()
+    out = []
+    inner = page.widget()
+    if inner.width() > viewport.width():
+        out.append(f"the column is {inner.width()} px wide in a {viewport.width()} px view")
+    for widget in page.message_widgets():
+        for label in widget.findChildren(QLabel):
+            if not label.isVisibleTo(widget) or not label.text():
+                continue
+            name = f"{widget.role} {label.objectName()} {label.text()[:24]!r}"
+            right = label.mapTo(viewport, QPoint(label.width(), 0)).x()
+            if right > viewport.width():
+                out.append(f"{name} ends at {right} > {viewport.width()}")
+            parent = label.parentWidget()
+            while parent is not None and parent is not inner:  # inside each box it is in
+                edge = label.mapTo(parent, QPoint(label.width(), 0)).x()
+                if edge > parent.width():
+                    out.append(f"{name} ends at {edge} > {parent.width()} of its "
+                               f"{parent.objectName() or type(parent).__name__}")
+                    break
+                parent = parent.parentWidget()
+            narrowest = label.minimumSizeHint().width()
+            if label.wordWrap() and narrowest > label.width():
+                out.append(f"{name} is {label.width()} px wide, needs {narrowest}")
+            if label.wordWrap() and label.heightForWidth(label.width()) > label.height():
+                out.append(f"{name} is {label.height()} px high, needs "
+                           f"{label.heightForWidth(label.width())}")
+    return out
+
+
+def settled(qtbot: Any, window: MainWindow) -> list[str]:
+    """What is cut once the layout has settled (it may take a few event-loop turns)."""
+    with contextlib.suppress(Exception):  # (what is still cut is the answer)
+        qtbot.waitUntil(lambda: not cut_labels(window), timeout=2_000)
+    return cut_labels(window)
+
+
+@pytest.mark.parametrize("width", [900, 1280])
+def test_a_long_word_finished_in_a_hidden_chat_wraps(make_window, qtbot, width):
+    window = make_window(size=(width, 760), sampling=LONG_WORD)
+    view = chat_view(window)
+    type_and_send(qtbot, window, f"what does {IDENTIFIER} hold?")
+    a = current_id(window)
+    # The reply streams and finishes while another chat is open.
+    qtbot.mouseClick(window.chat_page.sidebar.new_button, Qt.MouseButton.LeftButton)
+    assert current_id(window) != a
+    wait_idle(qtbot, window, a)
+    reply = window.controller.branch(a)[-1]
+    assert reply.role == "assistant" and len(max(reply.content.split(), key=len)) >= 120
+    select_conversation(qtbot, window, a)
+    widgets = view.message_widgets()
+    assert [w.role for w in widgets] == ["user", "assistant"]
+    assert widgets[1].text() == reply.content  # the message's own text, no break points
+    assert settled(qtbot, window) == []
+    screenshot(window, f"clipping-long-word-hidden-{width}")
+
+    # A selection copied from the reply is the reply's text (no break points in it).
+    label = widgets[1].body.findChild(QLabel, "messageText")
+    label.setFocus()
+    label.setSelection(0, len(label.text()))
+    qtbot.keySequence(label, QKeySequence.StandardKey.Copy)
+    copied = QApplication.clipboard().text()
+    assert ZWSP not in copied and reply.content.split()[1] in copied
+
+
+def test_a_long_line_of_code_wraps_at_900_px(make_window, qtbot):
+    code = SamplingSettings(
+        temperature=0.0, max_tokens=240, grammar='root ::= "see\\n\\n```\\n" [a-z]{120} "\\n```\\n"'
+    )
+    window = make_window(size=(900, 760), sampling=code)
+    type_and_send(qtbot, window, "show me the code")
+    wait_idle(qtbot, window)
+    reply = chat_view(window).message_widgets()[-1]
+    blocks = reply.body.code_blocks()
+    assert len(blocks) == 1 and len(blocks[0].code().strip()) >= 120
+    assert settled(qtbot, window) == []
+    screenshot(window, "clipping-long-code-900")
+    # Its Copy button copies the code as written.
+    qtbot.mouseClick(blocks[0].copy_button, Qt.MouseButton.LeftButton)
+    assert QApplication.clipboard().text() == blocks[0].code()
+
+
+def test_a_long_word_in_the_open_chat_wraps_at_900_px(make_window, qtbot):
+    window = make_window(size=(900, 760), sampling=LONG_WORD)
+    type_and_send(qtbot, window, f"what does {IDENTIFIER} hold?")
+    wait_idle(qtbot, window)
+    assert settled(qtbot, window) == []
+    screenshot(window, "clipping-long-word-open-900")
+
+
+def test_break_points_go_inside_long_words_only():
+    # Short words, links and paths a label can already break are left as they are.
+    for text in ("a short reply", "see https://example.com/" + "a" * 40, "[the docs](" + "x" * 40 + ")",
+                 "<" + "b" * 30 + ">", "www." + "c" * 30):
+        assert breakable(text) == text
+    word = "x" * 30
+    assert breakable(f"a {word} b").replace(ZWSP, "") == f"a {word} b"
+    assert all(len(part) <= 12 for part in breakable(word).split(ZWSP))
+    # Identifiers break after their separators and between camel-case humps.
+    assert breakable(IDENTIFIER).split(ZWSP)[:3] == ["snapshot_", "of_", "the_"]
+    assert breakable("theSchedulerStateBeforeDecode").split(ZWSP) == ["the", "Scheduler", "State", "Before", "Decode"]
+    # Never after a backslash (a Markdown escape), nor before a combining mark.
+    assert f"\\{ZWSP}" not in breakable("\\_" * 20)
+    accented = "e\u0301" * 30
+    assert f"{ZWSP}\u0301" not in breakable(accented)
+    # In a code block's HTML: the text gets them, tags and entities stay whole.
+    html = '<div style="margin:0; white-space:pre-wrap;"><span style="color:#000">' + "&amp;x" * 15 + "</span></div>"
+    broken = breakable_html(html)
+    assert broken.replace(ZWSP, "") == html and ZWSP in broken
+    assert "&a" + ZWSP not in broken and "<sp" + ZWSP not in broken
