@@ -1,6 +1,7 @@
 """Nothing a person reads in a chat is cut at the right edge (issue 27, items 4 and 7): not a
 reply with a word wider than the column, finished while its chat was hidden, nor a user
-message with a long identifier, nor a long line of code, at 1280 and 900 px."""
+message with a long identifier, nor a long line of code, nor the empty message box's
+placeholder, at 1280, 1200 (settings open) and narrow windows."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import contextlib
 from typing import Any
 
 import pytest
-from PySide6.QtCore import QPoint, Qt
+from PySide6.QtCore import QPoint, QRect, Qt
 from PySide6.QtGui import QKeySequence
 from PySide6.QtWidgets import QApplication, QLabel
 
@@ -18,6 +19,7 @@ from app.ui.main_window import MainWindow
 from tests.ui.helpers import (
     chat_view,
     current_id,
+    message_input,
     select_conversation,
     type_and_send,
     wait_idle,
@@ -125,6 +127,60 @@ def test_a_long_word_in_the_open_chat_wraps_at_900_px(make_window, qtbot):
     wait_idle(qtbot, window)
     assert settled(qtbot, window) == []
     screenshot(window, "clipping-long-word-open-900")
+
+
+@pytest.mark.parametrize(
+    ("width", "settings_open"), [(1280, False), (1200, True), (1200, False), (900, False), (800, False)]
+)
+def test_the_empty_boxs_placeholder_is_whole(make_window, qtbot, width, settings_open):
+    window = make_window(size=(width, 760))
+    page = window.chat_page
+    qtbot.mouseClick(page.sidebar.new_button, Qt.MouseButton.LeftButton)
+    if settings_open:
+        qtbot.mouseClick(page.settings_button, Qt.MouseButton.LeftButton)
+        qtbot.waitUntil(page.settings_panel.isVisible, timeout=5_000)
+    box = message_input(window)
+
+    def whole() -> bool:
+        return not placeholder_cut(box)
+
+    with contextlib.suppress(Exception):  # the splitter and the box settle
+        qtbot.waitUntil(whole, timeout=2_000)
+    screenshot(window, f"clipping-placeholder-{width}{'-settings' if settings_open else ''}")
+    assert placeholder_cut(box) == []
+    # Typing makes it a one-line box again; clearing shows the whole placeholder again.
+    qtbot.keyClicks(box, "hi")
+    assert box.height() <= one_line_height(box)
+    qtbot.keyClick(box, Qt.Key.Key_A, Qt.KeyboardModifier.ControlModifier)
+    qtbot.keyClick(box, Qt.Key.Key_Backspace)
+    assert placeholder_cut(box) == []
+
+
+def one_line_height(box: Any) -> int:
+    margins = box.contentsMargins()
+    return (box.fontMetrics().lineSpacing() + int(2 * box.document().documentMargin())
+            + margins.top() + margins.bottom())
+
+
+def placeholder_cut(box: Any) -> list[str]:
+    """The placeholder's words that the box does not show (drawn wrapped from the viewport's
+    top left, inside the document margin, clipped to the viewport)."""
+    margin = int(box.document().documentMargin())
+    area = box.viewport().rect().adjusted(margin, margin, 0, 0)
+    fm = box.fontMetrics()
+    text = box.placeholderText()
+    needed = fm.boundingRect(QRect(0, 0, area.width(), 10_000), Qt.TextFlag.TextWordWrap, text)
+    if needed.height() <= area.height() and needed.width() <= area.width():
+        return []
+    missing, x, y = [], 0, 0
+    for word in text.split():
+        w = fm.horizontalAdvance(word)
+        if x > 0 and x + w > area.width():
+            x, y = 0, y + fm.lineSpacing()
+        if y + fm.height() > area.height():
+            missing.append(word)
+        x += w + fm.horizontalAdvance(" ")
+    return missing or [f"needs {needed.width()}x{needed.height()} in {area.width()}x{area.height()}"]
 
 
 def test_break_points_go_inside_long_words_only():

@@ -5,8 +5,8 @@ while a long paste is read (``app.ui.chat.type_ahead``)."""
 
 from __future__ import annotations
 
-from PySide6.QtCore import QMimeData, QRectF, QSize, Qt, QTimer, Signal
-from PySide6.QtGui import QColor, QKeyEvent, QPainter, QPaintEvent
+from PySide6.QtCore import QMimeData, QRect, QRectF, QSize, Qt, QTimer, Signal
+from PySide6.QtGui import QColor, QKeyEvent, QPainter, QPaintEvent, QResizeEvent
 from PySide6.QtWidgets import (
     QFrame,
     QHBoxLayout,
@@ -37,6 +37,7 @@ class MessageInput(QPlainTextEdit):
         self.setFrameShape(QFrame.Shape.NoFrame)
         self.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.document().documentLayout().documentSizeChanged.connect(self._fit_height)
+        self.textChanged.connect(self._fit_height)  # the placeholder comes and goes
         self._fit_height()
 
     def keyPressEvent(self, event: QKeyEvent) -> None:  # noqa: N802 — Qt override
@@ -52,9 +53,30 @@ class MessageInput(QPlainTextEdit):
         super().insertFromMimeData(source)
         self.pasted.emit()
 
+    def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802 — Qt override
+        super().resizeEvent(event)
+        if event.oldSize().width() != event.size().width() and self.document().isEmpty():
+            self._fit_height()
+
+    def _placeholder_lines(self) -> int:
+        """How many lines the placeholder takes, wrapped as Qt draws it in the empty box (0
+        when the box has text)."""
+        text = self.placeholderText()
+        if not text or not self.document().isEmpty():
+            return 0
+        margin = int(self.document().documentMargin())
+        width = max(1, self.viewport().width() - margin)
+        fm = self.fontMetrics()
+        rect = fm.boundingRect(QRect(0, 0, width, 10_000), Qt.TextFlag.TextWordWrap, text)
+        return 1 + max(0, round((rect.height() - fm.height()) / fm.lineSpacing()))
+
     def _fit_height(self) -> None:
         line = self.fontMetrics().lineSpacing()
         wanted = int(self.document().size().height())
+        # NOTE: the empty box is as high as its wrapped placeholder: Qt wraps the placeholder
+        # but clips it to the box, so a one-line box cut it off in a narrow window (or with
+        # the settings panel open at 1200 px).
+        wanted = max(wanted, self._placeholder_lines())
         lines = max(self.MIN_LINES, min(self.MAX_LINES, wanted))
         self.setVerticalScrollBarPolicy(
             Qt.ScrollBarPolicy.ScrollBarAsNeeded
