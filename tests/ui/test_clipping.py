@@ -1,7 +1,7 @@
 """Nothing a person reads in a chat is cut at the right edge (issue 27, items 4 and 7): not a
 reply with a word wider than the column, finished while its chat was hidden, nor a user
-message with a long identifier, nor a long line of code, nor the empty message box's
-placeholder, at 1280, 1200 (settings open) and narrow windows."""
+message with a long identifier, nor a long line of code, nor the header's title, nor the
+empty message box's placeholder, at 1280, 1200 (settings open) and narrow windows."""
 
 from __future__ import annotations
 
@@ -126,6 +126,12 @@ def test_a_long_word_in_the_open_chat_wraps_at_900_px(make_window, qtbot):
     type_and_send(qtbot, window, f"what does {IDENTIFIER} hold?")
     wait_idle(qtbot, window)
     assert settled(qtbot, window) == []
+    # The header's title (the first message) is shortened with "…", not cut under the picker.
+    page = window.chat_page
+    title = page.title_label
+    assert title.fontMetrics().horizontalAdvance(title.text()) <= title.width(), title.text()
+    assert title.geometry().right() < page.model_picker.geometry().left()
+    assert title.toolTip() == window.controller.conversation(current_id(window)).title
     screenshot(window, "clipping-long-word-open-900")
 
 

@@ -32,6 +32,7 @@ from app.ui.chat.sidebar import Sidebar
 from app.ui.chat.type_ahead import TypeAhead
 from app.ui.qt_models.conversation_list import ConversationListModel
 from app.ui.theme import current_icon
+from app.ui.widgets.elided import ElidedLabel
 
 LIBRARY_ITEM = "\x00library"
 UNANSWERED_NOTE = ("Not sent: your last message has no reply yet. Press Retry under it (or "
@@ -55,7 +56,9 @@ class ChatPage(QWidget):
 
         header = QFrame()
         header.setObjectName("chatHeader")
-        self.title_label = QLabel()
+        # NOTE: shortened with "…" to the room the header has (a long title was cut off under
+        # the model picker in a narrow window); the whole title is its tooltip.
+        self.title_label = ElidedLabel()
         self.title_label.setObjectName("chatTitle")
         self.model_picker = QComboBox()
         self.model_picker.setObjectName("modelPicker")
@@ -211,7 +214,7 @@ class ChatPage(QWidget):
 
     def _update_header(self) -> None:
         conv = self.controller.conversation(self.current_id) if self.current_id else None
-        self.title_label.setText(conv.title if conv else "Hearth")
+        self.title_label.set_full_text(conv.title if conv else "Hearth")
         self.refresh_models()
 
     # -- the chat's model --------------------------------------------------------------------
