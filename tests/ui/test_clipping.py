@@ -1,7 +1,8 @@
 """Nothing a person reads in a chat is cut at the right edge (issue 27, items 4 and 7): not a
 reply with a word wider than the column, finished while its chat was hidden, nor a user
 message with a long identifier, nor a long line of code, nor the header's title, nor the
-empty message box's placeholder, at 1280, 1200 (settings open) and narrow windows."""
+empty message box's placeholder, nor the line under each reply at its longest, at 1280,
+1200 (settings open) and narrow windows."""
 
 from __future__ import annotations
 
@@ -14,9 +15,13 @@ from PySide6.QtGui import QKeySequence
 from PySide6.QtWidgets import QApplication, QLabel
 
 from app.storage import SamplingSettings
+from app.ui.chat import type_ahead as type_ahead_module
 from app.ui.chat.long_words import ZWSP, breakable, breakable_html
 from app.ui.main_window import MainWindow
+from tests.helpers.forced_drafts import always_draft
+from tests.ui.conftest import ASCII_GRAMMAR, TINY_OPTIONS
 from tests.ui.helpers import (
+    REPLY_TIMEOUT_MS,
     chat_view,
     current_id,
     message_input,
@@ -25,6 +30,8 @@ from tests.ui.helpers import (
     wait_idle,
 )
 from tests.ui.screens import screenshot
+from tests.ui.test_type_ahead import enter, write
+from tests.ui.test_width_1280 import hidden_words
 
 # A reply that is one word of 120 letters between two short ones: wider than the column of a
 # 900 px window (~560 px) at the message font.
@@ -187,6 +194,41 @@ def placeholder_cut(box: Any) -> list[str]:
             missing.append(word)
         x += w + fm.horizontalAdvance(" ")
     return missing or [f"needs {needed.width()}x{needed.height()} in {area.width()}x{area.height()}"]
+
+
+@pytest.mark.parametrize("width", [900, 1280])
+def test_the_longest_lines_under_replies_wrap_whole(make_window, qtbot, monkeypatch, width):
+    """The line under a reply at its longest: the reason it ended, speed, "read ahead while
+    you typed: …, … more still held for this chat", "drafted N, accepted M"; and a reply cut
+    at the context's end ("cut: the context is full"). Every word on screen."""
+    always_draft(monkeypatch)  # "drafted N, accepted M" on every reply
+    monkeypatch.setattr(type_ahead_module, "DEBOUNCE_MS", 120)
+    short = SamplingSettings(temperature=0.0, max_tokens=6, grammar=ASCII_GRAMMAR)
+    window = make_window(size=(width, 760), sampling=short, model_options={**TINY_OPTIONS, "n_ctx": 256})
+    type_and_send(qtbot, window, "tell me about the sea and the boats on it")
+    cid = current_id(window)
+    wait_idle(qtbot, window, cid)
+    write(qtbot, window, "and now the harbour where they rest at night")  # read ahead
+    qtbot.waitUntil(window.chat_page.type_ahead.idle, timeout=REPLY_TIMEOUT_MS)
+    stats = enter(qtbot, window)
+    assert stats.tokens_read_ahead > 0 and stats.drafted_tokens > 0
+    assert stats.finish_reason == "length"
+    window.controller.update_settings(
+        cid, sampling=SamplingSettings(temperature=0.0, max_tokens=4000, grammar=ASCII_GRAMMAR)
+    )
+    type_and_send(qtbot, window, "now write as much as you can about the waves")
+    wait_idle(qtbot, window, cid)
+    cut = window.controller.branch(cid)[-1]
+    assert cut.role == "assistant" and cut.stats is not None and cut.stats.context_full
+    page = chat_view(window).page()
+    metas = [w.meta for w in page.message_widgets() if w.meta is not None and w.meta.text()]
+    assert any("read ahead while you typed" in m.text() and "drafted" in m.text() for m in metas)
+    assert metas[-1].text().startswith("cut: the context is full")
+    assert settled(qtbot, window) == []
+    for meta in metas:
+        assert hidden_words(meta, page.viewport(), scrolls=True) == [], meta.text()
+    page.verticalScrollBar().setValue(page.verticalScrollBar().maximum())
+    screenshot(window, f"clipping-reply-lines-{width}")
 
 
 def test_break_points_go_inside_long_words_only():
