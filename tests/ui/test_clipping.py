@@ -152,6 +152,7 @@ def test_the_empty_boxs_placeholder_is_whole(make_window, qtbot, width, settings
     if settings_open:
         qtbot.mouseClick(page.settings_button, Qt.MouseButton.LeftButton)
         qtbot.waitUntil(page.settings_panel.isVisible, timeout=5_000)
+    qtbot.wait(200)  # the splitter gives the panel its room, the box its width
     box = message_input(window)
 
     def whole() -> bool:

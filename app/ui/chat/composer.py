@@ -5,7 +5,7 @@ while a long paste is read (``app.ui.chat.type_ahead``)."""
 
 from __future__ import annotations
 
-from PySide6.QtCore import QMimeData, QRect, QRectF, QSize, Qt, QTimer, Signal
+from PySide6.QtCore import QEvent, QMimeData, QRect, QRectF, QSize, Qt, QTimer, Signal
 from PySide6.QtGui import QColor, QKeyEvent, QPainter, QPaintEvent, QResizeEvent
 from PySide6.QtWidgets import (
     QFrame,
@@ -53,10 +53,19 @@ class MessageInput(QPlainTextEdit):
         super().insertFromMimeData(source)
         self.pasted.emit()
 
-    def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802 — Qt override
-        super().resizeEvent(event)
-        if event.oldSize().width() != event.size().width() and self.document().isEmpty():
+    def event(self, event: QEvent) -> bool:
+        # NOTE: the box's own resize, not resizeEvent: that one is the viewport's, inside the
+        # scroll area's layout of its children, where a new height never reaches the viewport
+        # (the placeholder's second line stayed cut in a 40 px box with a 24 px viewport).
+        done = super().event(event)
+        if (
+            event.type() == QEvent.Type.Resize
+            and isinstance(event, QResizeEvent)
+            and event.oldSize().width() != event.size().width()
+            and self.document().isEmpty()
+        ):
             self._fit_height()
+        return done
 
     def _placeholder_lines(self) -> int:
         """How many lines the placeholder takes, wrapped as Qt draws it in the empty box (0
