@@ -10,7 +10,7 @@ import contextlib
 from typing import Any
 
 import pytest
-from PySide6.QtCore import QPoint, QRect, Qt
+from PySide6.QtCore import QEvent, QObject, QPoint, QRect, Qt
 from PySide6.QtGui import QKeySequence
 from PySide6.QtWidgets import QApplication, QLabel
 
@@ -38,6 +38,7 @@ from tests.ui.test_width_1280 import hidden_words
 LONG_WORD = SamplingSettings(
     temperature=0.0, max_tokens=240, grammar='root ::= "the " [a-z]{120} " end"'
 )
+PROSE = SamplingSettings(temperature=0.0, max_tokens=160, grammar=ASCII_GRAMMAR)
 IDENTIFIER = "snapshot_of_the_scheduler_state_before_the_first_decode_of_the_reply"
 
 
@@ -109,6 +110,47 @@ def test_a_long_word_finished_in_a_hidden_chat_wraps(make_window, qtbot, width):
     qtbot.keySequence(label, QKeySequence.StandardKey.Copy)
     copied = QApplication.clipboard().text()
     assert ZWSP not in copied and reply.content.split()[1] in copied
+
+
+class PaintSpy(QObject):
+    """What is cut (``cut_labels``) each time the chat's viewport is painted."""
+
+    def __init__(self, window: MainWindow) -> None:
+        super().__init__()
+        self.window = window
+        self.frames: list[list[str]] = []
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # noqa: N802 — Qt override
+        if event.type() == QEvent.Type.Paint:
+            self.frames.append(cut_labels(self.window))
+        return False
+
+
+@pytest.mark.parametrize("width", [1000, 1280])
+def test_no_frame_shows_a_reply_cut_after_it_streamed_in_a_hidden_chat(make_window, qtbot, width):
+    """A reply streams and finishes while another chat is open; on opening its chat again,
+    not even the first frames show a message squeezed (the page used to be laid out one box
+    per event-loop turn: two frames showed both replies cut at the bottom)."""
+    window = make_window(size=(width, 760), sampling=PROSE)
+    type_and_send(qtbot, window, "tell me about the sea")
+    a = current_id(window)
+    wait_idle(qtbot, window, a)
+    type_and_send(qtbot, window, "go on please, say a lot more about the waves")
+    qtbot.waitUntil(lambda: (live := window.controller.live_reply(a)) is not None and live.num_tokens > 3,
+                    timeout=REPLY_TIMEOUT_MS)
+    qtbot.mouseClick(window.chat_page.sidebar.new_button, Qt.MouseButton.LeftButton)
+    wait_idle(qtbot, window, a)
+    page = chat_view(window).page_of(a)
+    assert page is not None and not page.isVisible()
+    spy = PaintSpy(window)
+    page.viewport().installEventFilter(spy)
+    select_conversation(qtbot, window, a)
+    first = cut_labels(window)  # laid out before anything is painted
+    qtbot.waitUntil(lambda: len(spy.frames) >= 3, timeout=5_000)
+    page.viewport().removeEventFilter(spy)
+    assert [frame for frame in spy.frames if frame] == []
+    assert first == []
+    screenshot(window, f"clipping-hidden-reply-shown-{width}")
 
 
 def test_a_long_line_of_code_wraps_at_900_px(make_window, qtbot):

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-from PySide6.QtCore import QPoint, Qt, QTimer
+from PySide6.QtCore import QEvent, QPoint, Qt, QTimer
 from PySide6.QtWidgets import (
+    QApplication,
     QFrame,
     QHBoxLayout,
     QLabel,
@@ -35,6 +36,9 @@ from app.ui.chat.message_widget import MessageWidget
 from app.ui.chat.replies import UNLOADED
 
 MAX_COLUMN_WIDTH = 820
+SETTLE_PASSES = 8
+"""Layout-request passes when a page is shown (label → body → message → column → page: five
+levels deep, with room to spare)."""
 
 
 class ConversationPage(QScrollArea):
@@ -102,6 +106,18 @@ class ConversationPage(QScrollArea):
 
     def live_widget(self) -> MessageWidget | None:
         return self._live_widget
+
+    def settle_layout(self) -> None:
+        """Lay the page out now that it is shown, before it is painted.
+
+        A hidden page ignores layout requests, so what changed while it was hidden (a reply
+        that streamed or finished there) is laid out when it is shown, one level of boxes per
+        event-loop turn: the column first, still at its old height, squeezed the replies'
+        text (the first frames showed it cut at the bottom), and only then did the scroll area
+        give it the new height. The pending requests are handled here, a level a pass (a
+        page that did not change has none pending: a pass is then a look at the event queue)."""
+        for _ in range(SETTLE_PASSES):
+            QApplication.sendPostedEvents(None, QEvent.Type.LayoutRequest)
 
     def rerender(self, *, fresh: bool = False) -> None:
         """Lay the page out again for its conversation as stored now; ``fresh`` builds every
@@ -483,6 +499,7 @@ class ChatView(QStackedWidget):
             else:
                 page.sync_live()
         self.setCurrentWidget(page)
+        page.settle_layout()
 
     def page_of(self, cid: str | None) -> ConversationPage | None:
         """The kept page of ``cid`` (None if it has none now)."""
