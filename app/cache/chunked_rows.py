@@ -216,8 +216,9 @@ class ChunkedRows:
 
     # -- restoring ---------------------------------------------------------------------------
 
-    def restore(self, row: Row, n: int) -> Restored:
-        """The first ``n`` cells of a chunked row, as far as its chunks are sound."""
+    def restore(self, row: Row, n: int, n_stream: int = 1) -> Restored:
+        """The first ``n`` cells of a chunked row, as far as its chunks are sound, as a state
+        for a context with ``n_stream`` KV streams."""
         if self._catalog.pin_load(row.key) is None:
             return Restored(None, 0)
         try:
@@ -231,7 +232,9 @@ class ChunkedRows:
         if m <= 0:
             return Restored(None, 0, corrupt)
         payloads = [p for p, _ in pieces]
-        return Restored(seqstate.concat(payloads, n_cells=m, keep=[k for _, k in pieces]), m, corrupt)
+        return Restored(
+            seqstate.concat(payloads, n_stream=n_stream, n_cells=m, keep=[k for _, k in pieces]), m, corrupt
+        )
 
     def _read_chain(self, row: Row, n: int) -> tuple[list[tuple[Buffer, int]], int, bool, bool]:
         """Read the chunks covering ``n`` tokens: ((payload, cells it serves) each, cells

@@ -260,12 +260,13 @@ def to_one_stream(buf: Buffer) -> bytes:
 def to_streams(buf: Buffer, n_stream: int) -> Buffer:
     """A one-stream payload rewritten for a context with ``n_stream`` streams: the block
     first, then an empty count for every other stream (llama.cpp loads the cells into the
-    target sequence's own stream whichever slot they come in). Unchanged when n_stream is 1."""
+    target sequence's own stream whichever slot they come in). Unchanged (no copy) when it
+    already has ``n_stream`` streams (a restore assembled for the context, ``Lookup.find``)."""
     st = parse(buf)
+    if st.n_stream == n_stream:
+        return buf
     if st.n_stream != 1:
         raise UnknownLayout(f"expected a one-stream payload, got {st.n_stream} streams")
-    if n_stream == 1:
-        return buf
     view = memoryview(buf).cast("B")
     return b"".join((header(st.seq_id, n_stream), view[st.start : st.end], bytes(4 * (n_stream - 1))))
 

@@ -292,11 +292,13 @@ class CacheStore:
         *,
         parent_key: bytes | None = None,
         min_tokens: int = 2,
+        n_stream: int = 1,
     ) -> Found | NotFound:
         """The longest prefix of ``prompt`` shared with anything held (exact row, the
         ``parent_key`` row, or any row longer, shorter or diverging), restored and cut to
-        exactly the shared cells; or why there is none (``lookup`` says how)."""
-        return self._lookup.find(meta, prompt, parent_key=parent_key, min_tokens=min_tokens)
+        exactly the shared cells; or why there is none (``lookup`` says how). ``n_stream``:
+        the KV streams of the context it will be loaded into (see ``Lookup.find``)."""
+        return self._lookup.find(meta, prompt, parent_key=parent_key, min_tokens=min_tokens, n_stream=n_stream)
 
     def match(
         self, meta: KeyMeta, prompt: Sequence[int], *, parent_key: bytes | None = None

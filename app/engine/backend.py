@@ -192,6 +192,9 @@ class BackendInfo:
     vram_estimate_b: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
     memory: MemoryCaps = field(default_factory=MemoryCaps)
+    kv_streams: int = 1
+    """The context's KV streams (llama.cpp: one per sequence unless the KV is unified): the
+    layout ``kv_unpack`` loads without rewriting the payload (``app.cache.seqstate``)."""
 
 
 class Backend(Protocol):

@@ -233,11 +233,14 @@ class StoreCache:
         context_size: int,
         quant_bits: int,
         detokenize: Detokenizer | None = None,
+        kv_streams: int = 1,
     ) -> None:
         """``detokenize``: the model's, for each row's preview text. NOTE: called on the
         scheduler thread at save time (~50 tokens), never later: the writer thread may
-        outlive the model and its vocabulary."""
+        outlive the model and its vocabulary. ``kv_streams``: the model context's KV streams
+        (``BackendInfo.kv_streams``): hits are assembled in that layout."""
         self.store = store
+        self.kv_streams = kv_streams
         self._detokenize = detokenize
         self.model_id = model_id
         self.policy = policy
@@ -259,7 +262,10 @@ class StoreCache:
 
         ``session_id`` is the asking request's; it does not steer the choice (equal prefixes
         are equal KV, whichever row holds them); ``Hit.origin_session`` names the row's."""
-        got = self.store.find(meta, prompt, parent_key=parent_key, min_tokens=max(min_tokens, MIN_RESTORE_TOKENS))
+        got = self.store.find(
+            meta, prompt, parent_key=parent_key, min_tokens=max(min_tokens, MIN_RESTORE_TOKENS),
+            n_stream=self.kv_streams,
+        )
         if isinstance(got, NotFound):
             return Miss(got.reason, got.tokens_shared)
         kind: Literal["exact", "partial"] = "exact" if got.n == len(prompt) else "partial"

@@ -133,6 +133,7 @@ class Engine:
                 context_size=config.n_ctx_per_seq,
                 quant_bits=info.quant_bits,
                 detokenize=backend.detokenize,
+                kv_streams=info.kv_streams,
             )
             meta = KeyMeta(info.fingerprint, info.quant_type, info.ctx_params_hash)
         thinking = _marker_tokens(backend, config.thinking_markers, info.chat_template, "<think>", "</think>")
@@ -168,6 +169,7 @@ class Engine:
         hooks = StoreCache(
             self.cache, model_id=f"{draft_id}:draft", policy=target.cache_policy, tier=target.tier,
             context_size=target.n_ctx_per_seq, quant_bits=info.quant_bits, detokenize=draft.detokenize,
+            kv_streams=info.kv_streams,
         )  # fmt: skip
         return DraftCache(QuietCache(hooks), KeyMeta(info.fingerprint, info.quant_type, info.ctx_params_hash))
 

@@ -127,7 +127,7 @@ class LlamaBackend(SeqKv):
                 ctx_hash=ctx_params_hash(self.type_k, self.type_v, flash_attn, kv_unified, swa_full),
                 n_gpu_layers=n_gpu_layers, token_piece=self.token_piece,
                 extra={"n_ctx_per_seq": n_ctx_per_seq, "n_seq_max": n_seq_max, "n_batch": n_batch},
-                memory=self.memory,
+                memory=self.memory, kv_streams=self.n_stream,
             )
         except BaseException:
             self.close()

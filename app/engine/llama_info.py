@@ -44,6 +44,7 @@ def read_info(
     token_piece: Callable[[int], bytes],
     extra: dict[str, Any],
     memory: MemoryCaps,
+    kv_streams: int = 1,
 ) -> BackendInfo:
     """``BackendInfo`` of a loaded model; ``extra`` (the context's own sizes) is merged into
     ``info.extra`` after the model's facts."""
@@ -72,6 +73,7 @@ def read_info(
         eos_token=token_piece(eos).decode("utf-8", "replace") if eos >= 0 else "",
         vram_estimate_b=vram,
         memory=memory,
+        kv_streams=kv_streams,
         extra={
             "architecture": meta(model, "general.architecture") or "",
             "n_embd": int(llama_cpp.llama_model_n_embd(model)),

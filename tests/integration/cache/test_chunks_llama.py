@@ -111,6 +111,25 @@ def test_any_shared_prefix_restores_and_continues_like_cold(
         assert_same(warm(backend, hit, prompt), cold(backend, prompt))
 
 
+
+def test_a_restore_assembled_for_the_contexts_streams_loads_without_a_rewrite_and_continues_like_cold(
+    tmp_path: Path, backend: LlamaBackend
+) -> None:
+    """The engine asks for hits in its context's layout (``BackendInfo.kv_streams``: one
+    stream a seq here, 4): chunks cut and put together once, loaded as they are."""
+    assert backend.info.kv_streams == backend.n_stream == 4
+    saved = text_tokens(backend, 300, "System")
+    prompt = saved[:200] + text_tokens(backend, 30, "Edited")  # cut inside the second chunk
+    with CacheStore(tmp_path / "d", ram_file_dir=tmp_path / "shm") as store:
+        save(store, backend, saved)
+    with CacheStore(tmp_path / "d", ram_file_dir=tmp_path / "shm") as store:  # a restart
+        hit = store.find(meta_of(backend), prompt, n_stream=backend.info.kv_streams)
+        assert isinstance(hit, Found) and hit.n == 200
+        assert seqstate.parse(hit.payload).n_stream == 4
+        assert seqstate.to_streams(hit.payload, 4) is hit.payload
+        assert_same(warm(backend, hit, prompt), cold(backend, prompt))
+
+
 def test_a_shared_head_is_stored_once_in_real_states(tmp_path: Path, backend: LlamaBackend) -> None:
     system = text_tokens(backend, 256, "System")  # exactly two chunks
     convs = [system + text_tokens(backend, 100, f"Chat {i}") for i in range(3)]

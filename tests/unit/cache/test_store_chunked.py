@@ -10,11 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from app.cache import kvc_chunked
+from app.cache import kvc_chunked, seqstate
 from app.cache.keys import KeyMeta
 from app.cache.kvc_whole import crc32c
 from app.cache.lookup import Found, NotFound
+from app.cache.policy import CachePolicy
 from app.cache.store import CacheStore
+from app.engine.cache_hooks import Hit, StoreCache
 from tests.helpers.kv_states import bytes_per_token, state_for
 from tests.unit.cache.conftest import META, OTHER_META, Gate
 
@@ -444,3 +446,44 @@ def test_a_restore_whose_chain_went_away_under_it_restores_nothing(small: CacheS
         small._catalog.chunks.detach(row.key)
     got = small._chunked.restore(row, len(tokens))
     assert (got.payload, got.n) == (None, 0)
+
+
+def test_a_restore_is_assembled_in_the_loading_contexts_stream_layout(
+    small: CacheStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``find(n_stream=2)``: the chunks (or a pending save, cut) are put together once, as a
+    two-stream state, so ``kv_unpack`` loads it without a second whole copy (issue 24, B9's
+    first turns after a restart)."""
+    conv = list(range(400, 430))
+    put(small, conv)
+    for prompt in (conv + [1, 2], conv[:17] + [9]):  # the whole row; a cut inside a chunk
+        one = found(small, prompt)
+        two = small.find(META, prompt, n_stream=2)
+        assert isinstance(two, Found) and two.n == one.n
+        assert seqstate.parse(two.payload).n_stream == 2
+        assert two.payload == seqstate.to_streams(one.payload, 2)
+        assert seqstate.to_streams(two.payload, 2) is two.payload  # loaded as it is
+    gate = Gate()
+    gate.install(monkeypatch, small, "disk")
+    pending = list(range(600, 620))
+    put(small, pending, flush=False)
+    assert gate.entered.wait(5)
+    cut = small.find(META, pending[:13] + [1], n_stream=2)  # served from memory, cut to 13 cells
+    assert isinstance(cut, Found) and cut.n == 13
+    assert cut.payload == seqstate.to_streams(state_for(pending[:13]), 2)
+    gate.release.set()
+    assert small.flush(10)
+
+
+def test_a_models_cache_hooks_restore_in_its_contexts_stream_layout(small: CacheStore) -> None:
+    """``StoreCache(kv_streams=...)`` (the Engine passes ``BackendInfo.kv_streams``) asks the
+    store for hits in that layout."""
+    conv = list(range(800, 820))
+    put(small, conv)
+    for streams in (1, 2, 4):
+        hooks = StoreCache(small, model_id="m", policy=CachePolicy(), tier="disk", context_size=4096,
+                           quant_bits=16, kv_streams=streams)  # fmt: skip
+        hit = hooks.lookup(META, conv + [5], None)
+        assert isinstance(hit, Hit) and len(hit.tokens) == 20
+        assert seqstate.parse(hit.payload).n_stream == streams
+        assert hit.payload == seqstate.to_streams(state_for(conv), streams)
