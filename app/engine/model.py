@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
+from contextlib import AbstractContextManager
 from dataclasses import replace
 from functools import partial
 from typing import Any, TypeVar
@@ -238,7 +239,16 @@ class Model:
         return Admission(next(_refs) if ref is None else ref, mode, prompt, options, emit, continue_suffix=suffix)
 
     def _post_admit(self, adm: Admission) -> None:
-        self.scheduler.call(Admit(adm))
+        if adm.options.priority == "background":  # type-ahead holds nothing back
+            self.scheduler.call(Admit(adm))
+            return
+        with self.scheduler.arrivals.arriving():
+            self.scheduler.call(Admit(adm))
+
+    def arriving(self) -> AbstractContextManager[None]:
+        """Around preparing a request for this model (a server rendering and tokenizing it,
+        through ``infer``): queued cache writes wait meanwhile (``Arrivals``)."""
+        return self.scheduler.arrivals.arriving()
 
     def cancel(self, ref: int) -> None:
         """Idempotent; unknown refs are ignored. Observed at the next tick boundary."""

@@ -37,7 +37,7 @@ from app.cache.keys import KeyMeta
 from app.engine.admission import Admission, Admitter
 from app.engine.backend import Backend, DecodeOp, PrefillOp, Sampled, StepResult
 from app.engine.batch import PrefillBudget, TickPlan, plan_tick
-from app.engine.cache_hooks import CacheHooks, SaveReason
+from app.engine.cache_hooks import Arrivals, CacheHooks, SaveReason
 from app.engine.commands import (
     Admit,
     AttachDraft,
@@ -101,6 +101,8 @@ class Scheduler:
         self.saver = Saver(backend, cache)
         self._cache = cache
         self._holding_writes = False
+        self.arrivals = Arrivals(cache)
+        """Requests on their way here (any thread): the cache's writes wait meanwhile."""
         self.shares = Shares(backend, self.reqs, self.pool)
         self.admission = Admitter(
             backend, cache, self.pool, self.reqs, self.saver, self.shares, meta,
@@ -185,6 +187,7 @@ class Scheduler:
         self.admission.admit(adm)
         if self.read_ahead.yield_seqs():
             self.dispatch()
+        self.hold_writes()  # before its arrival ends (``Model._post_admit``): no gap in the hold
 
     def cancel(self, ref: int) -> None:
         """Idempotent, unknown refs ignored. A running request ends now, between two ticks

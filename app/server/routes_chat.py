@@ -34,15 +34,16 @@ async def chat_completions(request: Request) -> Response:
     req = parse_chat(await read_json(request))
     model = state.model(req.model)
     memo = state.memo(model)
-    prompt = await asyncio.to_thread(
-        build_chat_prompt, model, req, memo,
-        chat_template=model.backend.info.chat_template, tool_markers=_markers(model),
-    )
-    state.check_prompt(model, len(prompt.tokens))
-    record = state.begin(request, "chat", req.model, stream=req.stream, prefix="chatcmpl")
-    opts = engine_options(model, prompt.tokens, req.sampling.max_tokens, req.sampling.engine_options(), prompt.grammar)
-    gen = Generation(state, record, model, prompt.tokens, opts, grammar_param=prompt.grammar_param)
-    await gen.start()
+    with model.arriving():  # the cache's writes wait while the prompt is rendered and admitted
+        prompt = await asyncio.to_thread(
+            build_chat_prompt, model, req, memo,
+            chat_template=model.backend.info.chat_template, tool_markers=_markers(model),
+        )
+        state.check_prompt(model, len(prompt.tokens))
+        record = state.begin(request, "chat", req.model, stream=req.stream, prefix="chatcmpl")
+        opts = engine_options(model, prompt.tokens, req.sampling.max_tokens, req.sampling.engine_options(), prompt.grammar)
+        gen = Generation(state, record, model, prompt.tokens, opts, grammar_param=prompt.grammar_param)
+        await gen.start()
     reply = ChatReply(req.tools, prompt.tool_mode, memo, calls_allowed=req.tool_choice != "none")
     if req.stream:
         return EventStreamResponse(_chat_chunks(gen, reply, req, record.id), gen.cancel)
@@ -104,14 +105,15 @@ async def completions(request: Request) -> Response:
     memo = state.memo(model)
     if not isinstance(req.prompt, str):
         state.check_token_ids(model, req.prompt, "prompt")
-    tokens = await asyncio.to_thread(
-        lambda: memo.align(model.tokenize(req.prompt) if isinstance(req.prompt, str) else list(req.prompt))
-    )
-    state.check_prompt(model, len(tokens))
-    record = state.begin(request, "completions", req.model, stream=req.stream, prefix="cmpl")
-    opts = engine_options(model, tokens, req.sampling.max_tokens, req.sampling.engine_options(), req.sampling.grammar)
-    gen = Generation(state, record, model, tokens, opts)
-    await gen.start()
+    with model.arriving():  # the cache's writes wait while the prompt is tokenized and admitted
+        tokens = await asyncio.to_thread(
+            lambda: memo.align(model.tokenize(req.prompt) if isinstance(req.prompt, str) else list(req.prompt))
+        )
+        state.check_prompt(model, len(tokens))
+        record = state.begin(request, "completions", req.model, stream=req.stream, prefix="cmpl")
+        opts = engine_options(model, tokens, req.sampling.max_tokens, req.sampling.engine_options(), req.sampling.grammar)
+        gen = Generation(state, record, model, tokens, opts)
+        await gen.start()
     if req.stream:
         return EventStreamResponse(_completion_chunks(gen, req, record.id), gen.cancel)
     async with on_disconnect(request.receive, gen.cancel):

@@ -86,3 +86,24 @@ def test_stopping_the_server_ends_open_streams_and_frees_the_port(
     assert model.status() == "idle"  # the request was cancelled, not left generating
     with pytest.raises(openai.APIConnectionError):
         client(server).models.list()
+
+
+def test_the_cache_writer_waits_while_a_request_is_prepared(
+    running: tuple[Engine, ServerThread], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """From the route's start to its admission (template, tokens, ``infer``) the request is
+    on its way (``Model.arriving``): queued saves are held back meanwhile (issue 24, B9)."""
+    import app.server.routes_chat as routes
+
+    engine, server = running
+    held: list[bool] = []
+    render = routes.build_chat_prompt
+
+    def spy(*args: object, **kw: object) -> object:
+        held.append(bool(engine.cache._holders))
+        return render(*args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(routes, "build_chat_prompt", spy)
+    assert not engine.cache._holders
+    client(server).chat.completions.create(model="tiny", messages=[{"role": "user", "content": "Hi"}], max_tokens=2)
+    assert held == [True]

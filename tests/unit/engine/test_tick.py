@@ -298,3 +298,43 @@ def test_the_writer_is_held_from_admission_to_the_first_token_only():
     h.run()
     assert rec.holds == [True, False, True, False]
     assert [type(e) for e in h.events[a]][-1] is Done and [type(e) for e in h.events[b]][-1] is Done
+
+
+class ArrivalRecorder(NullCache):
+    """Records both holders the cache writer hears from, in order."""
+
+    def __init__(self, policy: Any) -> None:
+        super().__init__(policy)
+        self.calls: list[tuple[str, bool]] = []
+
+    def hold_writes(self, on: bool) -> None:
+        self.calls.append(("waiting", on))
+
+    def hold_writes_arriving(self, on: bool) -> None:
+        self.calls.append(("arriving", on))
+
+
+def test_the_writer_is_held_while_a_request_is_on_its_way_with_no_gap_before_its_admission_holds_it():
+    """A server preparing a request (``Model.arriving``) and an ``infer`` waiting for its
+    admission hold the cache's writes; the admitted request's own hold starts before the
+    arrival's ends (issue 24, B9: a held save written in between took a core from the
+    prefill about to start)."""
+    rec: ArrivalRecorder | None = None
+
+    def cache(config: Any) -> ArrivalRecorder:
+        nonlocal rec
+        rec = ArrivalRecorder(config.cache_policy)
+        return rec
+
+    h = make(StubBackend(n_seq_max=2), cache=cache)
+    assert rec is not None
+    arrivals = h.sch.arrivals
+    with arrivals.arriving():  # the server renders the prompt
+        assert rec.calls == [("arriving", True)]
+        with arrivals.arriving():  # Model.infer posts its admission: nested, nothing new
+            h.admit("a long enough prompt", response_tokens=3)
+            assert rec.calls == [("arriving", True), ("waiting", True)]
+        assert arrivals.num == 1
+    assert rec.calls == [("arriving", True), ("waiting", True), ("arriving", False)]
+    h.run()
+    assert rec.calls[-1] == ("waiting", False)
