@@ -26,6 +26,7 @@ tenfold with the thread count, hence the online fit.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -117,37 +118,48 @@ def count_ubatches(rows: Sequence[SeqRows], n_ubatch: int, one_stream: bool = Fa
 
 
 class TickCosts:
-    """The online fit of ``ms ≈ coefficients · shape`` (see the module doc). Scheduler thread only."""
+    """The online fit of ``ms ≈ coefficients · shape`` (see the module doc). Scheduler thread only.
+
+    NOTE: plain Python floats, not numpy: ``observe`` runs after every decode tick, where the
+    numpy version (``np.outer``, a 4 × 4 ``np.linalg.solve`` and their set-up) took a median
+    180 µs a tick against 40 µs for this (in the scheduler, right after a ``llama_decode`` has
+    pushed their code and data out of the caches; the 2-core machine at load 3-5; 10 and 8 µs
+    in a hot loop), i.e. ~1 % of a 2-row decode tick (B1, 2026-12-03). ``solve_small`` is Gaussian elimination with partial pivoting, as LAPACK's ``gesv``: the
+    coefficients agree with numpy's to rounding (``tests/unit/engine/test_speculation.py``).
+    """
 
     def __init__(self, prior: tuple[float, float, float, float] = PRIOR_MS, weight: float = PRIOR_WEIGHT) -> None:
-        self._prior = np.array(prior, dtype=np.float64)
-        # Prior precision: ``weight`` ticks of a typical decode shape (1 ubatch, 4 rows with
-        # logits), and for the cells attended as much as ticks attending KCELL_PRIOR_SPAN
-        # thousand cells would give.
-        self._prior_precision = weight * np.diag([1.0, 16.0, 16.0, KCELL_PRIOR_SPAN**2])
-        self._xtx = np.zeros((4, 4))
-        self._xty = np.zeros(4)
-        self._coef = self._prior.copy()
+        self._prior = tuple(float(p) for p in prior)
+        # Prior precision (diagonal): ``weight`` ticks of a typical decode shape (1 ubatch,
+        # 4 rows with logits), and for the cells attended as much as ticks attending
+        # KCELL_PRIOR_SPAN thousand cells would give.
+        self._prior_precision = tuple(weight * d for d in (1.0, 16.0, 16.0, KCELL_PRIOR_SPAN**2))
+        self._prior_b = tuple(p * w for p, w in zip(self._prior_precision, self._prior, strict=True))
+        self._floor = tuple(FLOOR * p for p in self._prior)
+        self._xtx = [[0.0] * 4 for _ in range(4)]
+        self._xty = [0.0] * 4
+        self._coef: tuple[float, ...] = self._prior
         self.num_observed = 0
 
     @property
     def per_ubatch(self) -> float:
-        return float(self._coef[0])
+        return self._coef[0]
 
     @property
     def per_row(self) -> float:
-        return float(self._coef[1])
+        return self._coef[1]
 
     @property
     def per_output(self) -> float:
-        return float(self._coef[2])
+        return self._coef[2]
 
     @property
     def per_kcell(self) -> float:
-        return float(self._coef[3])
+        return self._coef[3]
 
     def predict(self, shape: TickShape) -> float:
-        return float(self._coef @ shape.features())
+        c = self._coef
+        return c[0] * shape.num_ubatches + c[1] * shape.num_rows + c[2] * shape.num_outputs + c[3] * shape.kcells
 
     def row_ms(self, pos: int) -> float:
         """What one more row with logits at position ``pos`` of a seq costs (in an existing
@@ -156,14 +168,47 @@ class TickCosts:
 
     def observe(self, shape: TickShape, ms: float) -> None:
         """A tick of ``shape`` took ``ms``."""
-        if shape.num_rows <= 0 or not np.isfinite(ms) or ms <= 0:
+        if shape.num_rows <= 0 or not math.isfinite(ms) or ms <= 0:
             return
-        x = shape.features()
-        predicted = float(self._coef @ x)
+        x = (float(shape.num_ubatches), float(shape.num_rows), float(shape.num_outputs), float(shape.kcells))
+        predicted = self.predict(shape)
         ms = min(max(ms, predicted / OUTLIER), OUTLIER * predicted)
-        self._xtx = FORGET * self._xtx + np.outer(x, x)
-        self._xty = FORGET * self._xty + x * ms
-        a = self._xtx + self._prior_precision
-        b = self._xty + self._prior_precision @ self._prior
-        self._coef = np.maximum(np.linalg.solve(a, b), FLOOR * self._prior)
+        xtx, xty = self._xtx, self._xty
+        for i in range(4):
+            row, xi = xtx[i], x[i]
+            for j in range(4):
+                row[j] = FORGET * row[j] + xi * x[j]
+            xty[i] = FORGET * xty[i] + xi * ms
+        a = [list(r) for r in xtx]
+        for i in range(4):
+            a[i][i] += self._prior_precision[i]
+        b = [xty[i] + self._prior_b[i] for i in range(4)]
+        self._coef = tuple(max(c, f) for c, f in zip(solve_small(a, b), self._floor, strict=True))
         self.num_observed += 1
+
+
+def solve_small(a: list[list[float]], b: list[float]) -> list[float]:
+    """``a · x = b`` for a small non-singular ``a`` (overwritten, as ``b``): Gaussian
+    elimination with partial pivoting, then back substitution."""
+    n = len(b)
+    for k in range(n):
+        p = max(range(k, n), key=lambda i: abs(a[i][k]))
+        if p != k:
+            a[k], a[p] = a[p], a[k]
+            b[k], b[p] = b[p], b[k]
+        pivot = a[k][k]
+        for i in range(k + 1, n):
+            f = a[i][k] / pivot
+            if f:
+                ai, ak = a[i], a[k]
+                for j in range(k + 1, n):
+                    ai[j] -= f * ak[j]
+                b[i] -= f * b[k]
+    x = [0.0] * n
+    for i in range(n - 1, -1, -1):
+        s = b[i]
+        ai = a[i]
+        for j in range(i + 1, n):
+            s -= ai[j] * x[j]
+        x[i] = s / ai[i]
+    return x

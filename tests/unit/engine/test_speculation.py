@@ -159,6 +159,33 @@ def test_stalled_ticks_do_not_make_a_draft_row_cost_a_whole_tick():
         assert costs.row_ms(301) < 0.7 * one_row, seed
 
 
+def test_the_cost_fit_is_the_least_squares_numpy_solves():
+    # The fit runs in plain floats (per tick, numpy's set-up cost more than the arithmetic);
+    # the same recursive least squares written with numpy, side by side over noisy ticks
+    # (clamped outliers included), gives the same coefficients to rounding.
+    from app.engine import tick_costs as tc
+
+    costs = TickCosts()
+    rng = np.random.default_rng(3)
+    prior = np.array(tc.PRIOR_MS)
+    precision = tc.PRIOR_WEIGHT * np.diag([1.0, 16.0, 16.0, tc.KCELL_PRIOR_SPAN**2])
+    xtx, xty, coef = np.zeros((4, 4)), np.zeros(4), prior.copy()
+    for _ in range(400):
+        rows = [SeqRows(s, int(rng.integers(1, 9)), int(rng.integers(0, 3000))) for s in range(int(rng.integers(1, 5)))]
+        shape = shape_of(rows, 512, False)
+        ms = float(rng.uniform(3, 90))
+        x = shape.features()
+        predicted = float(coef @ x)
+        clamped = min(max(ms, predicted / tc.OUTLIER), tc.OUTLIER * predicted)
+        xtx = tc.FORGET * xtx + np.outer(x, x)
+        xty = tc.FORGET * xty + x * clamped
+        coef = np.maximum(np.linalg.solve(xtx + precision, xty + precision @ prior), tc.FLOOR * prior)
+        costs.observe(shape, ms)
+        fitted = [costs.per_ubatch, costs.per_row, costs.per_output, costs.per_kcell]
+        assert fitted == pytest.approx(list(coef), rel=1e-9)
+        assert costs.predict(shape) == pytest.approx(float(coef @ x), rel=1e-9)
+
+
 def test_the_cost_fit_ignores_empty_and_broken_ticks():
     costs = TickCosts()
     before = (costs.per_ubatch, costs.per_row, costs.per_kcell)
