@@ -65,6 +65,12 @@ log = logging.getLogger(__name__)
 
 _PREFILLED = Prefilled()
 
+_logits_ith_address = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int32)(
+    cast(int, ctypes.cast(llama_cpp.llama_get_logits_ith, ctypes.c_void_p).value)
+)
+"""``llama_get_logits_ith`` returning the address as an int (None for NULL): the bindings' version
+returns a ``POINTER(c_float)`` that each sampled row then had to ``ctypes.cast``."""
+
 
 class LlamaBackend(SeqKv):
     """``Backend`` on llama.cpp. See ``app.engine.backend`` for the contract."""
@@ -252,8 +258,7 @@ class LlamaBackend(SeqKv):
                 pos = op.pos + len(res.accepted)
                 if op.drafted:
                     self.seq_rm(op.seq_id, pos)  # the rejected drafts (or all after a stop)
-                end = batch.put(row, (res.token, *res.drafts), pos, op.seq_id)
-                batch.logits[row:end] = 1
+                end = batch.put(row, (res.token, *res.drafts), pos, op.seq_id, logits=True)
                 new_rows[op.seq_id] = row
                 if res.drafts:
                     pending[op.seq_id] = (pos + 1, res.drafts)
@@ -353,8 +358,7 @@ class LlamaBackend(SeqKv):
         return self._logits_view(row).copy()
 
     def _logits_view(self, row: int) -> np.ndarray[Any, np.dtype[np.float32]]:
-        ptr = llama_cpp.llama_get_logits_ith(self._ctx, row)
-        address = ctypes.cast(ptr, ctypes.c_void_p).value
+        address = _logits_ith_address(self._ctx, row)
         if not address:
             raise RuntimeError(f"llama.cpp has no logits for batch row {row}")
         return np.frombuffer(self._logits_row_type.from_address(address), dtype=np.float32)

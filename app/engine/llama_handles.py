@@ -91,13 +91,20 @@ class Batch:
         struct.logits = self.logits.ctypes.data_as(ctypes.POINTER(ctypes.c_int8))
         self.struct = struct
 
-    def put(self, row: int, tokens: Sequence[int], pos: int, seq_id: int) -> int:
-        """Write a run of tokens of one seq from ``row``, logits off; returns the next row."""
+    def put(self, row: int, tokens: Sequence[int], pos: int, seq_id: int, *, logits: bool = False) -> int:
+        """Write a run of tokens of one seq from ``row``, every row's logits ``logits``;
+        returns the next row."""
+        if len(tokens) == 1:  # a decode row: item writes, not four slice conversions
+            self.token[row] = tokens[0]
+            self.pos[row] = pos
+            self.seq[row] = seq_id
+            self.logits[row] = logits
+            return row + 1
         end = row + len(tokens)
         self.token[row:end] = tokens
         self.pos[row:end] = self.arange[: end - row] + pos
         self.seq[row:end] = seq_id
-        self.logits[row:end] = 0
+        self.logits[row:end] = logits
         return end
 
 

@@ -20,6 +20,9 @@ class Vocab:
         self.ptr = llama_cpp.llama_model_get_vocab(model)
         self.n_vocab = int(llama_cpp.llama_vocab_n_tokens(self.ptr))
         self._eog: dict[int, bool] = {}
+        self._pieces: dict[int, bytes] = {}
+        """token → its piece, remembered: a reply's tokens are mostly ones it has used before,
+        and a dict lookup spares a ctypes buffer and call per streamed token."""
 
     def check(self, tokens: Sequence[int]) -> None:
         """Out-of-vocabulary ids crash some llama.cpp entry points; refuse them up front."""
@@ -51,6 +54,12 @@ class Vocab:
             size = -n
 
     def token_piece(self, token: int) -> bytes:
+        piece = self._pieces.get(token)
+        if piece is None:
+            piece = self._pieces[token] = self._token_piece(token)
+        return piece
+
+    def _token_piece(self, token: int) -> bytes:
         if not 0 <= token < self.n_vocab:
             self.check([token])
         buf = ctypes.create_string_buffer(64)
