@@ -117,6 +117,8 @@ class Scheduler:
             backend, config, has_tool_markers=tool_markers is not None, save_due=self.saver.continued_due
         )
         self.loop = SchedulerLoop(self)
+        self._free_slots = tuple(SlotInfo(seq, "free", None, 0) for seq in range(config.n_seq_max))
+        """A free slot's record, made once (records are immutable; ``publish`` runs every tick)."""
         self.snapshot = SchedulerSnapshot(
             slots=self._slots(), speculative=self.speculator.enabled, draft_max=self._draft_max_setting()
         )
@@ -480,8 +482,10 @@ class Scheduler:
         return self.config.draft_max if self.speculator.enabled else 0
 
     def _slots(self) -> tuple[SlotInfo, ...]:
-        owners = {s.seq_id: (sid, len(s.tokens)) for sid, s in self.pool.sessions.items()}
+        sessions = self.pool.sessions
+        owners = {s.seq_id: (sid, len(s.tokens)) for sid, s in sessions.items()} if sessions else {}
         slots = []
+        free = self._free_slots
         for seq in range(self.config.n_seq_max):
             req = self.reqs.get(seq)
             if req is not None:
@@ -495,7 +499,7 @@ class Scheduler:
             elif seq in owners:
                 slots.append(SlotInfo(seq, "pinned", owners[seq][0], owners[seq][1]))
             else:
-                slots.append(SlotInfo(seq, "free", None, 0))
+                slots.append(free[seq])
         return tuple(slots)
 
     def _text_pipeline(self, adm: Admission) -> TextPipeline:

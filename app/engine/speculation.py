@@ -314,8 +314,14 @@ class Speculator:
     ) -> dict[int, int]:  # fmt: skip
         """seq id → draft rows: each seq's best draft length, then the best set of seqs once
         the ubatches their rows add are counted."""
-        base_ubatches = self._shape([self._rows(op) for op in plan.ops]).num_ubatches
-        decode_ms = self.costs.predict(self._shape([self._rows(op) for op in decodes]))
+        rows = [self._rows(op) for op in plan.ops]
+        base = self._shape(rows)
+        base_ubatches = base.num_ubatches
+        # A decode-only tick (the usual one) is its decode rows' shape already.
+        decode_shape = base if len(decodes) == len(rows) else self._shape(
+            [r for op, r in zip(plan.ops, rows, strict=True) if isinstance(op, DecodeOp)]
+        )
+        decode_ms = self.costs.predict(decode_shape)
         token_ms = decode_ms / len(decodes)  # what one decode row's token costs in this tick
         singles = []
         for op in decodes:
@@ -334,7 +340,9 @@ class Speculator:
             chosen = {c.seq_id: c.k for c in singles[:n]}
             if sum(chosen.values()) > budget:
                 break
-            shape = self._shape([self._rows(op, chosen.get(op.seq_id, 0)) for op in plan.ops])
+            shape = self._shape([
+                self._rows(op, chosen[op.seq_id]) if op.seq_id in chosen else r for op, r in zip(plan.ops, rows, strict=True)
+            ])  # fmt: skip
             gain = sum(c.gain_ms for c in singles[:n]) - self.costs.per_ubatch * (shape.num_ubatches - base_ubatches)
             if gain > best_gain:
                 best, best_gain = chosen, gain

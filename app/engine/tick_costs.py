@@ -100,6 +100,18 @@ def count_ubatches(rows: Sequence[SeqRows], n_ubatch: int, one_stream: bool = Fa
     total = sum(r.num_rows for r in rows)
     if one_stream or total == 0:
         return -(-total // n_ubatch)
+    if total == len(rows) and all(r.num_rows == 1 for r in rows):
+        # One row per seq (a decode-only tick), seq ids increasing as the scheduler orders
+        # them: each ubatch takes one run of consecutive ids (``split_equal``), so count runs.
+        ids = [r.seq_id for r in rows]
+        pairs = list(zip(ids, ids[1:], strict=False))
+        if all(a < b for a, b in pairs):
+            return 1 + sum(1 for a, b in pairs if b != a + 1)
+    return split_equal_count(rows, n_ubatch)
+
+
+def split_equal_count(rows: Sequence[SeqRows], n_ubatch: int) -> int:
+    """``count_ubatches`` for a stream per seq, replaying ``split_equal`` step by step."""
     left = {r.seq_id: r.num_rows for r in rows if r.num_rows > 0}
     count = 0
     while left:

@@ -19,7 +19,14 @@ from app.engine.speculation import (
     SeqSpec,
     verify,
 )
-from app.engine.tick_costs import SeqRows, TickCosts, TickShape, count_ubatches, shape_of
+from app.engine.tick_costs import (
+    SeqRows,
+    TickCosts,
+    TickShape,
+    count_ubatches,
+    shape_of,
+    split_equal_count,
+)
 from tests.helpers.stub_backend import StubBackend
 from tests.unit.engine.harness import Harness, make, tok
 
@@ -122,6 +129,18 @@ def test_ubatches_follow_llama_cpps_equal_split():
     assert count_ubatches([SeqRows(0, 1, 0), SeqRows(2, 1, 0)], 512) == 2  # a gap in the seq ids
     assert count_ubatches([SeqRows(0, 9, 0)], 4) == 3
     assert count_ubatches([SeqRows(0, 9, 0), SeqRows(1, 3, 0)], 4, one_stream=True) == 3
+
+
+def test_a_decode_only_tick_counts_the_ubatches_split_equal_makes():
+    # One row per seq in increasing seq ids (the scheduler's decode-only tick) is counted
+    # without replaying the split; the count is the replay's, gaps and all.
+    rng = np.random.default_rng(5)
+    for _ in range(500):
+        ids = sorted(rng.choice(16, size=int(rng.integers(1, 9)), replace=False).tolist())
+        rows = [SeqRows(s, 1, int(rng.integers(0, 900))) for s in ids]
+        assert count_ubatches(rows, int(rng.choice([1, 2, 512]))) == split_equal_count(rows, 512), ids
+    assert count_ubatches([SeqRows(0, 1, 0), SeqRows(1, 1, 0), SeqRows(3, 1, 0), SeqRows(4, 1, 0)], 512) == 2
+    assert count_ubatches([SeqRows(2, 1, 0), SeqRows(0, 1, 0), SeqRows(1, 1, 0)], 512) == 2  # not increasing: replayed
 
 
 def test_the_cost_fit_recovers_a_machines_coefficients():
