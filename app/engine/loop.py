@@ -156,6 +156,8 @@ class SchedulerLoop:
     def _drain(self, block: bool) -> int | None:
         """Run every queued call (waiting for the first one when ``block``): how many ran,
         or None when the stop marker came."""
+        if not block and self.inbox.empty():  # the usual tick: no call waits, no queue.Empty raised
+            return 0
         try:
             item = self.inbox.get(block=block)
         except queue.Empty:
