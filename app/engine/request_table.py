@@ -8,8 +8,11 @@ The scheduler owns the one table; ``Admitter`` is the only one that adds to it (
 from __future__ import annotations
 
 from collections.abc import ItemsView, Iterator, KeysView, Mapping, ValuesView
+from typing import TypeVar, overload
 
 from app.engine.request import Request
+
+T = TypeVar("T")
 
 
 class RequestTable(Mapping[int, Request]):
@@ -49,6 +52,15 @@ class RequestTable(Mapping[int, Request]):
 
     def __contains__(self, seq_id: object) -> bool:
         return seq_id in self._by_seq
+
+    @overload
+    def get(self, seq_id: int, /) -> Request | None: ...
+    @overload
+    def get(self, seq_id: int, default: Request | T, /) -> Request | T: ...
+    def get(self, seq_id: int, default: object = None, /) -> object:
+        # The dict's own: Mapping.get raises and catches a KeyError for every free seq, and
+        # the scheduler asks for each of its seqs every tick (``Scheduler._slots``).
+        return self._by_seq.get(seq_id, default)
 
     def keys(self) -> KeysView[int]:
         return self._by_seq.keys()
