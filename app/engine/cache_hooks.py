@@ -15,6 +15,7 @@ least the last prompt token, for fresh logits). A miss says why nothing could be
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import logging
 import threading
 from collections.abc import Iterator, Sequence
@@ -353,12 +354,29 @@ class StoreCache:
         self.store.hold_writes(self._arrivals_holder, on)
 
 
+
+class Arrival:
+    """One request on its way (``Arrivals.arriving``); settled once the scheduler admitted it."""
+
+    __slots__ = ("owner", "settled")
+
+    def __init__(self, owner: Arrivals) -> None:
+        self.owner = owner
+        self.settled = False
+
+
+_CURRENT: contextvars.ContextVar[Arrival | None] = contextvars.ContextVar("hearth_arrival", default=None)
+"""The arrival the running code prepares (a server's route: ``asyncio.to_thread`` carries it
+into ``Model.infer``'s thread, so the admission settles the same arrival)."""
+
+
 class Arrivals:
     """Requests on their way to one model: being prepared by a server (its chat template
     rendered, its text tokenized) or waiting for the scheduler thread to admit them. While
     any is, the cache holds queued writes back (``CacheHooks.hold_writes_arriving``) as it
     does while an admitted request waits for its first token, so no write starts in between
-    and takes a core from the prefill about to start. Safe from any thread.
+    and takes a core from the prefill about to start; and a burst woken from idle waits for
+    the ones not yet admitted (``num_unsettled``, ``app.engine.loop``). Safe from any thread.
 
     NOTE: B9 (two agents, 2 cores), turn 7: the first client's first token released the
     writer; the other client's request, sent 1 ms later, was rendered and queued for
@@ -370,23 +388,49 @@ class Arrivals:
         self._cache = cache
         self._lock = threading.Lock()
         self._num = 0
+        self._unsettled = 0
 
     @property
     def num(self) -> int:
+        """Requests on their way, admitted or not, whose preparer has not finished."""
         return self._num
 
-    @contextlib.contextmanager
-    def arriving(self) -> Iterator[None]:
-        """Hold the cache's writes while the block runs (nested and concurrent blocks count)."""
-        self._step(1)
-        try:
-            yield
-        finally:
-            self._step(-1)
+    @property
+    def num_unsettled(self) -> int:
+        """Requests on their way that the scheduler has not admitted yet."""
+        return self._unsettled
 
-    def _step(self, delta: int) -> None:
+    @contextlib.contextmanager
+    def arriving(self) -> Iterator[Arrival]:
+        """Hold the cache's writes while the block runs. Inside another ``arriving`` of the
+        same model (a server route around ``infer``) it is that same arrival."""
+        outer = _CURRENT.get()
+        if outer is not None and outer.owner is self:
+            yield outer
+            return
+        arrival = Arrival(self)
+        token = _CURRENT.set(arrival)
+        self._step(1, unsettled=1)
+        try:
+            yield arrival
+        finally:
+            _CURRENT.reset(token)
+            with self._lock:
+                unsettled = 0 if arrival.settled else -1
+                arrival.settled = True
+            self._step(-1, unsettled=unsettled)
+
+    def settle(self, arrival: Arrival) -> None:
+        """The scheduler admitted (or refused) the arrival's request: no burst waits for it."""
+        with self._lock:
+            if not arrival.settled:
+                arrival.settled = True
+                self._unsettled -= 1
+
+    def _step(self, delta: int, *, unsettled: int) -> None:
         with self._lock:  # held while telling the cache, so on and off reach it in order
             self._num += delta
+            self._unsettled += unsettled
             if self._num == (1 if delta > 0 else 0):
                 try:
                     self._cache.hold_writes_arriving(delta > 0)

@@ -13,7 +13,7 @@ from typing import Any
 
 from app.cache.keys import KeyMeta
 from app.engine.admission import Admission
-from app.engine.cache_hooks import SaveReason
+from app.engine.cache_hooks import Arrival, SaveReason
 from app.engine.draft_model import DraftModel
 
 
@@ -22,6 +22,8 @@ class Admit:
     """Start ``admission`` on a seq, or queue it; a bad one raises to the caller."""
 
     admission: Admission
+    arrival: Arrival | None = None
+    """Settled once admitted (``Arrivals``: a burst no longer waits for it)."""
 
 
 @dataclass(frozen=True, slots=True)

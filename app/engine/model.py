@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 from app.cache.keys import KeyMeta
 from app.engine.admission import Admission
 from app.engine.backend import Backend
+from app.engine.cache_hooks import Arrival
 from app.engine.commands import (
     Admit,
     AttachDraft,
@@ -242,10 +243,10 @@ class Model:
         if adm.options.priority == "background":  # type-ahead holds nothing back
             self.scheduler.call(Admit(adm))
             return
-        with self.scheduler.arrivals.arriving():
-            self.scheduler.call(Admit(adm))
+        with self.scheduler.arrivals.arriving() as arrival:
+            self.scheduler.call(Admit(adm, arrival))
 
-    def arriving(self) -> AbstractContextManager[None]:
+    def arriving(self) -> AbstractContextManager[Arrival]:
         """Around preparing a request for this model (a server rendering and tokenizing it,
         through ``infer``): queued cache writes wait meanwhile (``Arrivals``)."""
         return self.scheduler.arrivals.arriving()

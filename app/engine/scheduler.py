@@ -158,8 +158,12 @@ class Scheduler:
     def execute(self, cmd: Command) -> Any:
         """Run a command posted from another thread (``app.engine.commands``)."""
         match cmd:
-            case Admit(adm):
-                self.admit(adm)
+            case Admit(adm, arrival):
+                try:
+                    self.admit(adm)
+                finally:
+                    if arrival is not None:
+                        self.arrivals.settle(arrival)
             case Cancel(ref):
                 self.cancel(ref)
             case EndSession(sid):
@@ -250,6 +254,9 @@ class Scheduler:
 
     def is_busy(self) -> bool:
         return bool(self.reqs)
+
+    def num_arriving(self) -> int:
+        return self.arrivals.num_unsettled
 
     def on_idle(self) -> None:
         if self.pool.stale:
