@@ -14,6 +14,14 @@ draft's end; a word being typed merges with the probe, so it is left out by itse
 ``MARGIN`` more tokens cover merges across words (a run of newlines or punctuation that
 grows). A draft that ends with a space or a newline just typed ends with a whole word: its
 tokens no longer change as typing goes on, and no margin is left (``margin_of``).
+
+A **whole** read (``whole=True``: the composer asks for one when the engine has nothing else
+to do) reads the word being typed too: the probe is then a word of its own after the draft
+(``" " + PROBE``), so the two renderings agree up to the draft's very end — never past it: the
+token there (end of turn, or a token merging the draft's end with the template's text) differs
+from the probe's. A word still being typed may tokenize differently once it grows; the next
+read's prefix match drops that tail, as an edit does (for a transformer a ``seq_rm`` of a few
+cells), so whole reads are asked only of models whose memory can drop a tail.
 """
 
 from __future__ import annotations
@@ -47,14 +55,16 @@ def with_draft(turns: Sequence[Turn], draft: str) -> tuple[Turn, ...]:
     return (*turns, Turn(DRAFT_ID, "user", draft))
 
 
-def probe_of(draft: str) -> str:
-    """The draft as typed (its leading blanks go, as the message's do), then ``PROBE``."""
-    return draft.lstrip() + PROBE
+def probe_of(draft: str, whole: bool = False) -> str:
+    """The draft as typed (its leading blanks go, as the message's do), then ``PROBE``; for a
+    ``whole`` read the draft as sent, then ``PROBE`` as a word of its own."""
+    return draft.strip() + " " + PROBE if whole else draft.lstrip() + PROBE
 
 
-def margin_of(draft: str) -> int:
-    """Tokens to leave out of a read of ``draft`` (as typed): none after a word just ended."""
-    return 0 if draft[-1:].isspace() else MARGIN
+def margin_of(draft: str, whole: bool = False) -> int:
+    """Tokens to leave out of a read of ``draft`` (as typed): none after a word just ended, nor
+    in a ``whole`` read."""
+    return 0 if whole or draft[-1:].isspace() else MARGIN
 
 
 def readable_prefix(prompt: Sequence[int], probed: Sequence[int], margin: int = MARGIN) -> list[int]:

@@ -61,6 +61,10 @@ class ReadAheadRequest:
     request: GenerationRequest
     draft: str
     generation: int
+    whole: bool = False
+    """Read the word being typed too (``app.conversation.type_ahead``: a whole read), asked
+    when the engine has nothing else to do; the bridge reads it only on a model whose memory
+    can drop a tail that changes."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -60,6 +60,9 @@ FRAME_MS = 16
 WAKE_MS = 2
 STATUS_MS = 500
 DEFAULT_REPLY_TOKENS = 64
+TRIMS = ("attention", "sliding_window")
+"""Memory kinds whose live seq drops a tail cheaply (``MemoryCaps``): a recurrent state reads a
+changed tail again from a checkpoint, so it gets no whole reads."""
 
 
 @dataclass(slots=True)
@@ -128,6 +131,8 @@ class _BridgeWorker(QObject):
         """Session id → (view, its rendering with an empty draft): the same on every read of
         one draft, rendered once."""
         self._pieces: dict[int, str] = {}
+        self._trims = model.model_info().memory in TRIMS
+        """Its memory drops a tail (a whole read's changed last word) with a cheap ``seq_rm``."""
         self._merge_summary = False  # learnt per model: its template wants one system message
         self._frame = QTimer(self)
         self._frame.setInterval(FRAME_MS)
@@ -307,7 +312,9 @@ class _BridgeWorker(QObject):
             self._skip(ask, plan.kind)
             return
         prompt = self._session_prompt(sid, request.session, builder.tokens(plan.start, plan.summary))
-        tokens = readable_prefix(prompt, render(probe_of(ask.draft), plan.start, plan.summary), margin_of(ask.draft))
+        whole = ask.whole and self._trims
+        probed = render(probe_of(ask.draft, whole), plan.start, plan.summary)
+        tokens = readable_prefix(prompt, probed, margin_of(ask.draft, whole))
         held = self._held.get(sid) or request.session
         view = (request.messages, request.system, held, plan.start, plan.summary, self._merge_summary)
         empty = self._empty.get(sid)

@@ -6,7 +6,9 @@ its regenerate are token for token the reply of a cold solo run of the same prom
 This is the flow in which a tiny-model B11 run once saw a regenerate of a paste turn differ
 from the reply it regenerated: every example here ends with both compared to a cold run.
 Hypothesis draws the edits; the draft's readable prefix is sent after each one exactly as the
-composer does (``readable_prefix`` with the probe), waited for or not.
+composer does (``readable_prefix`` with the probe), waited for or not, and drawn to be a whole
+read or not (the word being typed read too, as the app does while the engine is idle — a word
+typed in part then grows, and its tokens change).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.conversation.type_ahead import PROBE, readable_prefix
+from app.conversation.type_ahead import PROBE, probe_of, readable_prefix
 from app.engine import Engine
 from tests.helpers.reuse_client import Client, assistant, config, run, user
 from tests.helpers.waiting import wait_until
@@ -34,18 +36,25 @@ WORDS = ["bridge", "Saône", "river,", "barges", "coal", "the", "oldest", "quay.
 LINE = "Line {i}: the river carries barges of coal, wine and stone past the quays."
 
 word = st.sampled_from(WORDS)
+flags = st.tuples(st.booleans(), st.booleans())  # (wait for the read, a whole read)
 edit = st.one_of(
-    st.tuples(st.just("type"), st.lists(word, min_size=1, max_size=5), st.integers(0, 0), st.booleans()),
-    st.tuples(st.just("delete"), st.just([]), st.integers(1, 30), st.booleans()),  # backspace n chars
-    st.tuples(st.just("edit"), st.lists(word, min_size=1, max_size=1), st.integers(0, 200), st.booleans()),
-    st.tuples(st.just("paste"), st.just([]), st.integers(3, 12), st.booleans()),  # n lines of text
+    st.tuples(st.just("type"), st.lists(word, min_size=1, max_size=5), st.integers(0, 0), flags),
+    st.tuples(st.just("part"), st.lists(word, min_size=1, max_size=1), st.integers(1, 5), flags),  # a word's start
+    st.tuples(st.just("grow"), st.lists(word, min_size=1, max_size=1), st.integers(1, 4), flags),  # letters more
+    st.tuples(st.just("delete"), st.just([]), st.integers(1, 30), flags),  # backspace n chars
+    st.tuples(st.just("edit"), st.lists(word, min_size=1, max_size=1), st.integers(0, 200), flags),
+    st.tuples(st.just("paste"), st.just([]), st.integers(3, 12), flags),  # n lines of text
 )
 
 
-def apply(draft: str, op: tuple[str, list[str], int, bool]) -> str:
-    kind, words, n, _wait = op
+def apply(draft: str, op: tuple[str, list[str], int, tuple[bool, bool]]) -> str:
+    kind, words, n, _flags = op
     if kind == "type":
         return (draft + " " + " ".join(words)).lstrip()
+    if kind == "part":
+        return (draft + " " + words[0][:n]).lstrip()
+    if kind == "grow":  # the word being typed goes on (letters of another word, no space)
+        return draft + words[0][:n]
     if kind == "delete":
         return draft[:-n] if n < len(draft) else ""
     if kind == "edit":  # a word put in the middle
@@ -91,12 +100,16 @@ def test_whatever_is_typed_the_reply_and_its_regenerate_equal_a_cold_run(
         draft = apply(draft, op)
         if not draft.strip():
             continue
+        wait, whole = op[3]
         prompt = client.render([*messages, user(draft)])
-        tokens = readable_prefix(prompt, client.render([*messages, user(draft + PROBE)]))
+        if whole:
+            tokens = readable_prefix(prompt, client.render([*messages, user(probe_of(draft, whole=True))]), 0)
+        else:
+            tokens = readable_prefix(prompt, client.render([*messages, user(draft + PROBE)]))
         if not tokens:
             continue
         reads.append(model.read_ahead(tokens, session_id=sid))
-        if op[3]:
+        if wait:
             reads[-1].result(timeout=120)
     draft = (draft + " " + " ".join(last)).strip()  # typed after the last read, then Enter
     prompt = client.render([*messages, user(draft)])

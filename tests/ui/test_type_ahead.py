@@ -157,6 +157,60 @@ def test_type_delete_and_edit_in_the_middle(make_window, qtbot):
     no_seq_left(qtbot, window, cid)
 
 
+def template_tail(window: MainWindow) -> int:
+    """Tokens the chat template puts after the last user message (end of turn, assistant header)."""
+    model = engine_model(window)
+    a = model.apply_chat_template({"messages": [{"role": "user", "content": "Zebra"}]})
+    b = model.apply_chat_template({"messages": [{"role": "user", "content": "Quokka?"}]})
+    n = 0
+    while n < min(len(a), len(b)) and a[-1 - n] == b[-1 - n]:
+        n += 1
+    return n
+
+
+def test_the_word_being_typed_is_read_while_the_engine_is_idle(make_window, qtbot, monkeypatch):
+    """No pause is long enough for ``DEBOUNCE_MS``, but the engine has nothing else to do: a
+    short pause reads the draft whole, the word being typed included, so Enter reads only the
+    end of turn and the assistant header — and the reply is the one without type-ahead."""
+    monkeypatch.setattr(type_ahead_module, "DEBOUNCE_MS", 60_000)
+    window = on_window(make_window)
+    page = window.chat_page
+    cid = new_chat(qtbot, window, type_ahead=True)
+    first_turn(qtbot, window)
+    asks: list[Any] = []
+    window.models.get("tiny")._read_ahead_requested.connect(asks.append)
+    write(qtbot, window, QUESTION[:-1])  # "… still standing": its last word has no space after it
+    qtbot.waitUntil(page.type_ahead.idle, timeout=10_000)
+    assert asks[-1].whole and asks[-1].draft == QUESTION[:-1]
+    stats = enter(qtbot, window)
+    assert stats.prompt_tokens - stats.tokens_reused == template_tail(window)
+    assert reply_text(window, cid) == off_reply(qtbot, window, QUESTION[:-1])
+    no_seq_left(qtbot, window, cid)
+
+
+def test_no_whole_read_while_another_chat_streams(make_window, qtbot):
+    """A reply streaming in another chat keeps the reads to word ends (its tokens go first);
+    once it ends, the draft is read whole."""
+    window = on_window(make_window)
+    other = new_chat(qtbot, window, type_ahead=False)
+    window.controller.update_settings(other, sampling=SamplingSettings(temperature=0.0, max_tokens=4000, grammar=ASCII_GRAMMAR))
+    window.controller.send(other, "Tell me a very long story.")
+    cid = new_chat(qtbot, window, type_ahead=True)
+    asks: list[Any] = []
+    window.models.get("tiny")._read_ahead_requested.connect(asks.append)
+    write(qtbot, window, "Which bridges cross the river")
+    qtbot.wait(300)
+    assert window.controller.is_busy(other), "the other chat's reply ended too soon for this test"
+    assert asks and not any(a.whole for a in asks)
+    window.controller.stop(other)
+    wait_idle(qtbot, window, other)
+    qtbot.waitUntil(lambda: asks[-1].whole, timeout=10_000)
+    settle(qtbot, window)
+    stats = enter(qtbot, window)
+    assert stats.prompt_tokens - stats.tokens_reused == template_tail(window)
+    no_seq_left(qtbot, window, cid, other)
+
+
 def test_paste_then_a_question_while_it_is_read(make_window, qtbot):
     window = on_window(make_window)
     cid = new_chat(qtbot, window, type_ahead=True)

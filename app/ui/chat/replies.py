@@ -118,6 +118,10 @@ class ReplyRunner(QObject):
     def is_busy(self, cid: str) -> bool:
         return cid in self._live
 
+    def writing_on(self, model_id: str) -> bool:
+        """A reply (or its summary) is being written by ``model_id``."""
+        return any(live.model_id == model_id for live in self._live.values())
+
     # -- starting ---------------------------------------------------------------------------
 
     def start(self, cid: str, leaf_id: str, *, continue_of: Message | None = None) -> None:

@@ -1,7 +1,8 @@
 """Type-ahead in the composer (issue 25), on the GUI thread: when a chat's draft is read ahead.
 
-When a word ends (a space or a newline typed), when typing pauses (``DEBOUNCE_MS``), or at
-once on a paste, the chat's view with the draft as its last user message is read into the chat's sticky sequence by its model's bridge
+When a word ends (a space or a newline typed), when typing pauses (``DEBOUNCE_MS``; only
+``IDLE_PAUSE_MS`` when the engine has nothing else to do, and then the word being typed is
+read too), or at once on a paste, the chat's view with the draft as its last user message is read into the chat's sticky sequence by its model's bridge
 (``EngineBridge.read_ahead``: rendered through the chat's overflow policy and sent off the GUI
 thread, at the engine's lowest priority; ``app.conversation.type_ahead`` says what of it is
 read). On Enter the message goes as the ordinary request and finds almost all of its prompt
@@ -41,6 +42,15 @@ WORD_END_MS = 0
 out (``app.conversation.type_ahead.margin_of``). NOTE: with reads only at 300 ms pauses
 (B11 before), each message's last stretch and a 2-token margin were still to read on Enter:
 10 tokens left where 8 are now (the last word, the end of turn, the assistant header)."""
+
+IDLE_PAUSE_MS = 50
+"""While the chat's model runs no request and the draft's last read is done, typing that
+pauses this long is read at once, the word being typed included (a whole read,
+``app.conversation.type_ahead``). NOTE: B11 types at 8 characters a second (125 ms a key),
+so reads waited for a 200 ms pause at word ends only: each message's last word, typed after
+the last read, was still to read on Enter with the end of turn and the assistant header (8
+tokens at Enter where 5 remain with it, ~5 ms a token on one thread). While another reply
+streams, or a long read (a paste) goes on, reads keep to word ends and ``DEBOUNCE_MS``."""
 
 LONG_READ = 256
 """A draft with at least this many tokens still to read shows "Reading the prompt…"."""
@@ -133,7 +143,7 @@ class TypeAhead(QObject):
             if cid:
                 self.stop(cid)
             return
-        self._timer.start(WORD_END_MS if text[-1].isspace() else DEBOUNCE_MS)
+        self._timer.start(WORD_END_MS if text[-1].isspace() else self._pause(cid))
 
     def pasted(self, cid: str | None, text: str) -> None:
         """Text was pasted: read at once, without waiting for a pause."""
@@ -205,7 +215,24 @@ class TypeAhead(QObject):
 
     def _schedule(self) -> None:
         if self._cid and self._draft.strip():
-            self._timer.start(DEBOUNCE_MS)
+            self._timer.start(self._pause(self._cid))
+
+    def _pause(self, cid: str | None) -> int:
+        return IDLE_PAUSE_MS if cid and self._may_read_whole(cid) else DEBOUNCE_MS
+
+    def _may_read_whole(self, cid: str) -> bool:
+        """A whole read (the word being typed too) is cheap now: the chat's last read is done
+        and its model runs no request (ours or another client's)."""
+        entry = self._reading.get(cid)
+        if entry is not None:
+            update = self._updates.get(cid)
+            if update is None or update.generation != entry[1] or not update.finished:
+                return False
+        model_id = self.controller.model_of(cid)
+        bridge = self.models.get(model_id)
+        if not isinstance(bridge, EngineBridge) or self.controller.replies.writing_on(model_id):
+            return False
+        return not any(s.state in ("prefilling", "generating") for s in bridge.model.snapshot().slots)
 
     def read_now(self) -> None:
         """Read the open chat's draft ahead, if type-ahead may."""
@@ -223,10 +250,11 @@ class TypeAhead(QObject):
         request = self.controller.replies.next_turn_request(cid)
         if request is None:
             return
+        whole = self._may_read_whole(cid)
         self._generation += 1
         self._reading[cid] = (model_id, self._generation)
         self.sent_reads += 1
-        bridge.read_ahead(ReadAheadRequest(request, draft, self._generation))
+        bridge.read_ahead(ReadAheadRequest(request, draft, self._generation, whole))
 
     def _on_update(self, update: ReadAheadUpdate) -> None:
         cid = update.session_id
@@ -253,8 +281,10 @@ class TypeAhead(QObject):
     def _on_busy_changed(self, cid: str, busy: bool) -> None:
         if busy:  # a request of the chat (sent, regenerated, edited) took its sequence
             self.sending(cid)
-        elif cid == self._cid:
-            self._schedule()  # a draft written while the reply streamed
+        elif cid == self._cid or not self._timer.isActive():
+            # a draft written while the reply streamed, or (another chat's reply ended) one
+            # the engine now has time to read whole
+            self._schedule()
 
     def _on_conversation_updated(self, cid: str) -> None:
         if cid == self._cid:

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from app.conversation.type_ahead import PROBE, readable_prefix
+from app.conversation.type_ahead import PROBE, margin_of, probe_of, readable_prefix
 from app.engine import Engine
 from app.engine.events import Done, Error, Event, PrefillProgress, Stats
 from tests.helpers.reuse_client import Client, assistant, config, run, user
@@ -55,17 +55,31 @@ class Typist:
         self.streams: list[Any] = []
         self.events: list[Event] = []
 
-    def write(self, draft: str, *, wait: bool = True) -> list[int]:
+    def write(self, draft: str, *, wait: bool = True, whole: bool = False) -> list[int]:
         prompt = self.client.render([*self.history, user(draft)])
-        probed = self.client.render([*self.history, user(draft + PROBE)])
-        tokens = readable_prefix(prompt, probed)
+        if whole:  # the word being typed too (the app asks for it while the engine is idle)
+            probed = self.client.render([*self.history, user(probe_of(draft, whole=True))])
+            tokens = readable_prefix(prompt, probed, margin_of(draft, whole=True))
+            assert len(tokens) <= len(prompt) - self.tail()  # never the end of turn or the header
+        else:
+            probed = self.client.render([*self.history, user(draft + PROBE)])
+            tokens = readable_prefix(prompt, probed)
+            assert len(tokens) < len(prompt) - 4  # never the draft's last tokens, its end or the header
         assert tokens and prompt[: len(tokens)] == tokens
-        assert len(tokens) < len(prompt) - 4  # never the draft's last tokens, its end or the header
         stream = self.client.model.read_ahead(tokens, session_id=self.sid, on_event=self.events.append)
         self.streams.append(stream)
         if wait:
             stream.result(timeout=120)
         return tokens
+
+    def tail(self) -> int:
+        """Tokens the template puts after the last user message (end of turn, assistant header)."""
+        a = self.client.render([*self.history, user("Zebra")])
+        b = self.client.render([*self.history, user("Quokka?")])
+        n = 0
+        while n < min(len(a), len(b)) and a[-1 - n] == b[-1 - n]:
+            n += 1
+        return n
 
     def enter(self, draft: str) -> tuple[list[int], Stats]:
         """Send: the ordinary request, the whole prompt tokenized from scratch."""
@@ -105,6 +119,22 @@ def test_type_delete_edit_and_send(client: Client) -> None:
     assert stats.reuse.source == "session"
     assert stats.reuse.tokens_read_ahead > 0
     assert stats.reuse.tokens_reused >= len(read) - 1
+    no_seq_left(client, "chat")
+
+
+def test_whole_reads_of_a_word_being_typed_leave_only_the_end_of_turn(client: Client) -> None:
+    """Read after every character, the word being typed included: its tokens change as it
+    grows (each read drops the changed tail; a recurrent state reads again from a checkpoint),
+    and Enter reads only what the template puts after the message."""
+    r1, _ = client.turn([user("Tell me about Lyon.")], session_id="chat")
+    typist = Typist(client, [user("Tell me about Lyon."), assistant(r1)])
+    message = "Which bridges cross the Saône, and which is oldest"
+    for i in range(1, len(message) + 1):
+        if message[i - 1] != " ":
+            typist.write(message[:i], whole=True)
+    _, stats = typist.enter(message)
+    assert stats.reuse.source == "session"
+    assert stats.prompt_tokens - stats.reuse.tokens_reused == typist.tail()
     no_seq_left(client, "chat")
 
 
