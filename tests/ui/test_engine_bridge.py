@@ -146,3 +146,43 @@ def test_read_aheads_queued_behind_a_newer_draft_or_the_message_are_dropped_unre
     assert model.calls[-1] == ("read_ahead", len(_tokens("<|user|>the next draft")))
     ask("the next draft is typ", 4)  # inside a word: two tokens left out (bytes: no merge)
     assert model.calls[-1] == ("read_ahead", len(_tokens("<|user|>the next draft is typ")) - 2)
+
+
+def test_a_whole_read_takes_the_word_being_typed_too(qapp, fake):
+    engine, model = fake
+    worker = _BridgeWorker(model, "fake")
+    request = GenerationRequest("", "c", (), "")
+    worker.note_read("c", 1)
+    worker.read_ahead(ReadAheadRequest(request, "the next draft is typ", 1, whole=True))
+    assert model.calls[-1] == ("read_ahead", len(_tokens("<|user|>the next draft is typ")))  # not the "<|end|>"
+
+
+def test_the_message_as_last_read_is_not_rendered_again(qapp, fake):
+    """Enter with the draft type-ahead read last: the request's plan and prompt are the read's
+    (no template rendered, nothing tokenized on the way to the engine); another message is
+    rendered as usual. Either way the engine gets the message's whole prompt."""
+    engine, model = fake
+    worker = _BridgeWorker(model, "fake")
+    renders: list[object] = []
+    render = model.apply_chat_template
+    model.apply_chat_template = lambda request: renders.append(request) or render(request)
+    history = (Turn("u1", "user", "hi"), Turn("a1", "assistant", "hello"))
+    worker.note_read("c", 1)
+    worker.read_ahead(ReadAheadRequest(GenerationRequest("", "c", history, "be brief"), "and then?", 1, whole=True))
+    assert renders
+    renders.clear()
+    message = GenerationRequest("r1", "c", (*history, Turn("u2", "user", "and then?")), "be brief")
+    worker.submit(message)
+    assert renders == []
+    prompt = _tokens("<|system|>be brief<|end|>\n<|user|>hi<|end|>\n<|assistant|>hello<|end|>\n<|user|>and then?<|end|>\n<|assistant|>")
+    assert model.calls[-1] == ("infer", len(prompt))
+    streams = [worker._live["r1"].stream]
+    worker.note_read("c2", 1)
+    worker.read_ahead(ReadAheadRequest(GenerationRequest("", "c2", (), ""), "a draft", 1, whole=True))
+    renders.clear()
+    worker.submit(GenerationRequest("r2", "c2", (Turn("u3", "user", "a draft, edited"),), ""))
+    assert renders
+    assert model.calls[-1] == ("infer", len(_tokens("<|user|>a draft, edited<|end|>\n<|assistant|>")))
+    streams.append(worker._live["r2"].stream)
+    worker.stop()  # cancels both; the fake's threads end before the worker goes
+    assert all(stream.done.wait(10) for stream in streams)
