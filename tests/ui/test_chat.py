@@ -78,6 +78,24 @@ def test_enter_sends_and_reply_streams_into_chat_view(make_window, qtbot):
     )
 
 
+def test_enter_hands_the_request_to_the_engine_before_the_widgets_update(make_window, qtbot, monkeypatch):
+    """The time to the first token starts at Enter: the request goes to the model's bridge
+    before the chat is redrawn and before the sidebar, composer and type-ahead hear the chat
+    is busy (their work waits, the engine does not)."""
+    window = make_window()
+    controller = window.controller
+    bridge = window.models.get("tiny")
+    order: list[str] = []
+    submit = bridge.submit
+    monkeypatch.setattr(bridge, "submit", lambda request: (order.append("submit"), submit(request))[1])
+    controller.busy_changed.connect(lambda _cid, busy: order.append(f"busy {busy}"))
+    controller.conversation_changed.connect(lambda _cid: order.append("redraw"))
+    type_and_send(qtbot, window, "Hello there.")
+    assert order[:3] == ["submit", "busy True", "redraw"], order
+    wait_idle(qtbot, window, current_id(window))
+    assert controller.branch(current_id(window))[-1].role == "assistant"
+
+
 def test_shift_enter_is_a_newline_and_send_button_sends(make_window, qtbot):
     window = make_window()
     box = message_input(window)

@@ -332,8 +332,8 @@ class ChatController(QObject):
         user = self._db(add)
         if user is None:
             return False
-        self._upsert(cid)
         self._start(cid, user.id)
+        self._upsert(cid)  # (after the request is on its way: the sidebar can wait)
         return True
 
     def regenerate(self, cid: str, message_id: str | None = None) -> bool:

@@ -160,11 +160,14 @@ class ReplyRunner(QObject):
         live.leaf_id = leaf_id
         self._live[cid] = live
         self._by_request[request.request_id] = cid
-        self.busy_changed.emit(cid, True)
-        # NOTE: submitted before the chat redraws: the engine starts reading meanwhile (the
-        # redraw took 10-40 ms of B11's time to first token, loaded). A remote model's bridge
-        # may answer within ``submit`` (a view it cannot send): the redraw then shows that.
+        # NOTE: submitted before the chat redraws and before anyone hears it is busy (the
+        # sidebar, the composer, type-ahead: ~1.5 ms of the GUI thread in B11's traces): the
+        # engine starts reading meanwhile (the redraw took 10-40 ms of B11's time to first
+        # token, loaded). A remote model's bridge may answer within ``submit`` (a view it
+        # cannot send): the reply has then ended already, and the redraw shows that.
         bridge.submit(request)
+        if self._live.get(cid) is live:
+            self.busy_changed.emit(cid, True)
         self.changed.emit(cid)
 
     def _draft_models(self, model_id: str) -> tuple[str, ...]:
