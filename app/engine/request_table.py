@@ -57,7 +57,7 @@ class RequestTable(Mapping[int, Request]):
     def get(self, seq_id: int, /) -> Request | None: ...
     @overload
     def get(self, seq_id: int, default: Request | T, /) -> Request | T: ...
-    def get(self, seq_id: int, default: object = None, /) -> object:
+    def get(self, seq_id: int, default: object = None) -> object:
         # The dict's own: Mapping.get raises and catches a KeyError for every free seq, and
         # the scheduler asks for each of its seqs every tick (``Scheduler._slots``).
         return self._by_seq.get(seq_id, default)
