@@ -87,10 +87,15 @@ class SeqRows:
 
 def shape_of(rows: Sequence[SeqRows], n_ubatch: int, one_stream: bool) -> TickShape:
     """The shape of a tick that pushes ``rows`` (``one_stream``: a unified KV or one seq)."""
-    num_rows = sum(r.num_rows for r in rows)
-    # A row at position p attends to p + 1 cells; the seq's rows are p .. p + n - 1.
-    kcells = sum(r.num_rows * (r.pos + (r.num_rows + 1) / 2) for r in rows) / 1000
-    return TickShape(count_ubatches(rows, n_ubatch, one_stream), num_rows, sum(r.outputs for r in rows), kcells)
+    num_rows = num_outputs = 0
+    cells: float = 0  # summed in row order from 0, as sum() did: the same float
+    for r in rows:
+        n = r.num_rows
+        num_rows += n
+        num_outputs += n if r.num_outputs < 0 else r.num_outputs
+        # A row at position p attends to p + 1 cells; the seq's rows are p .. p + n - 1.
+        cells += n * (r.pos + (n + 1) / 2)
+    return TickShape(count_ubatches(rows, n_ubatch, one_stream), num_rows, num_outputs, cells / 1000)
 
 
 def count_ubatches(rows: Sequence[SeqRows], n_ubatch: int, one_stream: bool = False) -> int:
