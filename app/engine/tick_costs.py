@@ -209,7 +209,10 @@ def solve_small(a: list[list[float]], b: list[float]) -> list[float]:
     elimination with partial pivoting, then back substitution."""
     n = len(b)
     for k in range(n):
-        p = max(range(k, n), key=lambda i: abs(a[i][k]))
+        p, best = k, abs(a[k][k])
+        for i in range(k + 1, n):  # the first largest, as max() picks
+            if abs(a[i][k]) > best:
+                p, best = i, abs(a[i][k])
         if p != k:
             a[k], a[p] = a[p], a[k]
             b[k], b[p] = b[p], b[k]
