@@ -354,7 +354,6 @@ class StoreCache:
         self.store.hold_writes(self._arrivals_holder, on)
 
 
-
 class Arrival:
     """One request on its way (``Arrivals.arriving``); settled once the scheduler admitted it."""
 

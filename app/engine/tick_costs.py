@@ -92,7 +92,7 @@ def shape_of(rows: Sequence[SeqRows], n_ubatch: int, one_stream: bool) -> TickSh
     for r in rows:
         n = r.num_rows
         num_rows += n
-        num_outputs += n if r.num_outputs < 0 else r.num_outputs
+        num_outputs += r.outputs
         # A row at position p attends to p + 1 cells; the seq's rows are p .. p + n - 1.
         cells += n * (r.pos + (n + 1) / 2)
     return TickShape(count_ubatches(rows, n_ubatch, one_stream), num_rows, num_outputs, cells / 1000)

@@ -128,12 +128,11 @@ class _BridgeWorker(QObject):
         sent since), written by the GUI thread under ``_lock``: an older ask still queued here
         is dropped unread (rendering it would delay the message behind it)."""
         self._empty: dict[str, tuple[object, list[int]]] = {}
-        self._last_view: dict[str, tuple[object, WindowPlan, list[int], bool]] = {}
-        """Session id → (view, its plan, its prompt, merge_summary learnt) of the newest draft read
-        ahead: the message
-        sent as it was read is not rendered again (``_submit``)."""
         """Session id → (view, its rendering with an empty draft): the same on every read of
         one draft, rendered once."""
+        self._last_view: dict[str, tuple[object, WindowPlan, list[int], bool]] = {}
+        """Session id → (view, its plan, its prompt, merge_summary learnt) of the newest draft
+        read ahead: the message sent as it was read is not rendered again (``_submit``)."""
         self._pieces: dict[int, str] = {}
         self._trims = model.model_info().memory in TRIMS
         """Its memory drops a tail (a whole read's changed last word) with a cheap ``seq_rm``."""
@@ -211,8 +210,7 @@ class _BridgeWorker(QObject):
         max_tokens = _int(params.get("response_tokens"), DEFAULT_REPLY_TOKENS)
         budget = Budget.for_reply(self._n_ctx, max_tokens)
         read = self._last_view.pop(request.session_id, None)
-        view = None if request.continue_reply else self._view(request, request.messages, max_tokens)
-        if read is not None and read[0] == view:
+        if read is not None and not request.continue_reply and read[0] == self._view(request, request.messages, max_tokens):
             # NOTE: the message as type-ahead last read it (its plan and prompt are the same):
             # not rendered and tokenized again, so the engine has it sooner (B11: 1.5-7 ms of
             # this thread, the GUI thread redrawing the chat at the same time).
