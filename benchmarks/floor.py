@@ -16,7 +16,7 @@ text, untimed, as a server's cache would.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from app.engine.backend import PrefillOp
 from app.engine.llama_backend import LlamaBackend
@@ -41,23 +41,43 @@ def _lcp(a: Sequence[int], b: Sequence[int]) -> int:
     return n
 
 
+class Floor:
+    """The backend alone, one turn at a time (``turn``), so a benchmark can time each of its
+    turns' floor right after the turn itself, on the same minute's machine. A sequence per
+    ``key`` (``keys`` all the keys the turns will use)."""
+
+    def __init__(self, path: str, n_ctx: int, keys: Iterable[str]) -> None:
+        names = sorted(set(keys))
+        self._seq_of = {key: i for i, key in enumerate(names)}
+        self._held: dict[str, list[int]] = {key: [] for key in names}
+        self._backend = LlamaBackend(path, n_ctx_per_seq=n_ctx, n_seq_max=len(names), n_batch=512, n_threads=N_THREADS)
+
+    def turn(self, key: str, prompt: Sequence[int], reusable: int) -> float:
+        """ms to prefill ``prompt[reusable:]`` (at least its last token) on the key's sequence
+        holding ``prompt[:reusable]``, and read the first token."""
+        backend, seq = self._backend, self._seq_of[key]
+        kept = max(0, min(reusable, len(prompt) - 1))
+        have = _lcp(self._held[key], prompt[:kept])
+        backend.seq_rm(seq, have)
+        _prefill(backend, seq, prompt[have:kept], have, False)
+        t0 = time.perf_counter()
+        _prefill(backend, seq, prompt[kept:], kept, True)
+        int(backend.seq_logits(seq).argmax())
+        ms = (time.perf_counter() - t0) * 1000
+        self._held[key] = list(prompt)
+        return ms
+
+    def close(self) -> None:
+        self._backend.close()
+
+    def __enter__(self) -> Floor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
 def unavoidable_prefill_ms(path: str, turns: Sequence[tuple[str, Sequence[int], int]], n_ctx: int) -> list[float]:
-    """Per ``(key, prompt, reusable)``: ms to prefill ``prompt[reusable:]`` (at least its last
-    token) on the key's sequence holding ``prompt[:reusable]``, and read the first token."""
-    keys = sorted({key for key, _, _ in turns})
-    seq_of = {key: i for i, key in enumerate(keys)}
-    held: dict[str, list[int]] = {key: [] for key in keys}
-    out: list[float] = []
-    with LlamaBackend(path, n_ctx_per_seq=n_ctx, n_seq_max=len(keys), n_batch=512, n_threads=N_THREADS) as backend:
-        for key, prompt, reusable in turns:
-            seq = seq_of[key]
-            kept = max(0, min(reusable, len(prompt) - 1))
-            have = _lcp(held[key], prompt[:kept])
-            backend.seq_rm(seq, have)
-            _prefill(backend, seq, prompt[have:kept], have, False)
-            t0 = time.perf_counter()
-            _prefill(backend, seq, prompt[kept:], kept, True)
-            int(backend.seq_logits(seq).argmax())
-            out.append((time.perf_counter() - t0) * 1000)
-            held[key] = list(prompt)
-    return out
+    """Per ``(key, prompt, reusable)``: ``Floor.turn``, the turns one after another."""
+    with Floor(path, n_ctx, (key for key, _, _ in turns)) as floor:
+        return [floor.turn(key, prompt, reusable) for key, prompt, reusable in turns]
