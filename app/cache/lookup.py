@@ -27,6 +27,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Literal
 
 from app.cache import kvc_chunked, seqstate
@@ -86,6 +87,9 @@ class Lookup:
         self._journal = journal
         self._counters = counters
         self.on_whole_read: Callable[[Row, Buffer], None] = lambda row, payload: None
+        self.later: Callable[[Callable[[], None]], None] = lambda work: work()
+        """Runs a restore's bookkeeping writes (a file header, the database) off the path to
+        the first token: the store hands them to its writer (``CacheStore._later``)."""
 
     def candidates(self, meta: KeyMeta, prompt: Sequence[int], parent_key: bytes | None = None) -> list[Candidate]:
         """Every kind of candidate for ``prompt``, best first (no bytes are read)."""
@@ -214,20 +218,27 @@ class Lookup:
         return payload
 
     def note_use(self, row: Row) -> None:
-        """A row was restored: count the hit, record when, in memory, file and database."""
+        """A row was restored: count the hit, record when, in memory now, in the file's
+        header and the database ``later``.
+
+        NOTE: the database update alone took ~2.6 ms a restore (SQLAlchemy, 16 restores in
+        B8's trace), inside the restoring request's time to first token."""
         with self._catalog.lock:
             cur = self._catalog.get(row.key)
             if cur is None:
                 return  # still being written: its row is not published yet
             cur = replace(cur, last_used=time.time(), hits=cur.hits + 1)
             self._catalog.add(cur)
+        self._journal.emit("updated", cur)
+        self.later(partial(self._record_use, cur))
+
+    def _record_use(self, cur: Row) -> None:
         tier = self._tiers[cur.tier]
         if cur.format == 2:
             kvc_chunked.touch_row(tier, cur.key, cur.hits, int(cur.last_used))
         else:
             touch_blob(tier, cur.key, cur.hits, int(cur.last_used))
         self._journal.update(cur.key, last_used=cur.last_used, hits=cur.hits)
-        self._journal.emit("updated", cur)
 
     def _why(self, meta: KeyMeta, prompt_le: bytes, shared_here: int, corrupt: bool) -> NotFound:
         ns = namespace_of(meta)

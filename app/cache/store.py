@@ -36,6 +36,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -86,6 +87,13 @@ the writer (a long prefill takes seconds; one save's write costs it a few ms).""
 ProgressFn = Callable[[int, int], None]
 
 
+@dataclass(frozen=True)
+class _Later:
+    """Bookkeeping for the writer thread (``CacheStore._later``), not a save."""
+
+    work: Callable[[], None]
+
+
 class CacheStore:
     def __init__(
         self,
@@ -133,9 +141,10 @@ class CacheStore:
             self._evictor.gc()
         self._holders: set[object] = set()
         self._hold_cond = threading.Condition()
-        self._writer: Writer[SaveJob] = Writer(
+        self._writer: Writer[SaveJob | _Later] = Writer(
             self._write_job, maxsize=writer_queue, on_error=self._on_write_error, gate=self._wait_for_prefills
         )
+        self._lookup.later = self._later
 
     def _probe(self) -> set[str]:
         """File tiers this process cannot write (read-only dir): noted as Problems."""
@@ -229,8 +238,17 @@ class CacheStore:
         )  # fmt: skip
         self._writer.submit(job)  # a full queue only postpones it to the next use
 
-    def _write_job(self, job: SaveJob) -> None:
+    def _later(self, work: Callable[[], None]) -> None:
+        """Run ``work`` on the writer thread, held back like a save (after the grace, not
+        while a request waits for its first token); at once when the queue is full or closed."""
+        if self._closed or not self._writer.submit(_Later(work)):
+            work()
+
+    def _write_job(self, job: SaveJob | _Later) -> None:
         """Writer thread: store the job, then let waiters and subscribers know."""
+        if isinstance(job, _Later):
+            job.work()
+            return
         if job.converts:
             converted = self._chunked.convert(job)
             if converted is not None:
@@ -277,7 +295,10 @@ class CacheStore:
                     return
                 self._hold_cond.wait(min(remaining, 0.05))  # hurry() is polled
 
-    def _on_write_error(self, job: SaveJob, exc: BaseException) -> None:
+    def _on_write_error(self, job: SaveJob | _Later, exc: BaseException) -> None:
+        if isinstance(job, _Later):
+            log.error("cache bookkeeping failed: %r", exc)
+            return
         self._evictor.write_failed(exc, "saving to the cache")
         with self._cond:
             self._catalog.drop_pending(job.key)
