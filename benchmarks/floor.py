@@ -46,11 +46,14 @@ class Floor:
     turns' floor right after the turn itself, on the same minute's machine. A sequence per
     ``key`` (``keys`` all the keys the turns will use)."""
 
-    def __init__(self, path: str, n_ctx: int, keys: Iterable[str]) -> None:
+    def __init__(self, path: str, n_ctx: int, keys: Iterable[str], n_threads: int = N_THREADS) -> None:
         names = sorted(set(keys))
         self._seq_of = {key: i for i, key in enumerate(names)}
         self._held: dict[str, list[int]] = {key: [] for key in names}
-        self._backend = LlamaBackend(path, n_ctx_per_seq=n_ctx, n_seq_max=len(names), n_batch=512, n_threads=N_THREADS)
+        self._backend = LlamaBackend(path, n_ctx_per_seq=n_ctx, n_seq_max=len(names), n_batch=512, n_threads=n_threads)
+
+    def tokenize(self, text: str) -> list[int]:
+        return list(self._backend.tokenize(text))
 
     def turn(self, key: str, prompt: Sequence[int], reusable: int) -> float:
         """ms to prefill ``prompt[reusable:]`` (at least its last token) on the key's sequence

@@ -25,11 +25,11 @@ from __future__ import annotations
 import os
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 
-from benchmarks.common import Result, median, progress
+from benchmarks.common import N_THREADS, Result, median, progress
 
 TURNS = (
     "Hello! I am planning a week of walking in the hills next spring and would like some help "
@@ -77,6 +77,9 @@ class Turn:
     reply: str = ""
     prompt_tokens: int = 0
     read_ahead: int = 0
+    reused: int = 0
+    """Prompt tokens the request found held (read ahead, earlier turns): the rest was read
+    after Enter."""
 
 
 @dataclass
@@ -114,7 +117,8 @@ def b11_type_ahead(
         "type-ahead through the GUI: Enter → first reply token on screen, on vs off (offscreen window, key events)",
         "median TTFT on ≤ 0.2 × off; paste turn ≤ 0.1 × off; a streaming chat keeps ≥ 0.9 × its "
         "tok/s while the other types; the same replies on and off",
-        ["turn", "off ms", "on ms", "floor ms", "on / off", "read ahead / prompt tokens"],
+        ["turn", "off ms", "on ms", "floor ms", "on / off", "read ahead / prompt tokens", "read after Enter on / off",
+         "Enter floor on / off ms", "Enter floors' ratio"],
     )
     app = QApplication.instance() or QApplication([])
     data_dir = tempfile.mkdtemp(prefix="hearth-b11-")
@@ -177,7 +181,7 @@ def b11_type_ahead(
         stats = reply.stats
         progress(f"B11:   {len(reply.content)} characters, TTFT {(first - t0) * 1000:.0f} ms, "
                  f"{stats.tokens_read_ahead} of {stats.prompt_tokens} prompt tokens read ahead")
-        return Turn((first - t0) * 1000, reply.content, stats.prompt_tokens, stats.tokens_read_ahead)
+        return Turn((first - t0) * 1000, reply.content, stats.prompt_tokens, stats.tokens_read_ahead, stats.tokens_reused)
 
     # -- typing ----------------------------------------------------------------------------
     def type_text(text: str, per_char_s: float, pause_s: float) -> None:
@@ -304,22 +308,30 @@ def b11_type_ahead(
         window.close()
         app.processEvents()
 
+    progress("B11: the backend alone reading what each turn read after Enter (the Enter floors)")
+    n_threads = (model_options or {}).get("n_threads", N_THREADS)
+    enter_on, enter_off = enter_floors(path, [on.turns, off.turns], n_threads, paste)
     labels = [f"typed {i + 1} ({len(t.split())} words)" for i, t in enumerate(turns)] + ["paste + question"]
     same = [a.reply == b.reply for a, b in zip(on.turns, off.turns, strict=True)]
     ratios = [a.ttft_ms / b.ttft_ms for a, b in zip(on.turns, off.turns, strict=True)]
-    for label, a, b, f, r in zip(labels, on.turns, off.turns, off.floor, ratios, strict=True):
-        res.rows.append([label, b.ttft_ms, a.ttft_ms, f.ttft_ms, r, f"{a.read_ahead:,} / {a.prompt_tokens:,}"])
+    rows = zip(labels, on.turns, off.turns, off.floor, ratios, enter_on, enter_off, strict=True)
+    for label, a, b, f, r, e_on, e_off in rows:
+        res.rows.append([label, b.ttft_ms, a.ttft_ms, f.ttft_ms, r, f"{a.read_ahead:,} / {a.prompt_tokens:,}",
+                         f"{a.prompt_tokens - a.reused} / {b.prompt_tokens - b.reused}",
+                         f"{e_on:.1f} / {e_off:.1f}", e_on / e_off])  # fmt: skip
     typed_off = [t.ttft_ms for t in off.turns[:-1]]
     typed_on = [t.ttft_ms for t in on.turns[:-1]]
     alone = median([rates["alone_before"], rates["alone_after"]])
     stream_ratio = rates["while_typing"] / alone if alone else float("nan")
     med_ratio = median([t.ttft_ms for t in on.turns]) / median([t.ttft_ms for t in off.turns])
+    enter_med_ratio = median(enter_on) / median(enter_off)
     paste_ratio = ratios[-1]
     res.rows += [
         ["median, all turns", median([t.ttft_ms for t in off.turns]), median([t.ttft_ms for t in on.turns]),
-         median([t.ttft_ms for t in off.floor]), med_ratio, ""],
+         median([t.ttft_ms for t in off.floor]), med_ratio, "", "",
+         f"{median(enter_on):.1f} / {median(enter_off):.1f}", enter_med_ratio],
         ["streaming chat tok/s: alone / while typing", rates["alone_before"], rates["alone_after"],
-         rates["while_typing"], stream_ratio, "(before, after, typing, typing ÷ alone)"],
+         rates["while_typing"], stream_ratio, "(before, after, typing, typing ÷ alone)", "", "", ""],
     ]  # fmt: skip
     res.figures = {
         "ttft_off_ms": [round(t.ttft_ms, 1) for t in off.turns],
@@ -328,6 +340,11 @@ def b11_type_ahead(
         "median_typed_off_ms": round(median(typed_off), 1),
         "median_typed_on_ms": round(median(typed_on), 1),
         "median_ratio": round(med_ratio, 3),
+        "enter_floor_on_ms": [round(x, 1) for x in enter_on],
+        "enter_floor_off_ms": [round(x, 1) for x in enter_off],
+        "enter_floor_median_ratio": round(enter_med_ratio, 3),
+        "read_after_enter_on": [t.prompt_tokens - t.reused for t in on.turns],
+        "read_after_enter_off": [t.prompt_tokens - t.reused for t in off.turns],
         "paste_ratio": round(paste_ratio, 3),
         "tokens_read_ahead": [t.read_ahead for t in on.turns],
         "prompt_tokens": [t.prompt_tokens for t in on.turns],
@@ -339,11 +356,38 @@ def b11_type_ahead(
         "cps": cps,
     }
     res.met = all(same) and med_ratio <= 0.2 and paste_ratio <= 0.1 and stream_ratio >= 0.9
+    res.note = (
+        f"Enter floors (the backend alone reading what each turn read after Enter): median on / off "
+        f"{enter_med_ratio:.3f} — no app can take the on / off ratio below that with what it reads after Enter"
+    )
     if not all(same):
-        res.note = f"replies differ on turns {[i + 1 for i, s in enumerate(same) if not s]}"
+        res.note += f"; replies differ on turns {[i + 1 for i, s in enumerate(same) if not s]}"
     res.figures["replies"] = {"on": [t.reply for t in on.turns], "off": [t.reply for t in off.turns],
                               "floor": [t.reply for t in off.floor]}  # fmt: skip
     return res
+
+
+def enter_floors(path: str, runs: Sequence[Sequence[Turn]], n_threads: int, text: str) -> list[list[float]]:
+    """Per turn of each run: ms for the backend alone (``benchmarks.floor.Floor``, the app's
+    llama.cpp threads) to prefill what that turn read after Enter (its prompt less what it
+    found held) on a sequence holding the rest, and give the first token — no app, no
+    scheduler. No reply can start sooner; for type-ahead's turns it is what the issue's rule
+    leaves to Enter (what follows the draft: the end of turn and the assistant header). The
+    token ids are filler (``text``, repeated): the cost depends on the counts, not the ids.
+    The runs are timed turn by turn, alternately, so each pair shares the minute's machine."""
+    from benchmarks.floor import Floor
+
+    longest = max(t.prompt_tokens for run in runs for t in run)
+    with Floor(path, longest + 64, ["b11"], n_threads=n_threads) as floor:
+        filler = floor.tokenize(text)
+        filler = (filler * (longest // max(1, len(filler)) + 1))[:longest]
+        out: list[list[float]] = [[] for _ in runs]
+        for i in range(max(len(run) for run in runs)):
+            for r, run in enumerate(runs):
+                if i < len(run):
+                    t = run[i]
+                    out[r].append(floor.turn("b11", filler[: t.prompt_tokens], t.reused))
+    return out
 
 
 def b11_fresh(path: str) -> Result:

@@ -35,6 +35,11 @@ def test_a_short_b11_on_the_tiny_model(qapp, tiny_model_path: Path):
     assert all(n > 0 for n in f["tokens_read_ahead"]), f["tokens_read_ahead"]
     assert f["tokens_read_ahead"][-1] > 200  # the paste was read while the question was typed
     assert f["read_aheads_sent"] >= 4
+    # the Enter floors: the backend alone reading what each turn read after Enter
+    assert len(f["enter_floor_on_ms"]) == len(f["enter_floor_off_ms"]) == 4
+    assert all(t > 0 and math.isfinite(t) for t in f["enter_floor_on_ms"] + f["enter_floor_off_ms"])
+    on_after, off_after = f["read_after_enter_on"], f["read_after_enter_off"]
+    assert all(0 < a < b for a, b in zip(on_after, off_after, strict=True)), (on_after, off_after)
     assert all(v > 0 for v in f["stream_tok_s"].values()), f["stream_tok_s"]
     assert result.met in (True, False)
     assert "paste + question" in result.table()
