@@ -149,10 +149,10 @@ class Admitter:
         """Start waiting admissions, oldest first (background ones after all others), while a
         seq can be had."""
         while self.pending:
-            seq_id = self._take_seq()
+            adm = next((a for a in self.pending if a.options.priority != "background"), self.pending[0])
+            seq_id = self._take_seq(adm.prompt)
             if seq_id is None:
                 return
-            adm = next((a for a in self.pending if a.options.priority != "background"), self.pending[0])
             self.pending.remove(adm)
             try:
                 self._start(adm, Route(AdmissionPath.NEW, seq_id))
@@ -206,7 +206,7 @@ class Admitter:
         self._check_fits(adm.prompt)
         if session is not None and sid is not None:
             return adm, Route(AdmissionPath.STICKY, session.seq_id, tuple(session.tokens), session.read_ahead_from)
-        seq_id = self._take_seq()
+        seq_id = self._take_seq(adm.prompt)
         return adm, None if seq_id is None else Route(AdmissionPath.NEW, seq_id)
 
     def _check_fits(self, prompt: Sequence[int]) -> None:
@@ -224,10 +224,12 @@ class Admitter:
             a.options.session_id == sid for a in self.pending
         )
 
-    def _take_seq(self) -> int | None:
-        """A free seq; else beyond the seed: release the least recently used idle session, so
-        new work never starves (its KV is saved first, its next turn restores it)."""
-        seq_id = self._pool.take()
+    def _take_seq(self, prompt: Sequence[int]) -> int | None:
+        """A free seq (``SeqPool.take``: the one whose leftover cells ``prompt`` extends, when
+        the cache is on); else beyond the seed: release the least recently used idle session,
+        so new work never starves (its KV is saved first, its next turn restores it)."""
+        epoch = self.weights_epoch if self.meta is not None else None  # cache off: leftovers unused
+        seq_id = self._pool.take(prompt, epoch, SHARE_MIN_TOKENS)
         if seq_id is not None:
             return seq_id
         sid = self._pool.lru_idle(busy=self._reqs)
@@ -236,7 +238,7 @@ class Admitter:
         session = self._pool.sessions[sid]
         self._saver.session(self.meta, sid, session)
         self._pool.drop(sid)
-        return self._pool.take()
+        return self._pool.take(prompt, epoch, SHARE_MIN_TOKENS)
 
     # ------------------------------------------------------------------ starting a request
 

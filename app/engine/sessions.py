@@ -2,15 +2,16 @@
 
 Every seq id ``0 .. n_seq_max-1`` is at any time in exactly one place: running a request
 (the scheduler's request table), pinned by an idle sticky session (``sessions``, least
-recently used first), or ``free`` (lowest id first, see ``take``). A finished request's seq
+recently used first), or ``free`` (see ``take`` for which a request gets). A finished request's seq
 is cleared as it is given back: each seq has a KV stream of its own (``kv_unified = false``),
 so freeing its cells can never reorder another seq's cells. ``clear_for_use`` empties a seq before a new request fills it.
 
 Beyond the seed: a request without a session leaves its cells in its free seq
 (``leave``, ``leftovers``), the way llama-server's slots keep their last prompt. The next
-request that takes that seq starts from them when they share its prompt's head (a follow-up
-of a client that re-sends the whole conversation and no session id), instead of restoring
-the same tokens from the cache; otherwise they are cleared as any free seq is.
+request whose prompt's head they share takes that seq (``take``) and starts from them (a
+follow-up of a client that re-sends the whole conversation and no session id), instead of
+restoring the same tokens from the cache; a request that takes a seq whose cells it does not
+share clears them, as any free seq is.
 
 A native call that fails while a seq is given back leaves the seq's cells unknown; the seq
 is then kept as ``stale`` (``quarantine``), so its next user — or the idle loop — clears it
@@ -22,9 +23,10 @@ from __future__ import annotations
 import bisect
 import logging
 from collections import OrderedDict
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 
+from app.cache.prefix import common_prefix_len
 from app.engine.backend import Backend
 
 log = logging.getLogger(__name__)
@@ -54,17 +56,44 @@ class SeqPool:
 
     # ------------------------------------------------------------------ free seqs
 
-    def take(self) -> int | None:
-        """The lowest free seq id, or None. Clear it with ``clear_for_use``.
+    def take(self, prompt: Sequence[int] = (), weights_epoch: int | None = None, min_share: int = 1) -> int | None:
+        """A free seq for a new request, or None. Clear it with ``clear_for_use``.
+
+        Of the free seqs that keep the running seqs' ids consecutive, the one whose leftover
+        cells (``leave``, computed under ``weights_epoch``) share the longest head with
+        ``prompt``, at least ``min_share`` tokens — a client that re-sends its conversation
+        without a session id finds its own last turn, as llama-server picks a slot by prompt
+        similarity; else the lowest of them holding no leftover, or the one whose leftover is
+        the oldest (another client's follow-up may still come for the others); the same
+        among all free seqs when none keeps the running ids consecutive.
 
         NOTE: with one KV stream per seq, llama.cpp puts only consecutive, increasing seq ids
-        into one ubatch (``llama_batch_allocr::split_equal``, sequential); running seqs with
-        ids packed from 0 (and rows in seq order, ``batch.build_ops``) keep a decode tick to
-        one ubatch. Taking the seq that waited longest instead scrambled the ids after the
-        first round of requests and split an 8-stream decode into several ubatches: B1 at
-        N = 8 fell to 0.79 × the raw loop.
+        into one ubatch (``llama_batch_allocr::split_equal``, sequential: each next id is the
+        last + 1); running seqs with consecutive ids (and rows in seq order,
+        ``batch.build_ops``) keep a decode tick to one ubatch. Taking the seq that waited
+        longest instead scrambled the ids after the first round of requests and split an
+        8-stream decode into several ubatches: B1 at N = 8 fell to 0.79 × the raw loop.
+        Taking always the lowest free seq, a sequential client's every request took seq 0,
+        and B8's chat switches restored from the cache the turns other free seqs still held.
         """
-        return self.free.pop(0) if self.free else None
+        if not self.free:
+            return None
+        pinned = {session.seq_id for session in self.sessions.values()}
+        running = set(range(self.n_seq_max)).difference(self.free, pinned)
+        fits = [seq for seq in self.free if _consecutive(running, seq)] or self.free
+        empty = [seq for seq in fits if seq not in self.leftovers]
+        oldest = next((seq for seq in self.leftovers if seq in fits), fits[0])
+        best, best_n = (empty[0] if empty else oldest), max(0, min_share - 1)
+        if prompt and weights_epoch is not None:
+            for seq in fits:
+                left = self.leftovers.get(seq)
+                if left is None or left[1] != weights_epoch or seq in self.stale:
+                    continue
+                n = common_prefix_len(left[0], prompt)
+                if n > best_n:
+                    best, best_n = seq, n
+        self.free.remove(best)
+        return best
 
     def peek(self) -> int | None:
         return self.free[0] if self.free else None
@@ -76,7 +105,9 @@ class SeqPool:
         self.stale.discard(seq_id)
 
     def leave(self, seq_id: int, tokens: list[int], weights_epoch: int) -> None:
-        """A finished request without a session: its seq goes free holding ``tokens``."""
+        """A finished request without a session: its seq goes free holding ``tokens``
+        (``leftovers`` keeps them oldest first)."""
+        self.leftovers.pop(seq_id, None)
         self.leftovers[seq_id] = (tuple(tokens), weights_epoch)
         self.put_free(seq_id)
 
@@ -163,3 +194,9 @@ class SeqPool:
         assert seen == list(range(self.n_seq_max)), f"seq pool out of step: {seen}"
         assert self.stale <= set(self.free), f"stale seqs {self.stale} not free"
         assert set(self.leftovers) <= set(self.free), f"leftover seqs {set(self.leftovers)} not free"
+
+
+def _consecutive(running: set[int], seq: int) -> bool:
+    """``running`` and ``seq`` together are consecutive ids."""
+    ids = running | {seq}
+    return max(ids) - min(ids) + 1 == len(ids)

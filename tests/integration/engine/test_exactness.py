@@ -165,6 +165,30 @@ def test_a_follow_up_from_a_freed_seqs_cells_equals_a_cold_run(tmp_path, model_p
     _assert_same_logits(turn2, cold, warm)
 
 
+def test_clients_taking_turns_find_their_own_freed_seqs_and_equal_cold_runs(tmp_path, model_path):
+    """Two clients without session ids take turns (A, B, A, B): each follow-up takes the free
+    seq still holding that client's last turn (``SeqPool.take``), not the lowest free one
+    whose cells the other client left, and equals a cold run of its prompt.
+    (Seen failing before: A's follow-up took seq 0, holding B's turn, and restored its own
+    from the cache.)"""
+    with Engine(tmp_path / "d") as engine:
+        model = engine.load_model("m", _config(model_path, n_seq_max=2))
+        history: dict[str, list[dict[str, str]]] = {}
+        for name, question in (("a", QUESTIONS[1]), ("b", QUESTIONS[3])):
+            ids, _ = _run(model, _chat(model, question))
+            history[name] = [{"role": "user", "content": question},
+                             {"role": "assistant", "content": model.detokenize(ids)}]
+        follow_ups = {name: _chat(model, "Say it again, shorter.", history[name]) for name in history}
+        warm = {}
+        for name, prompt in follow_ups.items():
+            warm[name], stats = _run(model, prompt)
+            # the freed seq's cells ("live"), not a restore from the cache ("cache")
+            assert (stats.cache_hit_kind, stats.reuse.source) == ("partial", "live"), name
+    for name, prompt in follow_ups.items():
+        cold = _cold(tmp_path / name, model_path, prompt)
+        _assert_same_logits(prompt, cold, warm[name])
+
+
 def test_warm_from_a_cold_split_save_equals_cold(tmp_path, model_path):
     with Engine(tmp_path / "d") as engine:
         model = engine.load_model("m", _config(model_path))
