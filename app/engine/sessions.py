@@ -65,7 +65,8 @@ class SeqPool:
         without a session id finds its own last turn, as llama-server picks a slot by prompt
         similarity; else the lowest of them holding no leftover, or the one whose leftover is
         the oldest (another client's follow-up may still come for the others); the same
-        among all free seqs when none keeps the running ids consecutive.
+        among all free seqs when none keeps the running ids consecutive. Without
+        ``weights_epoch`` (leftovers unused: the cache is off), the lowest of them.
 
         NOTE: with one KV stream per seq, llama.cpp puts only consecutive, increasing seq ids
         into one ubatch (``llama_batch_allocr::split_equal``, sequential: each next id is the
@@ -81,10 +82,13 @@ class SeqPool:
         pinned = {session.seq_id for session in self.sessions.values()}
         running = set(range(self.n_seq_max)).difference(self.free, pinned)
         fits = [seq for seq in self.free if _consecutive(running, seq)] or self.free
+        if weights_epoch is None:  # leftovers unused (the cache is off): the lowest
+            self.free.remove(fits[0])
+            return fits[0]
         empty = [seq for seq in fits if seq not in self.leftovers]
         oldest = next((seq for seq in self.leftovers if seq in fits), fits[0])
         best, best_n = (empty[0] if empty else oldest), max(0, min_share - 1)
-        if prompt and weights_epoch is not None:
+        if prompt:
             for seq in fits:
                 left = self.leftovers.get(seq)
                 if left is None or left[1] != weights_epoch or seq in self.stale:

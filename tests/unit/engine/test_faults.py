@@ -285,11 +285,10 @@ def test_a_stale_seq_that_cannot_be_cleared_when_idle_is_cleared_before_reuse():
     assert errors(h, long_, short) == ["done", "engine_error"]
     assert h.stub.raised == ["free_sampler", "seq_rm", "seq_rm"] and h.stub.kv[1] != []
     h.sch.pool.check(h.sch.reqs)
-    # seq 0 still holds long's turn (a follow-up may come for it): the stale seq 1 goes first
-    ref = h.admit("again", response_tokens=2)
+    ref = h.admit("again", response_tokens=2)  # the lowest free seq first: 0, then 1
     ref2 = h.admit("again 2", response_tokens=2)
-    assert h.running() == {1: ref, 0: ref2}
+    assert h.running() == {0: ref, 1: ref2}
     h.tick()
-    assert h.stub.kv[1] == tok("again")  # the stale seq is cleared before its prefill
+    assert h.stub.kv[1] == tok("again 2")  # the stale seq is cleared before its prefill
     h.run()
     assert errors(h, ref, ref2) == ["done", "done"]

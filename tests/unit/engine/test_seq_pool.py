@@ -41,7 +41,8 @@ def test_the_lowest_free_seq_when_no_leftover_shares_enough() -> None:
     assert pool.take([*HEAD, 7], weights_epoch=0, min_share=32) == 0
     pool = _pool()
     pool.leftovers[2] = (tuple(HEAD), 0)
-    assert pool.take([*HEAD, 7], weights_epoch=None) == 0  # the cache is off: leftovers unused
+    pool.leftovers[0] = (tuple(HEAD[::-1]), 0)
+    assert pool.take([*HEAD, 7], weights_epoch=None) == 0  # the cache is off: the lowest seq
     assert pool.take() == 1
 
 

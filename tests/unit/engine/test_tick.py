@@ -242,22 +242,20 @@ def test_every_token_streams_before_the_decode_that_pushes_it():
 
 
 
-def test_running_seqs_stay_consecutive_and_decode_rows_are_in_seq_order():
+def test_seqs_are_taken_lowest_first_and_decode_rows_are_in_seq_order():
     """With one KV stream per seq, llama.cpp puts only consecutive, increasing seq ids in one
-    ubatch: after requests end in any order, the next ones still run on consecutive seqs
-    (``SeqPool.take``) and a tick's decode rows are in seq order."""
+    ubatch: after requests end in any order, the next ones still get seqs 0, 1, 2, … and a
+    tick's decode rows are in seq order."""
     h = make(StubBackend(n_seq_max=3))
     h.admit("aa", response_tokens=3)
     h.admit("bb", response_tokens=1)
     h.admit("cc", response_tokens=2)
     h.run()  # they end on seq 1, then 2, then 0 (a FIFO pool hands them out in that order)
     later = [h.admit(p, response_tokens=6) for p in ("dd", "ee", "ff")]
-    assert sorted(h.running()) == [0, 1, 2] and sorted(h.running().values()) == later
+    assert h.running() == {0: later[0], 1: later[1], 2: later[2]}
     h.tick()
     assert h.tick() == [["decode", 0, 1], ["decode", 1, 1], ["decode", 2, 1]]
-    on_seq = {ref: seq for seq, ref in h.running().items()}
-    middle = next(ref for ref in later if on_seq[ref] == 1)
-    h.sch.cancel(middle)  # seq 1 frees while 0 and 2 run on
+    h.sch.cancel(later[1])  # seq 1 frees while 0 and 2 run on
     again = h.admit("gg", response_tokens=6)
     assert h.running()[1] == again
     h.tick()  # its prefill
