@@ -15,8 +15,10 @@ text, untimed, as a server's cache would.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 from app.engine.backend import PrefillOp
 from app.engine.llama_backend import LlamaBackend
@@ -78,6 +80,58 @@ class Floor:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class FloorProcess:
+    """``Floor`` in a process of its own, for timing a benchmark's turns' floors between its
+    turns. NOTE: a bare llama.cpp context timed in the same process as Hearth's engine
+    (idle, its saves written) prefilled 7-28 % slower than alone (B8's trace, per-turn
+    floors against the same floors timed after the engine closed, 2026-12-03; an engine idle
+    in another process left it unchanged), which flattered Hearth."""
+
+    def __init__(self, path: str, n_ctx: int, keys: Iterable[str], n_threads: int = N_THREADS) -> None:
+        import multiprocessing
+
+        ctx = multiprocessing.get_context("spawn")
+        self._conn, child = ctx.Pipe()
+        self._proc = ctx.Process(target=_serve_floor, args=(child, path, n_ctx, list(keys), n_threads), daemon=True)
+        self._proc.start()
+        child.close()
+        if self._conn.recv() != "ready":
+            raise RuntimeError("the floor's process did not start")
+
+    def turn(self, key: str, prompt: Sequence[int], reusable: int) -> float:
+        """``Floor.turn`` in the floor's process."""
+        self._conn.send(("turn", (key, list(prompt), reusable)))
+        ms: float = self._conn.recv()
+        return ms
+
+    def tokenize(self, text: str) -> list[int]:
+        self._conn.send(("tokenize", (text,)))
+        ids: list[int] = self._conn.recv()
+        return ids
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self._conn.send(None)
+        self._proc.join(timeout=30)
+        if self._proc.is_alive():
+            self._proc.kill()
+        self._conn.close()
+
+    def __enter__(self) -> FloorProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _serve_floor(conn: Any, path: str, n_ctx: int, keys: list[str], n_threads: int) -> None:
+    with Floor(path, n_ctx, keys, n_threads=n_threads) as floor:
+        conn.send("ready")
+        while (msg := conn.recv()) is not None:
+            what, args = msg
+            conn.send(floor.turn(*args) if what == "turn" else floor.tokenize(*args))
 
 
 def unavoidable_prefill_ms(path: str, turns: Sequence[tuple[str, Sequence[int], int]], n_ctx: int) -> list[float]:

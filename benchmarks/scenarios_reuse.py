@@ -14,8 +14,8 @@ Figures:
   before or after the restart), less the last prompt token (always prefilled for fresh
   logits); *reused* is what Hearth restored (``Stats.reuse.tokens_reused``).
 * **summed TTFT** against the floor (``benchmarks.floor``: the backend alone prefilling
-  only each turn's new tokens), each turn's floor timed right after the turn, in the same
-  process (these shared machines drift by tens of percent between minutes); against llama-server (``cache_prompt``, ``-np 4``, restarted with the trace)
+  only each turn's new tokens), each turn's floor timed right after the turn, in a process
+  of its own (these shared machines drift by tens of percent between minutes); against llama-server (``cache_prompt``, ``-np 4``, restarted with the trace)
   and llama-cpp-python's ``LlamaRAMCache`` (a new ``Llama`` after the restart).
 * **bytes on disk** (disk tier) against unique tokens × bytes per token, where unique tokens
   are the distinct prefixes of everything saved.
@@ -37,7 +37,7 @@ from app.cache.policy import DESKTOP_POLICY
 from app.engine import Model
 from app.engine.events import Done, Token, TokenId
 from benchmarks.common import N_THREADS, Result, config, progress
-from benchmarks.floor import Floor
+from benchmarks.floor import FloorProcess
 from benchmarks.scenarios_chat import SYSTEM
 
 N_NEW = 32
@@ -141,12 +141,13 @@ def _hearth_turn(model: Model, prompt: list[int]) -> TurnResult:
     return TurnResult(((first or time.perf_counter() - t0)) * 1000, tuple(generated), "".join(text), reused)
 
 
-def hearth_b8(path: str, data_dir: Path, floor: Floor | None = None) -> dict[str, Any]:
-    """B8's trace on Hearth. With ``floor``, each turn's floor is timed right after the turn
-    (``floor_ms``), once the turn's saves are written (``CacheStore.flush``): the two share
-    the minute's machine, and the floor's prefill shares the cores with no write. (Hearth's
-    next turn then finds no save still queued, as it mostly does anyway: a turn's saves are
-    held while the next one waits for its first token, ``CacheHooks``.)"""
+def hearth_b8(path: str, data_dir: Path, floor: FloorProcess | None = None) -> dict[str, Any]:
+    """B8's trace on Hearth. With ``floor`` (a process of its own), each turn's floor is timed
+    right after the turn (``floor_ms``), once the turn's saves are written
+    (``CacheStore.flush``): the two share the minute's machine, and the floor's prefill shares
+    the cores with no write. (Hearth's next turn then finds no save still queued, as it
+    mostly does anyway: a turn's saves are held while the next one waits for its first
+    token, ``CacheHooks``.)"""
     from app.engine import Engine
 
     cfg = config(path, n_ctx=2048, n_seq_max=4, policy=DESKTOP_POLICY, tier="disk")
@@ -311,7 +312,7 @@ def b8_reuse(path: str, llama_server: str | None = None) -> Result:
         "(RAM cache) reported); disk ≤ 1.3 × unique tokens × bytes/token",
         ["system", "summed TTFT s", "Hearth / this"],
     )
-    with tempfile.TemporaryDirectory(prefix="hearth-b8-") as tmp, Floor(path, 2048, ["trace"]) as floor:
+    with tempfile.TemporaryDirectory(prefix="hearth-b8-") as tmp, FloorProcess(path, 2048, ["trace"]) as floor:
         progress("B8: Hearth, each turn followed by its floor (the backend alone, the turn's new tokens)")
         ours = hearth_b8(path, Path(tmp), floor)
     turns = ours["turns"]

@@ -368,17 +368,17 @@ def b11_type_ahead(
 
 
 def enter_floors(path: str, runs: Sequence[Sequence[Turn]], n_threads: int, text: str) -> list[list[float]]:
-    """Per turn of each run: ms for the backend alone (``benchmarks.floor.Floor``, the app's
-    llama.cpp threads) to prefill what that turn read after Enter (its prompt less what it
+    """Per turn of each run: ms for the backend alone (``benchmarks.floor.FloorProcess``: a
+    process of its own; the app's llama.cpp threads) to prefill what that turn read after Enter (its prompt less what it
     found held) on a sequence holding the rest, and give the first token — no app, no
     scheduler. No reply can start sooner; for type-ahead's turns it is what the issue's rule
     leaves to Enter (what follows the draft: the end of turn and the assistant header). The
     token ids are filler (``text``, repeated): the cost depends on the counts, not the ids.
     The runs are timed turn by turn, alternately, so each pair shares the minute's machine."""
-    from benchmarks.floor import Floor
+    from benchmarks.floor import FloorProcess
 
     longest = max(t.prompt_tokens for run in runs for t in run)
-    with Floor(path, longest + 64, ["b11"], n_threads=n_threads) as floor:
+    with FloorProcess(path, longest + 64, ["b11"], n_threads=n_threads) as floor:
         filler = floor.tokenize(text)
         filler = (filler * (longest // max(1, len(filler)) + 1))[:longest]
         out: list[list[float]] = [[] for _ in runs]
