@@ -52,9 +52,12 @@ def _in_fresh_process(fn: Callable[[str], Result], path: str) -> Result:
     the model alone (not whatever the scenarios before it left in this process's heap) and the
     Qt application is set up offscreen before Qt is imported."""
     import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
 
-    with multiprocessing.get_context("spawn").Pool(1) as pool:
-        result: Result = pool.apply(fn, (path,))
+    # (not multiprocessing.Pool: its worker is daemonic, and B11 starts a process of its own
+    # for its floors, benchmarks.floor.FloorProcess)
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        result: Result = pool.submit(fn, path).result()
     return result
 
 
