@@ -239,6 +239,7 @@ class Scheduler:
         seq_id = self.pool.peek()
         if self.reqs or self.admission.pending or seq_id is None:
             raise Busy("verify needs an idle model")
+        self.pool.clear_for_use(seq_id)  # its leftover cells (``SeqPool.leave``) are gone after
         return self.backend.verify(seq_id, list(prefix), list(drafts))
 
     def wind_down(self, save: bool) -> None:

@@ -189,6 +189,23 @@ def test_clients_taking_turns_find_their_own_freed_seqs_and_equal_cold_runs(tmp_
         _assert_same_logits(prompt, cold, warm[name])
 
 
+def test_a_follow_up_after_a_verify_on_its_freed_seq_equals_a_cold_run(tmp_path, model_path):
+    """``verify`` runs on a free seq and leaves it empty: the turn that seq held is no longer
+    there to start from, and a follow-up restores it instead (the pool forgot the cells).
+    (Seen failing before: the follow-up took the emptied seq as holding its turn.)"""
+    with Engine(tmp_path / "d") as engine:
+        model = engine.load_model("m", _config(model_path, n_seq_max=2))
+        ids1, _ = _run(model, _chat(model, QUESTIONS[1]))
+        reply = model.detokenize(ids1)
+        turn2 = _chat(model, "And another one about snow.",
+                      [{"role": "user", "content": QUESTIONS[1]}, {"role": "assistant", "content": reply}])
+        model.verify(turn2[:8], turn2[8:10], 2)
+        warm, stats = _run(model, turn2)
+        assert stats.reuse.source != "live"
+    cold = _cold(tmp_path, model_path, turn2)
+    _assert_same_logits(turn2, cold, warm)
+
+
 def test_warm_from_a_cold_split_save_equals_cold(tmp_path, model_path):
     with Engine(tmp_path / "d") as engine:
         model = engine.load_model("m", _config(model_path))
