@@ -15,8 +15,9 @@ Figures:
   logits); *reused* is what Hearth restored (``Stats.reuse.tokens_reused``).
 * **summed TTFT** against the floor (``benchmarks.floor``: the backend alone prefilling
   only each turn's new tokens), each turn's floor timed right after the turn, in a process
-  of its own (these shared machines drift by tens of percent between minutes); against llama-server (``cache_prompt``, ``-np 4``, restarted with the trace)
-  and llama-cpp-python's ``LlamaRAMCache`` (a new ``Llama`` after the restart).
+  of its own (these shared machines drift by tens of percent between minutes); against
+  llama-server (``cache_prompt``, ``-np 4``, restarted with the trace) and
+  llama-cpp-python's ``LlamaRAMCache`` (a new ``Llama`` after the restart).
 * **bytes on disk** (disk tier) against unique tokens × bytes per token, where unique tokens
   are the distinct prefixes of everything saved.
 """

@@ -358,7 +358,7 @@ def b11_type_ahead(
     res.met = all(same) and med_ratio <= 0.2 and paste_ratio <= 0.1 and stream_ratio >= 0.9
     res.note = (
         f"Enter floors (the backend alone reading what each turn read after Enter): median on / off "
-        f"{enter_med_ratio:.3f} — no app can take the on / off ratio below that with what it reads after Enter"
+        f"{enter_med_ratio:.3f} — what the on / off ratio would be if reading those tokens were all an app did"
     )
     if not all(same):
         res.note += f"; replies differ on turns {[i + 1 for i, s in enumerate(same) if not s]}"
