@@ -148,16 +148,21 @@ def test_a_session_resumed_after_cells_were_freed_equals_a_cold_run(tmp_path, mo
     _assert_same_logits(turn2, cold, warm)
 
 
+def _first_turn_then_follow_up(model) -> list[int]:
+    """Run a session-less first turn; the prompt of its follow-up (the conversation re-sent)."""
+    ids1, _ = _run(model, _chat(model, QUESTIONS[1]))
+    reply = model.detokenize(ids1)
+    return _chat(model, "And another one about snow.",
+                 [{"role": "user", "content": QUESTIONS[1]}, {"role": "assistant", "content": reply}])
+
+
 def test_a_follow_up_from_a_freed_seqs_cells_equals_a_cold_run(tmp_path, model_path):
     """A client that sends no session id: turn 1 ends and its seq goes free still holding its
     cells (``SeqPool.leave``); turn 2 re-sends the conversation, takes that seq and starts
     from them instead of the cache — and equals a cold run of turn 2's prompt."""
     with Engine(tmp_path / "d") as engine:
         model = engine.load_model("m", _config(model_path, n_seq_max=2))
-        ids1, _ = _run(model, _chat(model, QUESTIONS[1]))
-        reply = model.detokenize(ids1)
-        turn2 = _chat(model, "And another one about snow.",
-                      [{"role": "user", "content": QUESTIONS[1]}, {"role": "assistant", "content": reply}])
+        turn2 = _first_turn_then_follow_up(model)
         warm, stats = _run(model, turn2)
         # the freed seq's cells, not a restore: a prefix held in memory, like a live seq's
         assert (stats.cache_hit_kind, stats.reuse.source) == ("partial", "live")
@@ -195,10 +200,7 @@ def test_a_follow_up_after_a_verify_on_its_freed_seq_equals_a_cold_run(tmp_path,
     (Seen failing before: the follow-up took the emptied seq as holding its turn.)"""
     with Engine(tmp_path / "d") as engine:
         model = engine.load_model("m", _config(model_path, n_seq_max=2))
-        ids1, _ = _run(model, _chat(model, QUESTIONS[1]))
-        reply = model.detokenize(ids1)
-        turn2 = _chat(model, "And another one about snow.",
-                      [{"role": "user", "content": QUESTIONS[1]}, {"role": "assistant", "content": reply}])
+        turn2 = _first_turn_then_follow_up(model)
         model.verify(turn2[:8], turn2[8:10], 2)
         warm, stats = _run(model, turn2)
         assert stats.reuse.source != "live"
