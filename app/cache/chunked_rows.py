@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from app.cache import kvc_chunked, kvc_whole, seqstate
@@ -76,7 +77,7 @@ class Restored:
     """What a restore gave: ``payload`` holds the first ``n`` cells (None when n is 0);
     ``corrupt``: a damaged or lost chunk cut it short."""
 
-    payload: bytes | None
+    payload: Buffer | None
     n: int
     corrupt: bool = False
 
@@ -216,9 +217,11 @@ class ChunkedRows:
 
     # -- restoring ---------------------------------------------------------------------------
 
-    def restore(self, row: Row, n: int, n_stream: int = 1) -> Restored:
+    def restore(
+        self, row: Row, n: int, n_stream: int = 1, into: Callable[[int], memoryview] | None = None
+    ) -> Restored:
         """The first ``n`` cells of a chunked row, as far as its chunks are sound, as a state
-        for a context with ``n_stream`` KV streams."""
+        for a context with ``n_stream`` KV streams (written ``into``: see ``seqstate.concat``)."""
         if self._catalog.pin_load(row.key) is None:
             return Restored(None, 0)
         try:
@@ -233,8 +236,9 @@ class ChunkedRows:
             return Restored(None, 0, corrupt)
         payloads = [p for p, _ in pieces]
         return Restored(
-            seqstate.concat(payloads, n_stream=n_stream, n_cells=m, keep=[k for _, k in pieces]), m, corrupt
-        )
+            seqstate.concat(payloads, n_stream=n_stream, n_cells=m, keep=[k for _, k in pieces], into=into),
+            m, corrupt,
+        )  # fmt: skip
 
     def _read_chain(self, row: Row, n: int) -> tuple[list[tuple[Buffer, int]], int, bool, bool]:
         """Read the chunks covering ``n`` tokens: ((payload, cells it serves) each, cells

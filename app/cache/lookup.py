@@ -37,6 +37,7 @@ from app.cache.counters import Counters
 from app.cache.journal import Journal
 from app.cache.keys import KeyMeta, encode_tokens
 from app.cache.rows import Row
+from app.cache.state_buffers import StateBuffers
 from app.cache.tiers import Buffer, Tier, touch_blob
 from app.cache.whole_rows import Blobs
 
@@ -54,14 +55,21 @@ class Candidate:
     source: Source
 
 
+def _kept(payload: Buffer) -> None:
+    """``Found.release`` of a payload that is nobody's to reuse."""
+
+
 @dataclass(frozen=True, slots=True)
 class Found:
-    """``payload`` is a per-seq state holding exactly the prompt's first ``n`` cells."""
+    """``payload`` is a per-seq state holding exactly the prompt's first ``n`` cells.
+    ``release(payload)`` once it is loaded: its memory may serve the next restore, and the
+    view must not be read after (``StateBuffers``)."""
 
     source: Source
     n: int
     payload: Buffer
     row: Row  # the row it was cut from (its tokens, session id, …)
+    release: Callable[[Buffer], None] = _kept
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +94,7 @@ class Lookup:
         self._chunked = chunked
         self._journal = journal
         self._counters = counters
+        self._buffers = StateBuffers()
         self.on_whole_read: Callable[[Row, Buffer], None] = lambda row, payload: None
         self.later: Callable[[Callable[[], None]], None] = lambda work: work()
         """Runs a restore's bookkeeping writes (a file header, the database) off the path to
@@ -151,39 +160,50 @@ class Lookup:
                 best = cands[0]
                 if best.n < min_tokens:
                     break
-                payload, n, damaged = self._restore(best, n_stream)
+                payload, n, damaged, release = self._restore(best, n_stream)
                 corrupt |= damaged
                 if payload is not None and n >= min_tokens:
                     self.note_use(best.row)
-                    return Found(best.source if n == best.n else "longest_prefix", n, payload, best.row)
+                    return Found(best.source if n == best.n else "longest_prefix", n, payload, best.row, release)
+                if payload is not None:
+                    release(payload)
             return self._why(meta, prompt_le, shared_here, corrupt)
         finally:
             self._counters.add("longest_prefix_probes")
             self._counters.add("longest_prefix_ns", time.perf_counter_ns() - t0)
 
-    def _restore(self, cand: Candidate, n_stream: int = 1) -> tuple[Buffer | None, int, bool]:
-        """(payload of the first n cells, n, whether damage cut it short)."""
+    def _restore(
+        self, cand: Candidate, n_stream: int = 1
+    ) -> tuple[Buffer | None, int, bool, Callable[[Buffer], None]]:
+        """(payload of the first n cells, n, whether damage cut it short, its release)."""
         pending = self._catalog.pending(cand.row.key)
         if pending is not None:  # still in the writer's queue: from memory
             job = pending.job
             if cand.n == job.n_tokens:
-                return job.payload, cand.n, False
+                return job.payload, cand.n, False, _kept
             if pending.cuttable:
-                return seqstate.cut(job.payload, cand.n, n_stream), cand.n, False
-            return None, 0, False
+                return seqstate.cut(job.payload, cand.n, n_stream), cand.n, False, _kept
+            return None, 0, False, _kept
         row = self._catalog.get(cand.row.key)
         if row is None:
-            return None, 0, False  # deleted, or its save failed, meanwhile
+            return None, 0, False, _kept  # deleted, or its save failed, meanwhile
         if row.format == 2:
-            got = self._chunked.restore(row, cand.n, n_stream)
-            return got.payload, got.n, got.corrupt
+            got = self._chunked.restore(row, cand.n, n_stream, into=self._buffers.take)
+            # assembled into a view the pool gave (new bytes only when it holds no cell)
+            pooled = isinstance(got.payload, memoryview)
+            return got.payload, got.n, got.corrupt, (self._give if pooled else _kept)
         if cand.n != row.n_tokens:
-            return None, 0, False  # a whole-row blob cannot be cut
+            return None, 0, False, _kept  # a whole-row blob cannot be cut
         before = self._counters.get("corrupt_files")
         payload = self._blobs.read_valid(row)
         if payload is not None:
             self.on_whole_read(row, payload)
-        return payload, (cand.n if payload is not None else 0), self._counters.get("corrupt_files") > before
+        damaged = self._counters.get("corrupt_files") > before
+        return payload, (cand.n if payload is not None else 0), damaged, _kept
+
+    def _give(self, payload: Buffer) -> None:
+        assert isinstance(payload, memoryview)
+        self._buffers.give(payload)
 
     def load(self, row: Row) -> Buffer | None:
         """A row's whole payload, checked; None when it is gone or damaged (damaged files

@@ -46,7 +46,7 @@ fail ``parse`` with ``UnknownLayout`` and are stored whole, never cut or rewritt
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -294,11 +294,14 @@ def concat(
     n_stream: int = 1,
     n_cells: int | None = None,
     keep: Sequence[int] | None = None,
-) -> bytes:
+    into: Callable[[int], memoryview] | None = None,
+) -> Buffer:
     """One state from pieces whose cells follow each other (positions 0..n-1 overall);
     with ``n_cells``, only the first ``n_cells`` of them (a cut, without a second copy);
     with ``keep``, only the first ``keep[i]`` cells of piece ``i`` (a chunk a row branches
-    off inside of: the next piece continues after its head)."""
+    off inside of: the next piece continues after its head). With ``into``, written into
+    the view ``into(size)`` gives (``StateBuffers.take``: memory used before) and returned
+    as that view; else new bytes."""
     if not parts:
         raise ValueError("nothing to concatenate")
     if keep is not None and (len(keep) != len(parts) or min(keep) < 0):
@@ -316,7 +319,7 @@ def concat(
             raise UnknownLayout(f"a piece does not continue at position {expected}")
         expected += k
     if keep is None and (n_cells is None or n_cells >= expected):
-        return _assemble_many(views, states, n_stream)
+        return _assemble_many(views, states, n_stream, into=into)
     if n_cells is not None and n_cells < 0:
         raise ValueError(f"cannot keep {n_cells} cells")
     total = expected if n_cells is None else min(n_cells, expected)
@@ -324,11 +327,11 @@ def concat(
     for k in counts:
         ranges.append((0, max(0, min(k, total - start))))
         start += k
-    return _assemble_many(views, states, n_stream, ranges)
+    return _assemble_many(views, states, n_stream, ranges, into=into)
 
 
 def _assemble(view: memoryview, st: SeqState, ranges: list[tuple[int, int]], n_stream: int) -> bytes:
-    return _assemble_many([view] * len(ranges), [st] * len(ranges), n_stream, ranges)
+    return bytes(_assemble_many([view] * len(ranges), [st] * len(ranges), n_stream, ranges))
 
 
 def _assemble_many(
@@ -336,8 +339,10 @@ def _assemble_many(
     states: Sequence[SeqState],
     n_stream: int,
     ranges: Sequence[tuple[int, int]] | None = None,
-) -> bytes:
-    """Build one state from cell ranges of parsed states (all of one layout)."""
+    into: Callable[[int], memoryview] | None = None,
+) -> Buffer:
+    """Build one state from cell ranges of parsed states (all of one layout); ``into``: see
+    ``concat``."""
     spans = ranges or [(0, st.n_cells) for st in states]
     n = sum(b - a for a, b in spans)
     lead = next((st for st in states if st.n_cells), states[0])
@@ -359,7 +364,14 @@ def _assemble_many(
             out.append(_K_HDR.pack(sec.type, sec.cell_bytes))
             out += [_rows(v, st.v[i], a, b) for v, st, (a, b) in zip(views, states, spans, strict=True)]
     out.append(bytes(4 * (n_stream - 1)))
-    return b"".join(out)
+    if into is None:
+        return b"".join(out)
+    dest = into(sum(len(part) for part in out))
+    at = 0
+    for part in out:
+        dest[at : at + len(part)] = part
+        at += len(part)
+    return dest
 
 
 def _rows(view: memoryview, sec: Section, a: int, b: int) -> memoryview:

@@ -18,8 +18,9 @@ import contextlib
 import contextvars
 import logging
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Literal, Protocol
 
 from app.cache.keys import KeyMeta
@@ -51,6 +52,9 @@ class Hit:
     payload: bytes | memoryview
     row_tokens: int = 0  # length of the row it was cut from (longer when cut)
     origin_session: str | None = None  # the session whose save it was, when known
+    release: Callable[[], None] = lambda: None
+    """Call once ``payload`` is loaded (or given up): its memory serves the next restore, and
+    ``payload`` must not be read after (``app.cache.state_buffers``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -287,7 +291,7 @@ class StoreCache:
         kind: Literal["exact", "partial"] = "exact" if got.n == len(prompt) else "partial"
         return Hit(
             kind, got.source, tuple(prompt[: got.n]), got.payload, got.row.n_tokens,
-            got.row.session_id or None,
+            got.row.session_id or None, partial(got.release, got.payload),
         )  # fmt: skip
 
     def count_hit(self, source: str) -> None:

@@ -222,6 +222,8 @@ class DraftModel:
         except Exception:
             log.exception("draft model %s: could not restore seq %d", self.model_id, seq_id)
             restored = False
+        finally:
+            got.release()
         if not restored:
             self.backend.seq_rm(seq_id, 0)
             return 0

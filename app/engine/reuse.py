@@ -109,7 +109,10 @@ class Reuser:
     def _restore(self, cache: CacheHooks, req: Request, hit: Hit, shared: int) -> bool:
         """Load the hit into the seq; the cells past the prompt's last token are prefilled."""
         t0 = time.perf_counter_ns()
-        ok = self._backend.kv_unpack(req.seq_id, hit.payload)
+        try:
+            ok = self._backend.kv_unpack(req.seq_id, hit.payload)
+        finally:
+            hit.release()
         cache.count_load(time.perf_counter_ns() - t0)
         if not ok:
             log.warning("cached KV for a %d-token prefix did not load; going on without it", len(hit.tokens))

@@ -487,3 +487,31 @@ def test_a_models_cache_hooks_restore_in_its_contexts_stream_layout(small: Cache
         assert isinstance(hit, Hit) and len(hit.tokens) == 20
         assert seqstate.parse(hit.payload).n_stream == streams
         assert hit.payload == seqstate.to_streams(state_for(conv), streams)
+
+
+def test_a_restore_lends_its_memory_to_the_next_once_released(small: CacheStore) -> None:
+    """Restores are assembled into memory used before (``StateBuffers``): once a hit is
+    released (loaded), the next restore writes into the same memory, and the released view
+    can no longer be read; a hit still held keeps its own bytes whatever restores follow."""
+    long, short = list(range(100, 130)), list(range(200, 223))
+    put(small, long)
+    put(small, short)
+    first = found(small, long)
+    assert isinstance(first.payload, memoryview)
+    memory = first.payload.obj
+    first.release(first.payload)
+    with pytest.raises(ValueError):
+        bytes(first.payload)
+    held = found(small, short)  # (found checks the cells against the prompt's own)
+    assert isinstance(held.payload, memoryview) and held.payload.obj is memory
+    again = found(small, long)
+    assert isinstance(again.payload, memoryview) and again.payload.obj is not memory
+    again.release(again.payload)
+    found(small, long[:9])
+    assert held.payload == state_for(short), "a restore overwrote a hit still held"
+    hooks = StoreCache(small, model_id="m", policy=CachePolicy(), tier="disk", context_size=4096, quant_bits=16)
+    hit = hooks.lookup(META, short + [5], None)
+    assert isinstance(hit, Hit) and hit.payload == state_for(short)
+    hit.release()
+    with pytest.raises(ValueError):
+        bytes(hit.payload)

@@ -1,0 +1,62 @@
+"""Memory reused from one restore to the next.
+
+A restore assembles a state of several megabytes (chunks concatenated, ``seqstate.concat``)
+that llama.cpp copies into the seq and that is dropped right after. Written into fresh memory
+every time, the assembly cost more in page faults than in copying: B8's restores after its
+restart (≈ 400 tokens, 7 MB) took 3–7 ms to assemble into new bytes and ~1 ms into memory
+used before, and their lookups 7–10 ms against 3–5 ms (SmolLM2, 2026-12-03).
+
+A buffer is **taken** for one restore and **given** back by whoever consumed it, once
+llama.cpp has copied it (``Hit.release``). Giving back releases the caller's view, so a
+late read of that view raises instead of seeing the next restore's bytes. A view never given
+back is never reused, and neither is one that something still reads (a slice of the view,
+an array over it: the buffer refuses to grow while its memory is exported). At most ``KEEP``
+buffers, none over ``MAX_POOLED_BYTES``, are kept: at most one largest restore's worth of
+memory in the usual case (one restore at a time), outside the cache's quotas.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+
+KEEP = 1
+MAX_POOLED_BYTES = 64 << 20
+
+
+class StateBuffers:
+    def __init__(self, keep: int = KEEP, max_pooled_bytes: int = MAX_POOLED_BYTES) -> None:
+        self._keep = keep
+        self._max = max_pooled_bytes
+        self._free: list[bytearray] = []
+        self._lock = threading.Lock()
+
+    def take(self, n: int) -> memoryview:
+        """A writable view of ``n`` bytes: a kept buffer when one is large enough."""
+        with self._lock:
+            while self._free:
+                buf = self._free.pop()
+                if len(buf) >= n:
+                    return memoryview(buf)[:n]
+        return memoryview(bytearray(n))
+
+    def give(self, view: memoryview) -> None:
+        """``view`` (from ``take``) is no longer read: keep its buffer for the next restore."""
+        buf = view.obj
+        with contextlib.suppress(BufferError):
+            view.release()  # later reads of this very view raise
+        if not isinstance(buf, bytearray) or len(buf) > self._max:
+            return
+        try:
+            buf.append(0)  # refused while anything still reads it (a slice, an array over it)
+        except BufferError:
+            return  # never reused
+        buf.pop()
+        with self._lock:
+            if len(self._free) < self._keep:
+                self._free.append(buf)
+
+    @property
+    def kept_bytes(self) -> int:
+        with self._lock:
+            return sum(len(b) for b in self._free)
