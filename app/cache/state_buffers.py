@@ -3,8 +3,9 @@
 A restore assembles a state of several megabytes (chunks concatenated, ``seqstate.concat``)
 that llama.cpp copies into the seq and that is dropped right after. Written into fresh memory
 every time, the assembly cost more in page faults than in copying: B8's restores after its
-restart (≈ 400 tokens, 7 MB) took 3–7 ms to assemble into new bytes and ~1 ms into memory
-used before, and their lookups 7–10 ms against 3–5 ms (SmolLM2, 2026-12-03).
+restart (≈ 400 tokens, 7 MB) took 3–7 ms to assemble into new bytes on a quiet VM, up to
+39 ms on one short of free pages, and 0.8–1.8 ms into memory used before (SmolLM2,
+2026-12-03; docs/benchmarks.md).
 
 A buffer is **taken** for one restore and **given** back by whoever consumed it, once
 llama.cpp has copied it (``Hit.release``). Giving back releases the caller's view, so a
