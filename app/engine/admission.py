@@ -72,6 +72,9 @@ class Admission:
     result: Future[Any] = field(default_factory=Future)
     continue_suffix: tuple[int, ...] | None = None
     submitted_at: float = field(default_factory=time.perf_counter)
+    on_reading: Callable[[], None] | None = None
+    """Called on the scheduler thread right before the request's first batch goes to
+    llama.cpp (``Model.infer``'s ``on_reading``)."""
 
 
 class AdmissionPath(enum.Enum):
@@ -253,7 +256,7 @@ class Admitter:
             req = Request(
                 ref=adm.ref, mode=adm.mode, seq_id=route.seq_id, options=adm.options, emit=adm.emit,
                 text=text, result=adm.result, meta=self.meta, weights_epoch=self.weights_epoch,
-                sampler=sampler, prompt_tokens=list(adm.prompt),
+                sampler=sampler, prompt_tokens=list(adm.prompt), on_reading=adm.on_reading,
                 times=Timings(adm.submitted_at, prefill_started_at=time.perf_counter()),
             )  # fmt: skip
             touched = True

@@ -201,21 +201,34 @@ class Model:
         self.scheduler.post(Admit(adm)).add_done_callback(partial(_refused, stream))
         return stream
 
-    def infer(self, tokens: Sequence[int], *, on_event: Callable[[Event], None] | None = None, **params: Any) -> Stream:
+    def infer(
+        self, tokens: Sequence[int], *, on_event: Callable[[Event], None] | None = None,
+        on_reading: Callable[[], None] | None = None, **params: Any,
+    ) -> Stream:
+        """SPEC's ``infer``. Beyond SPEC, ``on_reading`` is called (once, on the scheduler
+        thread; keep it short) right before the request's first batch goes to llama.cpp: the
+        moment its prompt starts being read, with the GIL about to be free (what the GUI
+        waits for after a send, ``EngineBridge.submit``). Not called for a request that ends
+        before it is decoded."""
         ref = next(_refs)
         stream = Stream(ref, self.cancel, on_event)
-        adm = self._admission(Mode.STREAM, tokens, params, default_tokens=64, emit=stream._push, ref=ref)
+        adm = self._admission(
+            Mode.STREAM, tokens, params, default_tokens=64, emit=stream._push, ref=ref, on_reading=on_reading
+        )
         self._post_admit(adm)
         return stream
 
     def continue_session(
-        self, suffix_tokens: Sequence[int], *, session_id: str, on_event: Callable[[Event], None] | None = None, **params: Any
+        self, suffix_tokens: Sequence[int], *, session_id: str, on_event: Callable[[Event], None] | None = None,
+        on_reading: Callable[[], None] | None = None, **params: Any,
     ) -> Stream:
+        """SPEC's ``continue_session``; ``on_reading`` as for ``infer``."""
         ref = next(_refs)
         stream = Stream(ref, self.cancel, on_event)
         params = {**params, "session_id": session_id}
         adm = self._admission(
-            Mode.STREAM, [], params, default_tokens=64, emit=stream._push, ref=ref, continue_suffix=suffix_tokens
+            Mode.STREAM, [], params, default_tokens=64, emit=stream._push, ref=ref, continue_suffix=suffix_tokens,
+            on_reading=on_reading,
         )
         self._post_admit(adm)
         return stream
@@ -223,7 +236,7 @@ class Model:
     def _admission(
         self, mode: Mode, tokens: Sequence[int], opts: dict[str, Any], *, default_tokens: int,
         emit: Callable[[Event], None], ref: int | None = None, priority: object = "normal",
-        continue_suffix: Sequence[int] | None = None,
+        continue_suffix: Sequence[int] | None = None, on_reading: Callable[[], None] | None = None,
     ) -> Admission:
         self._check_open()
         options = parse_options(opts, default_tokens)
@@ -237,7 +250,9 @@ class Model:
         prompt = tuple(check_tokens(tokens, n_vocab))
         options = replace(options, priority=check_priority(priority, options))
         suffix = None if continue_suffix is None else tuple(check_tokens(continue_suffix, n_vocab, what="suffix_tokens"))
-        return Admission(next(_refs) if ref is None else ref, mode, prompt, options, emit, continue_suffix=suffix)
+        return Admission(
+            next(_refs) if ref is None else ref, mode, prompt, options, emit, continue_suffix=suffix, on_reading=on_reading
+        )
 
     def _post_admit(self, adm: Admission) -> None:
         if adm.options.priority == "background":  # type-ahead holds nothing back

@@ -136,6 +136,8 @@ class Request:
     shared prompt head, which is then shared into this seq instead of prefilled again."""
     cache: CacheAccount = field(default_factory=CacheAccount)
     times: Timings = field(default_factory=Timings)
+    on_reading: Callable[[], None] | None = None
+    """``Admission.on_reading``, until the scheduler has called it (``Scheduler.decode``)."""
     finishing: bool = False
     finish_reason: FinishReason | None = None
     error: Exception | None = None

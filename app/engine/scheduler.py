@@ -375,6 +375,7 @@ class Scheduler:
         NOTE: when it fails, the plan's requests fail (their samplers advanced and their KV
         may hold part of the batch); requests the plan left out run on.
         """
+        self._reading(plan)
         try:
             self.backend.decode(plan.ops, sampled)
         except Exception as exc:
@@ -383,6 +384,19 @@ class Scheduler:
                 self.reqs[seq].fail(exc)
             return False
         return True
+
+    def _reading(self, plan: TickPlan) -> None:
+        """The plan's requests whose first batch this is: their ``on_reading``, once. NOTE:
+        the last Python before the ``llama_decode``, which runs without the GIL: a thread
+        waiting for this (the GUI thread after a send) takes the GIL while llama.cpp reads."""
+        for op in plan.ops:
+            req = self.reqs[op.seq_id]
+            if req.on_reading is not None:
+                call, req.on_reading = req.on_reading, None
+                try:
+                    call()
+                except Exception:
+                    log.exception("on_reading of request %d raised", req.ref)
 
     def postprocess(self, plan: TickPlan) -> None:
         """After the decode, the KV holds every op's tokens: prefill progress, then cold and

@@ -233,3 +233,39 @@ def test_shared_prompt_head_equals_solo_tiny(tmp_path, tiny_model_path):
 @pytest.mark.smollm2
 def test_shared_prompt_head_equals_solo_smollm2(tmp_path, smollm2_path):
     _shared_head_equals_solo(tmp_path, smollm2_path)
+
+
+def test_on_reading_comes_once_as_the_prompt_starts_being_read(engine, tiny_model_path):
+    """``infer``/``continue_session``'s ``on_reading`` (what the GUI waits for after a send):
+    once per request, on the scheduler thread, after its admission and before its first
+    prefill slice is done, even when the prompt takes several slices."""
+    import threading
+
+    from app.engine.events import PrefillProgress
+
+    model = engine.load_model("m", _config(tiny_model_path, prefill_chunk_size=16))
+    log: list[object] = []
+    threads: set[str] = set()
+
+    held: list[int] = []
+
+    def reading() -> None:
+        threads.add(threading.current_thread().name)
+        held.append(max(model.backend.seq_pos_max(seq) for seq in range(8)))  # nothing in the KV yet
+        log.append("reading")
+
+    prompt = model.tokenize(" ".join(PROMPTS))
+    assert len(prompt) > 40  # several 16-token slices
+    model.infer(prompt, session_id="s", response_tokens=3, on_event=log.append, on_reading=reading).result()
+    progress = [i for i, e in enumerate(log) if isinstance(e, PrefillProgress)]
+    assert log.count("reading") == 1 and len(progress) > 2
+    assert progress[0] < log.index("reading") < progress[1]  # admitted, then read
+    assert log[progress[1]].done < len(prompt)  # ... before the first slice's end
+    assert threads and threading.current_thread().name not in threads
+    assert held == [-1]
+
+    log.clear()
+    model.continue_session(model.tokenize(" and then"), session_id="s", response_tokens=2,
+                           on_event=log.append, on_reading=reading).result()
+    assert log.count("reading") == 1
+    assert log.index("reading") < next(i for i, e in enumerate(log) if isinstance(e, TokenId))
