@@ -47,8 +47,16 @@ class ModelApi(Protocol):
     def detokenize(self, tokens: Sequence[int]) -> str: ...
 
     def infer(
-        self, tokens: Sequence[int], *, on_event: EventCallback | None = None, **params: object
-    ) -> StreamApi: ...
+        self,
+        tokens: Sequence[int],
+        *,
+        on_event: EventCallback | None = None,
+        on_reading: Callable[[], None] | None = None,
+        **params: object,
+    ) -> StreamApi:
+        """``on_reading``: called once, on the engine's thread, as the prompt starts being
+        read (``Model.infer``)."""
+        ...
 
     def continue_session(
         self,
@@ -56,6 +64,7 @@ class ModelApi(Protocol):
         *,
         session_id: str,
         on_event: EventCallback | None = None,
+        on_reading: Callable[[], None] | None = None,
         **params: object,
     ) -> StreamApi: ...
 

@@ -20,6 +20,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Protocol
 
 from PySide6.QtCore import QCoreApplication, QMetaObject, QObject, Qt, QThread, QTimer, Signal, Slot
@@ -58,6 +59,16 @@ log = logging.getLogger(__name__)
 
 FRAME_MS = 16
 WAKE_MS = 2
+READING_WAIT_S = 0.015
+"""How long ``EngineBridge.submit`` waits, at most, for the engine to start reading the
+request's prompt. NOTE: Python threads share one GIL, and a thread that wants it back waits
+up to 5 ms (``sys.getswitchinterval``) while another runs Python. Right after a send the GUI
+thread redraws the chat and stores the message (10-20 ms of Python) while the bridge worker
+and the scheduler thread need the GIL a dozen times to render, admit and batch the request:
+B11's traces had 4-8.5 ms from the submit to the ``llama_decode`` (1.4 ms when the GUI thread
+waited), on a reply whose 6 prompt tokens then took ~40 ms. Waiting here gives them the GIL;
+the redraw then runs while llama.cpp reads (without the GIL). Bounded: a request queued behind
+a long tick, or for a free seq, does not hold the GUI longer than this."""
 STATUS_MS = 500
 DEFAULT_REPLY_TOKENS = 64
 TRIMS = ("attention", "sliding_window")
@@ -117,6 +128,8 @@ class _BridgeWorker(QObject):
         self._lock = threading.Lock()
         self._closed = False
         self._live: dict[str, _Live] = {}
+        self._awaited: dict[str, threading.Event] = {}
+        """Request id → what the GUI thread waits on until the engine reads it (``submit``)."""
         # NOTE: what each sticky session holds, so a follow-up turn sends only its suffix.
         self._held: dict[str, SessionState] = {}
         self._reading: dict[str, _Reading] = {}  # session id → its latest read-ahead
@@ -169,7 +182,30 @@ class _BridgeWorker(QObject):
 
     @Slot(object)
     def submit(self, request: GenerationRequest) -> None:
-        self._guarded(request.request_id, lambda: self._submit(request))
+        rid = request.request_id
+        self._guarded(rid, lambda: self._submit(request))
+        with self._lock:
+            live = self._live.get(rid)
+        if live is None or live.stream is None:  # nothing will be read (refused, or not sendable)
+            self._reading_started(rid)
+
+    def expect_reading(self, request_id: str) -> threading.Event:
+        """Any thread (the GUI's, before it queues the request): an event set once the engine
+        starts reading the request's prompt, or once it is clear it will not."""
+        event = threading.Event()
+        with self._lock:
+            self._awaited[request_id] = event
+        return event
+
+    def forget_reading(self, request_id: str) -> None:
+        with self._lock:
+            self._awaited.pop(request_id, None)
+
+    def _reading_started(self, request_id: str) -> None:  # the scheduler's thread, or this one
+        with self._lock:
+            event = self._awaited.pop(request_id, None)
+        if event is not None:
+            event.set()
 
     @Slot(object)
     def summarise(self, request: SummaryRequest) -> None:
@@ -263,6 +299,7 @@ class _BridgeWorker(QObject):
         prompt = full if held is None or not suffix else held.tokens + suffix
         live = self._add_live(_Live(request.request_id, sid, prompt, "infer", report))
         callback = self._callback(request.request_id)
+        reading = partial(self._reading_started, request.request_id)
         stream = None
         with self._lock:
             self._reading.pop(sid, None)  # the engine ends it: this request takes its seq
@@ -271,7 +308,7 @@ class _BridgeWorker(QObject):
         if pinned is not None and suffix and not read_ahead:
             try:
                 stream = self._model.continue_session(
-                    suffix, session_id=sid, on_event=callback, **params
+                    suffix, session_id=sid, on_event=callback, on_reading=reading, **params
                 )
                 live.path = "continue_session"
             except EngineError as exc:  # the session was evicted or ended meanwhile
@@ -279,7 +316,7 @@ class _BridgeWorker(QObject):
         if stream is None:
             # NOTE: ``prompt`` is token-for-token what the engine saved for this session when
             # we know it, so after a restart (or an eviction) it restores from the cache.
-            stream = self._model.infer(prompt, session_id=sid, on_event=callback, **params)
+            stream = self._model.infer(prompt, session_id=sid, on_event=callback, on_reading=reading, **params)
         live.stream = stream
         self._start_frames()
 
@@ -403,7 +440,7 @@ class _BridgeWorker(QObject):
         # The prompt ends with the summary's first words; the summary is them + the reply.
         self.update_ready.emit(StreamUpdate(request.request_id, text=SUMMARY_OPENING))
         live.stream = self._model.infer(
-            prompt, on_event=self._callback(request.request_id), **params
+            prompt, on_event=self._callback(request.request_id), on_reading=None, **params
         )
         self._start_frames()
 
@@ -444,6 +481,10 @@ class _BridgeWorker(QObject):
                     if not live.events:
                         live.oldest_at = now
                     live.events.append(event)
+                    if isinstance(event, Done | Error):  # ended before it was read
+                        done_event = self._awaited.pop(request_id, None)
+                        if done_event is not None:
+                            done_event.set()
                     first = not live.answered and isinstance(event, Token)
                     live.answered = live.answered or first
                     late = isinstance(event, Token) and now - self._flushed_at >= FRAME_MS / 1000
@@ -695,8 +736,14 @@ class EngineBridge(QObject):
         self._thread.start()
 
     def submit(self, request: GenerationRequest) -> None:
+        """Queue ``request``, then wait until the engine reads its prompt (at most
+        ``READING_WAIT_S``; see there why): what the caller does next (a redraw, storing the
+        message) runs while llama.cpp reads."""
         self._worker.note_read(request.session_id, -1)  # reads still queued are moot
+        reading = self._worker.expect_reading(request.request_id)
         self._submit_requested.emit(request)
+        reading.wait(READING_WAIT_S)
+        self._worker.forget_reading(request.request_id)
 
     def summarise(self, request: SummaryRequest) -> None:
         self._summary_requested.emit(request)

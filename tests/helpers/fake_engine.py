@@ -165,6 +165,7 @@ class FakeModel:
         continuation: bool,
         session_id: str | None = None,
         on_event: Callable[[Event], None] | None = None,
+        on_reading: Callable[[], None] | None = None,
         response_tokens: int = 64,
         **_params: Any,
     ) -> FakeStream:
@@ -179,6 +180,8 @@ class FakeModel:
             self.calls.append(("continue_session" if continuation else "infer", len(prompt)))
         args = (stream, prompt, session_id, on_event, response_tokens, kind, read)
         threading.Thread(target=self._run, args=args, daemon=True).start()
+        if on_reading is not None:  # the prompt is "read" at once
+            on_reading()
         return stream
 
     def _admit(

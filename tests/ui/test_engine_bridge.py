@@ -8,6 +8,7 @@ import pytest
 
 from app.conversation.window import Turn
 from app.engine.chat import continuation_suffix
+from app.engine.errors import EngineError
 from app.ui.bridge_records import GenerationRequest, ReadAheadRequest, SessionState, StreamUpdate
 from app.ui.engine_bridge import EngineBridge, _BridgeWorker
 from tests.helpers.fake_engine import FakeEngine
@@ -186,3 +187,36 @@ def test_the_message_as_last_read_is_not_rendered_again(qapp, fake):
     streams.append(worker._live["r2"].stream)
     worker.stop()  # cancels both; the fake's threads end before the worker goes
     assert all(stream.done.wait(10) for stream in streams)
+
+
+def test_a_send_waits_until_the_engine_reads_its_prompt_or_will_not(qtbot, fake):
+    """``EngineBridge.submit`` waits (bounded) on an event the worker sets as the engine starts
+    reading the prompt (``on_reading``), or once it is clear it will not (refused, ended
+    first); none is left behind."""
+    import threading
+
+    engine, model = fake
+    before = set(threading.enumerate())
+    worker = _BridgeWorker(model, "fake")
+    read = worker.expect_reading("r1")
+    worker.submit(GenerationRequest("r1", "c1", (Turn("m0", "user", "hello"),), ""))
+    assert read.is_set()  # the fake engine reads at once
+    assert worker._awaited == {}
+
+    # An engine that never says it reads: the request's end (an error here) sets it.
+    infer, readings = model.infer, []
+    model.infer = lambda tokens, *, on_reading=None, **kw: readings.append(on_reading) or infer(tokens, **kw)
+    model.fail_next = "decode failed"
+    read = worker.expect_reading("r2")
+    worker.submit(GenerationRequest("r2", "c2", (Turn("m0", "user", "hello"),), ""))
+    assert readings and readings[0] is not None
+    qtbot.waitUntil(read.is_set, timeout=10_000)
+    assert worker._awaited == {}
+
+    # Refused before it reaches the engine: set at once.
+    model.infer = lambda *a, **kw: (_ for _ in ()).throw(EngineError("the model is unloaded"))
+    read = worker.expect_reading("r3")
+    worker.submit(GenerationRequest("r3", "c3", (Turn("m0", "user", "hello"),), ""))
+    assert read.is_set() and worker._awaited == {}
+    for thread in set(threading.enumerate()) - before:  # the fake's streams let go of the worker here
+        thread.join(10)
