@@ -32,13 +32,18 @@ class MessageStore(Database):
         stats: ReplyStats | None = None,
         error: str = "",
         make_active: bool = True,
+        message_id: str | None = None,
     ) -> Message:
-        """Append a message under ``parent_id`` (None = a root); by default it becomes the leaf."""
+        """Append a message under ``parent_id`` (None = a root); by default it becomes the leaf.
+        ``message_id``: its id, when the caller chose it (a message sent before it is stored,
+        ``ChatController.send``); else a new one."""
         if role not in ("user", "assistant", "system"):
             raise ValueError(f"unknown role {role!r}")
         check_text("the message text", content)
         check_text("the thinking text", thinking)
         check_text("the error text", error)
+        if message_id is not None:
+            check_text("the message id", message_id)
         stats_data = check_json("the reply stats", stats.to_dict()) if stats else None
         now = time.time()
         with self._session() as s:
@@ -47,8 +52,10 @@ class MessageStore(Database):
                 parent = s.get(MessageRow, parent_id)
                 if parent is None or parent.conversation_id != conversation_id:
                     raise StorageError(f"parent message {parent_id} is not in this conversation")
+            if message_id is not None and s.get(MessageRow, message_id) is not None:
+                raise StorageError(f"message {message_id} exists already")
             row = MessageRow(
-                id=str(uuid.uuid4()),
+                id=message_id or str(uuid.uuid4()),
                 conversation_id=conversation_id,
                 parent_id=parent_id,
                 role=role,

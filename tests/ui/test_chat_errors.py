@@ -122,3 +122,47 @@ def test_not_loaded_goes_away_once_the_model_is_loaded(make_window, qtbot, data_
     assert roles == ["user", "assistant", "user", "assistant"]
     assert banner_text(window) == "" and error_card_text(window) == ""
     assert retry_button(window) is None
+
+
+def test_a_message_that_cannot_be_stored_gets_no_reply_and_stays_in_the_composer(make_window, qtbot, monkeypatch):
+    """The request goes before the message is stored (the engine reads while the GUI stores
+    and redraws); when storing fails, the request is withdrawn: no reply, no busy chat, no
+    leaked seq, the text still in the composer, the error said. The next send works."""
+    from app.storage import StorageError
+    from tests.ui.helpers import message_input
+
+    window = make_window()
+    storage, controller = window.storage, window.controller
+    store = storage.add_message
+
+    def failing(conversation_id, parent_id, role, content, **kw):
+        if role == "user":
+            raise StorageError("disk I/O error")
+        return store(conversation_id, parent_id, role, content, **kw)
+
+    monkeypatch.setattr(storage, "add_message", failing)
+    errors: list[str] = []
+    controller.error_raised.connect(errors.append)
+    submitted: list[str] = []
+    bridge = controller.models.get("tiny")
+    submit = bridge.submit
+    monkeypatch.setattr(bridge, "submit", lambda request: (submitted.append(request.request_id), submit(request)))
+    type_and_send(qtbot, window, "Please remember this")
+    cid = current_id(window)
+    assert submitted, "the request went before the message was stored"
+    assert message_input(window).toPlainText() == "Please remember this"
+    assert errors and "Could not save the message" in errors[-1] and "disk I/O error" in errors[-1]
+    assert not controller.is_busy(cid)
+    # The withdrawn request ends in the engine (cancelled) and nothing is kept for it.
+    qtbot.waitUntil(lambda: bridge.model.snapshot().phase == "idle", timeout=REPLY_TIMEOUT_MS)
+    qtbot.wait(200)  # its last update, if any, reaches the GUI thread
+    assert storage.active_branch(cid) == []
+    assert controller.live_reply(cid) is None and not error_card_text(window)
+
+    monkeypatch.setattr(storage, "add_message", store)
+    qtbot.keyClick(message_input(window), Qt.Key.Key_Return)
+    wait_idle(qtbot, window, cid)
+    branch = storage.active_branch(cid)
+    assert [m.role for m in branch] == ["user", "assistant"]
+    assert branch[0].content == "Please remember this" and branch[1].parent_id == branch[0].id
+    assert message_input(window).toPlainText() == ""

@@ -13,6 +13,7 @@ Anything else is a bug and is left to propagate, loudly.
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -31,6 +32,7 @@ from app.storage import (
     Storage,
     StorageError,
 )
+from app.storage.text import check_text
 from app.ui.bridges import ModelBridges
 from app.ui.chat.replies import ContextUse, LiveReply, ReplyRunner
 from app.ui.state.conversation_catalog import ConversationCatalog, ConversationEntry
@@ -317,24 +319,41 @@ class ChatController(QObject):
         return self.replies.is_busy(cid)
 
     def send(self, cid: str, text: str) -> bool:
+        """Send ``text`` as the chat's next user message. False when nothing was sent (the
+        composer keeps the text): empty, the chat busy, or the database failing.
+
+        The request goes first and the message is stored while the engine reads
+        (``ReplyRunner.send``); when storing fails, the request is withdrawn: no reply is
+        kept for a message that is not."""
         text = text.strip()
         if not text or self.is_busy(cid):
             return False
+        conv = self._db(lambda: self._conversation_for(cid, text))
+        if conv is None:
+            return False
+        self._adopt_default_model(conv)
+        message = Message(str(uuid.uuid4()), cid, conv.active_leaf_id, "user", text)
+        if not self.replies.send(cid, message):
+            return False
 
         def add() -> Message:
-            conv = self.storage.get_conversation(cid)
-            user = self.storage.add_message(cid, conv.active_leaf_id, "user", text)
+            user = self.storage.add_message(cid, message.parent_id, "user", text, message_id=message.id)
             if conv.title == DEFAULT_TITLE and conv.active_leaf_id is None:
                 self.storage.rename_conversation(cid, self._new_title(cid, text))
                 self.conversation_updated.emit(cid)
             return user
 
-        user = self._db(add)
-        if user is None:
+        if self._db(add, "Could not save the message") is None:
+            self.replies.withdraw(cid)
             return False
-        self._start(cid, user.id)
+        self.replies.announce(cid)
         self._upsert(cid)  # (after the request is on its way: the sidebar can wait)
         return True
+
+    def _conversation_for(self, cid: str, text: str) -> Conversation:
+        """The chat ``text`` is sent to, once ``text`` is known to be storable."""
+        check_text("the message text", text)  # before the engine or the database sees it
+        return self.storage.get_conversation(cid)
 
     def regenerate(self, cid: str, message_id: str | None = None) -> bool:
         """A new reply to the user message above ``message_id`` (or the active leaf)."""
@@ -410,11 +429,15 @@ class ChatController(QObject):
 
     def _start(self, cid: str, leaf_id: str, continue_of: Message | None = None) -> None:
         conv = self.conversation(cid)
-        if conv is not None and not conv.model_id and self.default_model_id:
+        if conv is not None:
+            self._adopt_default_model(conv)
+        self.replies.start(cid, leaf_id, continue_of=continue_of)
+
+    def _adopt_default_model(self, conv: Conversation) -> None:
+        if not conv.model_id and self.default_model_id:
             # A chat made while no model was loaded replies with the one loaded now.
             model_id = self.default_model_id
-            self._db(lambda: self.storage.update_conversation(cid, model_id=model_id))
-        self.replies.start(cid, leaf_id, continue_of=continue_of)
+            self._db(lambda: self.storage.update_conversation(conv.id, model_id=model_id))
 
     def _new_title(self, cid: str, text: str) -> str:
         """``text``'s title, distinct from the other chats' in the sidebar (they would look
