@@ -138,3 +138,24 @@ def test_the_app_writes_a_rotated_log_file_under_the_data_dir(make_window, qtbot
     assert all(p.stat().st_size <= 2_000 for p in path.parent.iterdir())
     assert "line 199 of a long session" in path.read_text()
 
+
+
+def test_an_icon_is_drawn_once_per_name_and_colour_and_follows_the_theme(qapp, monkeypatch):
+    """Icons are cached (every message widget asks for its buttons' icons); a cached icon
+    still has the colour asked for, and the other scheme gets its own icons."""
+    from app.ui import theme
+    from app.ui.widgets.icons import icon
+
+    def pixel(i) -> str:  # the copy icon's top stroke
+        return i.pixmap(24, 24).toImage().pixelColor(10, 4).name()
+
+    red = icon("copy", "#ff0000")
+    assert icon("copy", "#ff0000").cacheKey() == red.cacheKey()
+    assert pixel(red) == "#ff0000" and pixel(icon("copy", "#0000ff")) == "#0000ff"
+    assert icon("copy", "#0000ff").cacheKey() != red.cacheKey()
+    monkeypatch.setattr(theme, "_current", theme.LIGHT)
+    light = theme.current_icon("copy")
+    monkeypatch.setattr(theme, "_current", theme.DARK)
+    dark = theme.current_icon("copy")
+    assert light.cacheKey() != dark.cacheKey()
+    assert (pixel(light), pixel(dark)) == (theme.LIGHT.text.lower(), theme.DARK.text.lower())
