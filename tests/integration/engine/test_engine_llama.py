@@ -246,7 +246,6 @@ def test_on_reading_comes_once_as_the_prompt_starts_being_read(engine, tiny_mode
     model = engine.load_model("m", _config(tiny_model_path, prefill_chunk_size=16))
     log: list[object] = []
     threads: set[str] = set()
-
     held: list[int] = []
 
     def reading() -> None:
