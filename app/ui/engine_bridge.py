@@ -736,14 +736,26 @@ class EngineBridge(QObject):
         self._thread.start()
 
     def submit(self, request: GenerationRequest) -> None:
-        """Queue ``request``, then wait until the engine reads its prompt (at most
-        ``READING_WAIT_S``; see there why): what the caller does next (a redraw, storing the
-        message) runs while llama.cpp reads."""
+        """Queue ``request``; when the engine runs nothing else, wait until it reads the
+        prompt (at most ``READING_WAIT_S``; see there why): what the caller does next (a
+        redraw, storing the message) runs while llama.cpp reads.
+
+        NOTE: not while anything runs (other replies, prompts, a type-ahead slice): the
+        request then starts after the tick in flight (tens of ms), so the wait would end at
+        its bound, a stall of the GUI for nothing (B6's four sends in a row: its longest
+        stall went from 44 to 66 ms), and by then the GUI thread is done anyway."""
         self._worker.note_read(request.session_id, -1)  # reads still queued are moot
+        if not self._engine_idle():
+            self._submit_requested.emit(request)
+            return
         reading = self._worker.expect_reading(request.request_id)
         self._submit_requested.emit(request)
         reading.wait(READING_WAIT_S)
         self._worker.forget_reading(request.request_id)
+
+    def _engine_idle(self) -> bool:
+        """Nothing runs on the model (as of its scheduler's last tick)."""
+        return all(s.state in ("free", "pinned") for s in self.model.snapshot().slots)
 
     def summarise(self, request: SummaryRequest) -> None:
         self._summary_requested.emit(request)

@@ -220,3 +220,22 @@ def test_a_send_waits_until_the_engine_reads_its_prompt_or_will_not(qtbot, fake)
     assert read.is_set() and worker._awaited == {}
     for thread in set(threading.enumerate()) - before:  # the fake's streams let go of the worker here
         thread.join(10)
+
+
+def test_a_send_waits_only_while_the_engine_runs_nothing(qtbot, fake):
+    """While another reply streams, the request starts after the tick in flight: the GUI
+    thread does not wait for it (it would only stall until the bound)."""
+    engine, model = fake
+    model.token_delay_s = 0.05  # a slow reply keeps the engine busy
+    bridge = EngineBridge(model, "fake")
+    asked: list[str] = []
+    expect = bridge._worker.expect_reading
+    bridge._worker.expect_reading = lambda rid: asked.append(rid) or expect(rid)
+    done: list[str] = []
+    bridge.update_received.connect(lambda u: u.done and done.append(u.request_id))
+    bridge.submit(GenerationRequest("r1", "c1", (Turn("m0", "user", "hello"),), ""))
+    qtbot.waitUntil(lambda: model.snapshot().phase == "generating", timeout=10_000)
+    bridge.submit(GenerationRequest("r2", "c2", (Turn("m0", "user", "hello"),), ""))
+    assert asked == ["r1"]
+    qtbot.waitUntil(lambda: sorted(done) == ["r1", "r2"], timeout=30_000)
+    bridge.shutdown()
