@@ -11,6 +11,8 @@ data dir) in an offscreen window, and driven with QTest key events only:
   without pauses;
 - **floor**: after each off turn, the same reply regenerated — the whole prompt is held,
   only its last token is read again: no type-ahead can start a reply sooner;
+- the on and off chats take each turn alternately (the order alternating too), so that both
+  sides of each turn's ratio run in the same minute;
 - a second chat streams a reply while the on chat's ``STREAM_TURN``-th message is typed, and
   the same reply streams with nobody typing, before and after: the tok/s of the two.
 
@@ -166,7 +168,7 @@ def b11_type_ahead(
     watch = PaintWatch()
     app.installEventFilter(watch)
 
-    def timed_reply(cid: str, start: Callable[[], None]) -> Turn:
+    def timed_reply(cid: str, start: Callable[[], object]) -> Turn:
         watch_cid[0], arrived[0] = cid, False
         painted.clear()
         deadline[0] = time.monotonic() + timeout_s
@@ -255,51 +257,59 @@ def b11_type_ahead(
     per_char = 1.0 / cps
     on, off = Run(), Run()
     rates: dict[str, float] = {}
+
+    def off_turn(cid: str, text: str | None) -> None:
+        """Typed without pauses (nothing is read before Enter), then the reply regenerated."""
+        page.open_conversation(cid)
+        if text is None:
+            paste_in(paste)
+            type_text("\n\n" + question, 0.0, 0.0)
+        else:
+            type_text(text, 0.0, 0.0)
+        off.turns.append(enter(cid))
+        off.floor.append(timed_reply(cid, partial(controller.regenerate, cid)))
+
+    def on_turn(cid: str, i: int, text: str | None) -> None:
+        """Typed at ``cps``; during the ``stream_turn``-th message a second chat streams."""
+        page.open_conversation(cid)
+        if text is None:
+            paste_in(paste)
+            type_text("\n\n" + question, per_char, word_pause_s)
+        elif i == stream_turn:
+            deadline[0] = time.monotonic() + timeout_s
+            stream_cid, marks = start_stream()
+            page.open_conversation(cid)
+            pump_until(marks.__len__, "the streaming chat's first token")
+            t0 = time.perf_counter()
+            type_text(text, per_char, word_pause_s)
+            t1 = time.perf_counter()
+            rates["while_typing"] = rate(marks, t0, t1)
+            controller.stop(stream_cid)
+            pump_until(partial(idle, stream_cid), "the streaming chat's stop")
+            delete(stream_cid)
+            page.open_conversation(cid)
+        else:
+            type_text(text, per_char, word_pause_s)
+        on.turns.append(enter(cid))
+
     try:
-        # off: the same turns, typed without pauses; the floor after each
-        progress("B11: off — type-ahead off, then each reply regenerated (the floor)")
-        cid_off = new_chat(False)
-
-        def regenerate_off() -> None:
-            controller.regenerate(cid_off)
-
-        for text in (*turns, None):
-            if text is None:
-                paste_in(paste)
-                type_text("\n\n" + question, 0.0, 0.0)
-            else:
-                type_text(text, 0.0, 0.0)
-            off.turns.append(enter(cid_off))
-            off.floor.append(timed_reply(cid_off, regenerate_off))
-        delete(cid_off)  # its sequence goes back to the pool (as Delete does)
-        # on: typed at CPS, a second chat streaming during one message
         typing_s = len(turns[stream_turn]) * per_char + turns[stream_turn].count(" ") * word_pause_s
         progress(f"B11: a reply streams alone for {typing_s:.0f} s (nobody typing)")
         rates["alone_before"] = stream_alone(typing_s)
-        progress(f"B11: on — {len(turns)} messages typed at {cps:g} characters a second, then the paste")
-        cid_on = new_chat(True)
+        # NOTE: the on and off chats take their turns alternately (each turn on, then off, or
+        # off, then on, the order alternating), so each pair of the ratio shares the minute:
+        # on this shared machine llama.cpp's speed moves by tens of percent between minutes,
+        # and with all off turns first the verdict followed how fast the machine was then.
+        progress(f"B11: {len(turns)} messages, then the paste; each typed with type-ahead on ({cps:g} characters "
+                 "a second) and off (then its reply regenerated: the floor), alternately")
+        cid_off, cid_on = new_chat(False), new_chat(True)
         for i, text in enumerate((*turns, None)):
-            page.open_conversation(cid_on)
-            if text is None:
-                paste_in(paste)
-                type_text("\n\n" + question, per_char, word_pause_s)
-            elif i == stream_turn:
-                page.open_conversation(cid_on)
-                deadline[0] = time.monotonic() + timeout_s
-                stream_cid, marks = start_stream()
-                page.open_conversation(cid_on)
-                pump_until(marks.__len__, "the streaming chat's first token")
-                t0 = time.perf_counter()
-                type_text(text, per_char, word_pause_s)
-                t1 = time.perf_counter()
-                rates["while_typing"] = rate(marks, t0, t1)
-                controller.stop(stream_cid)
-                pump_until(partial(idle, stream_cid), "the streaming chat's stop")
-                delete(stream_cid)
-                page.open_conversation(cid_on)
+            if i % 2:
+                on_turn(cid_on, i, text)
+                off_turn(cid_off, text)
             else:
-                type_text(text, per_char, word_pause_s)
-            on.turns.append(enter(cid_on))
+                off_turn(cid_off, text)
+                on_turn(cid_on, i, text)
         progress("B11: a reply streams alone again (nobody typing)")
         rates["alone_after"] = stream_alone(typing_s)
         reads = page.type_ahead.sent_reads
