@@ -8,15 +8,18 @@ objects; any database failure surfaces as :class:`StorageError` with a readable 
 The reads the chat view repeats on every chat switch (a conversation, a setting, the shown
 branch) are kept in :class:`ReadCache` until the next write: one ORM round trip costs ~1 ms
 of Python on the GUI thread (~10 ms on a loaded machine), and a switch asked for about
-fifteen (B6). Any statement that is not a SELECT, by any session of this engine, drops the
-whole cache, and again once its session has committed, so a read that raced a write is never
+fifteen (B6). Any statement that is not a SELECT, by any session of this engine, drops what
+it can change (``kinds_written``: a write to the settings table, the settings read; to the
+conversations or messages, the conversations and branches read; any other statement,
+everything), and again once its session has committed, so a read that raced a write is never
 kept. The app has one process per database; another process's writes are not seen by it.
 """
 
 from __future__ import annotations
 
+import re
 import threading
-from collections.abc import Callable, Hashable, Iterator
+from collections.abc import Callable, Collection, Hashable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
@@ -55,10 +58,36 @@ class ReadCache:
                 self._values[key] = loaded
         return loaded
 
-    def invalidate(self) -> None:
+    def invalidate(self, kinds: Collection[str] | None = None) -> None:
+        """Drop the values of ``kinds`` (a key's first item), or every value when None."""
         with self._lock:
             self.generation += 1
-            self._values.clear()
+            if kinds is None:
+                self._values.clear()
+            else:
+                for key in [k for k in self._values if isinstance(k, tuple) and k[:1] and k[0] in kinds]:
+                    del self._values[key]
+
+
+SETTINGS: frozenset[str] = frozenset({"setting"})
+CHATS: frozenset[str] = frozenset({"conversation", "branch"})
+_WRITE = re.compile(r"\s*(?:INSERT(?:\s+OR\s+\w+)?\s+INTO|UPDATE(?:\s+OR\s+\w+)?|DELETE\s+FROM)\s+\"?(\w+)", re.IGNORECASE)
+
+
+def kinds_written(statement: str) -> frozenset[str] | None:
+    """The cache kinds a statement that is not a SELECT can change; None: any.
+
+    NOTE: a message written (every send, every reply) used to drop the settings read too,
+    and the send then read ~10 of them again from SQLite on the GUI thread (issue 25's trace).
+    The settings table has no foreign key and no trigger: only a statement naming it changes
+    it. The messages' cascade from conversations stays inside ``CHATS``."""
+    m = _WRITE.match(statement)
+    table = m.group(1).lower() if m else None
+    if table == "settings":
+        return SETTINGS
+    if table in ("conversations", "messages"):
+        return CHATS
+    return None
 
 
 class Database:
@@ -67,6 +96,8 @@ class Database:
     def __init__(self, db_path: str | Path) -> None:
         self.db_path = Path(db_path)
         self._cache = ReadCache()
+        self._written = threading.local()
+        """Per thread: the kinds the current session's statements wrote (None in it: any)."""
         try:
             self.db_path.parent.mkdir(parents=True, exist_ok=True)
             self._engine = create_engine(f"sqlite:///{self.db_path}", future=True)
@@ -83,7 +114,9 @@ class Database:
     @contextmanager
     def _session(self) -> Iterator[Session]:
         session = self._sessions()
-        generation = self._cache.generation
+        outer: set[str | None] | None = getattr(self._written, "kinds", None)
+        written: set[str | None] = set()
+        self._written.kinds = written
         try:
             yield session
             session.commit()
@@ -92,12 +125,20 @@ class Database:
             raise StorageError(f"database error: {exc}") from exc
         finally:
             session.close()
-            if self._cache.generation != generation:
-                self._cache.invalidate()  # after the commit: a read that raced it is not kept
+            self._written.kinds = outer
+            if outer is not None:
+                outer |= written
+            if written:  # after the commit: a read that raced it is not kept
+                self._cache.invalidate(None if None in written else {k for k in written if k is not None})
 
     def _on_executed(self, _conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
-        if not statement.lstrip()[:6].upper().startswith("SELECT"):
-            self._cache.invalidate()
+        if statement.lstrip()[:6].upper().startswith("SELECT"):
+            return
+        kinds = kinds_written(statement)
+        self._cache.invalidate(kinds)
+        written: set[str | None] | None = getattr(self._written, "kinds", None)
+        if written is not None:
+            written.update([None] if kinds is None else kinds)
 
     @staticmethod
     def _row(s: Session, conversation_id: str) -> ConversationRow:

@@ -99,3 +99,54 @@ def test_a_caller_changing_a_setting_value_does_not_change_the_cache(store):
     store.add_message(conv.id, None, "user", "hello")
     store.branch_with_siblings(conv.id).clear()
     assert len(store.branch_with_siblings(conv.id)) == 1
+
+
+def test_a_write_drops_only_the_reads_it_can_change(store):
+    """A message written (every send) keeps the settings read; a setting written keeps the
+    chats read; each is seen by the next read of its own kind."""
+    conv = store.create_conversation("Chat")
+    store.set_setting("overflow/x", "drop_oldest")
+    store.get_setting("overflow/x")
+    statements = _count_selects(store)
+    u = store.add_message(conv.id, None, "user", "hello")
+    del statements[:]
+    assert store.get_setting("overflow/x") == "drop_oldest"
+    assert statements == []  # not read again
+    assert [m.id for m in store.active_branch(conv.id)] == [u.id]  # the message is seen
+    assert store.get_conversation(conv.id).active_leaf_id == u.id
+    del statements[:]
+    store.set_setting("overflow/x", "summarize")
+    del statements[:]
+    assert [m.id for m in store.active_branch(conv.id)] == [u.id]
+    assert store.get_conversation(conv.id).active_leaf_id == u.id
+    assert statements == []  # the chat's reads were kept
+    assert store.get_setting("overflow/x") == "summarize"  # the setting is seen
+    assert len(statements) == 1
+
+
+def test_a_raw_write_to_the_settings_is_seen(store):
+    store.set_setting("k", "a")
+    assert store.get_setting("k") == "a"
+    with store._session() as s:  # noqa: SLF001 — any statement through the engine
+        s.execute(text("UPDATE settings SET value = '\"raw\"' WHERE key = 'k'"))
+    assert store.get_setting("k") == "raw"
+    with store._session() as s:  # noqa: SLF001
+        s.execute(text("DELETE FROM settings"))
+    assert store.get_setting("k", "gone") == "gone"
+
+
+@pytest.mark.parametrize(("statement", "kinds"), [
+    ("INSERT INTO settings (key, value) VALUES (?, ?)", {"setting"}),
+    ('UPDATE "settings" SET value=? WHERE settings."key" = ?', {"setting"}),
+    ("delete from settings where key = ?", {"setting"}),
+    ("INSERT OR REPLACE INTO messages (id) VALUES (?)", {"conversation", "branch"}),
+    ("UPDATE conversations SET title=?", {"conversation", "branch"}),
+    ("DELETE FROM conversations WHERE deleted_at IS NOT NULL", {"conversation", "branch"}),
+    ("CREATE TABLE other (x)", None),
+    ("INSERT INTO other (x) VALUES (1)", None),
+    ("PRAGMA foreign_keys=ON", None),
+])  # fmt: skip
+def test_what_a_statement_can_change(statement, kinds):
+    from app.storage.db import kinds_written
+
+    assert kinds_written(statement) == (None if kinds is None else frozenset(kinds))
