@@ -139,7 +139,6 @@ def test_the_app_writes_a_rotated_log_file_under_the_data_dir(make_window, qtbot
     assert "line 199 of a long session" in path.read_text()
 
 
-
 def test_an_icon_is_drawn_once_per_name_and_colour_and_follows_the_theme(qapp, monkeypatch):
     """Icons are cached (every message widget asks for its buttons' icons); a cached icon
     still has the colour asked for, and the other scheme gets its own icons."""
