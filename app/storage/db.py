@@ -125,9 +125,7 @@ class Database:
             raise StorageError(f"database error: {exc}") from exc
         finally:
             session.close()
-            self._written.kinds = outer
-            if outer is not None:
-                outer |= written
+            self._written.kinds = outer  # a nested session committed on its own: its writes are its own
             if written:  # after the commit: a read that raced it is not kept
                 self._cache.invalidate(None if None in written else {k for k in written if k is not None})
 
