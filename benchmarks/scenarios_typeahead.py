@@ -402,8 +402,11 @@ def enter_floors(path: str, runs: Sequence[Sequence[Turn]], n_threads: int, text
 
 def b11_fresh(path: str) -> Result:
     """``hearth bench``'s entry (a fresh process: see ``run._in_fresh_process``).
-    NOTE: one llama.cpp thread. On the shared 2-core machine (load average ~15) the app's
-    default (llama.cpp's own, two spinning threads) made a 52-token prompt take 7 s and a
-    reply 4 s a token — it measured the neighbours, not type-ahead; with one thread 1.4 s."""
+    NOTE: one llama.cpp thread for requests. On the shared 2-core machine (load average ~15)
+    the app's default (llama.cpp's own, two spinning threads) made a 52-token prompt take 7 s
+    and a reply 4 s a token — it measured the neighbours, not type-ahead; with one thread
+    1.4 s. On a quiet one, two threads made the 6 tokens left at Enter slower (the GUI thread
+    stores and redraws the sent message meanwhile). Reading ahead alone, while the user types,
+    keeps the app's default: every core (``ModelConfig.n_threads_background``)."""
     return b11_type_ahead(path, model_options={"n_threads": 1})
 

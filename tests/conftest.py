@@ -27,11 +27,13 @@ from tests.helpers.tiny_model import (
 
 @pytest.fixture(scope="session", autouse=True)
 def _llama_threads() -> Iterator[None]:
-    """Each ``LlamaBackend`` context runs on ``LLAMA_THREADS`` threads, whatever the config asks."""
+    """Each ``LlamaBackend`` context runs on ``LLAMA_THREADS`` threads, whatever the config asks;
+    type-ahead's background ticks too, unless a test names their count (``n_threads_background``)."""
     original = LlamaBackend.__init__
 
     def capped(self: LlamaBackend, path: str, **kwargs: Any) -> None:
         kwargs["n_threads"] = LLAMA_THREADS
+        kwargs["n_threads_background"] = kwargs.get("n_threads_background") or LLAMA_THREADS
         original(self, path, **kwargs)
 
     with pytest.MonkeyPatch.context() as patch:

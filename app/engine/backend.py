@@ -206,8 +206,10 @@ class Backend(Protocol):
         """First half of a tick: check ``ops``, sample every decode row (see the module doc)."""
         ...
 
-    def decode(self, ops: Sequence[Op], sampled: Sequence[StepResult]) -> None:
-        """Second half: one ``llama_decode`` of the prefill slices and the sampled tokens."""
+    def decode(self, ops: Sequence[Op], sampled: Sequence[StepResult], *, background: bool = False) -> None:
+        """Second half: one ``llama_decode`` of the prefill slices and the sampled tokens.
+        ``background``: every op reads ahead (type-ahead) and nobody waits for the tick; the
+        backend may compute it with other threads (never other results)."""
         ...
 
     def new_sampler(self, params: SamplingParams) -> Any:

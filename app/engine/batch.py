@@ -32,6 +32,8 @@ class TickPlan:
     """What one tick does: the ops of its single ``llama_decode``, in batch order."""
 
     ops: tuple[Op, ...] = ()
+    background: bool = False
+    """Every op reads ahead (type-ahead): no request waits for this tick (``read_ahead``)."""
 
     @property
     def seq_ids(self) -> tuple[int, ...]:

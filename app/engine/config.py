@@ -85,6 +85,15 @@ class ModelConfig:
     """Beyond SPEC: llama.cpp's threads for a ubatch of more than one token (prefill, and a
     tick of several sequences); ``None``: ``n_threads``. Not in ``ctx_params_hash``: the KV
     bytes and logits are the same for every thread count (``hearth bench --only KV``)."""
+    n_threads_background: int | None = None
+    """Beyond SPEC: llama.cpp's threads for a tick that only reads ahead (type-ahead, issue 25,
+    ``app.engine.read_ahead``). Such a tick runs only while no request has anything to compute,
+    so it may use the cores that requests leave to the rest of the machine; ``None``: every
+    core (up to 8), never fewer than ``n_threads_batch``. Not in ``ctx_params_hash``: the thread
+    count changes no KV byte and no logit (``tests/integration/backend/test_exact_kv.py``).
+    NOTE: with one thread for requests (B11's setting on this 2-core machine, where the GUI
+    thread needs the other core when Enter is pressed), one thread read a pasted text at
+    9-16 ms a token, too slow to read 1,900 tokens while a 12-word question is typed."""
     n_ubatch: int | None = None
     """Beyond SPEC: llama.cpp's physical batch, the most rows one graph computes; ``None``:
     ``min(n_batch, 512)``. Not in ``ctx_params_hash``: with the default KV types every ubatch
@@ -187,7 +196,7 @@ class ModelConfig:
                 f"llama.cpp can address ({MAX_CTX_TOTAL:,} cells in all); lower n_ctx or n_seq_max"
             )
         set_(self, "n_gpu_layers", _int("n_gpu_layers", self.n_gpu_layers, lo=-1, hi=2**31 - 1))
-        for name in ("n_threads", "n_threads_batch"):
+        for name in ("n_threads", "n_threads_batch", "n_threads_background"):
             if getattr(self, name) is not None:
                 set_(self, name, _int(name, getattr(self, name), lo=1, hi=MAX_THREADS))
         if self.n_ubatch is not None:

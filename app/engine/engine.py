@@ -39,6 +39,7 @@ def llama_backend_factory(config: ModelConfig, fingerprint_of: Callable[[str], b
         n_gpu_layers=config.n_gpu_layers,
         n_threads=config.n_threads,
         n_threads_batch=config.n_threads_batch,
+        n_threads_background=config.n_threads_background,
         n_ubatch=config.n_ubatch,
         flash_attn=config.flash_attn,
         type_k=config.type_k,

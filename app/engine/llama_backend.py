@@ -85,6 +85,7 @@ class LlamaBackend(SeqKv):
         n_gpu_layers: int = 0,
         n_threads: int | None = None,
         n_threads_batch: int | None = None,
+        n_threads_background: int | None = None,
         n_ubatch: int | None = None,
         flash_attn: bool = True,
         type_k: str = DEFAULT_TYPE_K,
@@ -96,7 +97,9 @@ class LlamaBackend(SeqKv):
         """``fingerprint_of(path)`` gives the file's sha256; the engine passes its
         remembered-by-(path, size, mtime) lookup so a big model is hashed once.
         ``n_threads_batch`` (llama.cpp's threads for ubatches of more than one token) defaults
-        to ``n_threads``; ``n_ubatch`` to ``min(n_batch, 512)``."""
+        to ``n_threads``; ``n_threads_background`` (a tick that only reads ahead:
+        ``decode(background=True)``) to every core (up to 8) and at least ``n_threads_batch``;
+        ``n_ubatch`` to ``min(n_batch, 512)``."""
         if min(n_ctx_per_seq, n_seq_max, n_batch) < 1:
             raise ValueError("n_ctx_per_seq, n_seq_max and n_batch must be >= 1")
         if n_ubatch is not None and not 1 <= n_ubatch <= n_batch:
@@ -110,8 +113,12 @@ class LlamaBackend(SeqKv):
         self.n_ctx_per_seq = n_ctx_per_seq
         self.n_seq_max = n_seq_max
         self.n_batch = n_batch
-        self.n_threads = n_threads or max(1, min(os.cpu_count() or 1, 8))
+        cores = max(1, min(os.cpu_count() or 1, 8))
+        self.n_threads = n_threads or cores
         self.n_threads_batch = n_threads_batch or self.n_threads
+        self.n_threads_background = n_threads_background or max(cores, self.n_threads_batch)
+        self._threads = (self.n_threads, self.n_threads_batch)
+        """The main context's (n_threads, n_threads_batch) now (``_use_threads``)."""
         self.n_ubatch = n_ubatch or min(n_batch, 512)
         self._flash_attn = flash_attn
         self._kv_unified = kv_unified
@@ -235,10 +242,11 @@ class LlamaBackend(SeqKv):
             return (), sample_row(0)
         return verify(op.drafted, sample_row)
 
-    def decode(self, ops: Sequence[Op], sampled: Sequence[StepResult]) -> None:
+    def decode(self, ops: Sequence[Op], sampled: Sequence[StepResult], *, background: bool = False) -> None:
         """Second half of a tick: the prefill slices and the sampled tokens (with their drafts)
         in ONE ``llama_decode``; first, each verified seq's cells after its accepted drafts
-        are dropped.
+        are dropped. ``background``: the tick only reads ahead, on ``n_threads_background``
+        threads.
 
         ``DecodeFailed`` leaves the seqs of the tick unusable (their samplers advanced, and
         their KV may hold part of the batch): fail their requests and free their seqs.
@@ -270,9 +278,19 @@ class LlamaBackend(SeqKv):
                     if prefill.want_logits:
                         batch.logits[row - 1] = 1
                         new_rows[prefill.seq_id] = row - 1
+        self._use_threads(background)
         self._decode(self._ctx, batch, row)
         self._rows = new_rows
         self._drafted = pending
+
+    def _use_threads(self, background: bool) -> None:
+        """The main context's threads for the next ``llama_decode`` (set only when they change).
+        NOTE: every thread count gives the same KV bytes and logits (each output row is computed
+        whole by one thread; ``tests/integration/backend/test_exact_kv.py``)."""
+        want = (self.n_threads_background,) * 2 if background else (self.n_threads, self.n_threads_batch)
+        if want != self._threads:
+            llama_cpp.llama_set_n_threads(self._ctx, *want)
+            self._threads = want
 
     def seq_rm(self, seq_id: int, start: int = 0) -> None:
         """``SeqKv.seq_rm``, and the seq's pending drafts at ``start`` and after are forgotten."""

@@ -16,6 +16,9 @@ the way:
 * **a streaming reply loses at most ``SHARE`` of its time**: a tick with decode rows gets
   at most one background slice of ``SLICE_WHILE_DECODING`` tokens, and only once the ticks
   since the last such slice took ``1/SHARE - 1`` times as long as that tick;
+* **it uses the idle cores**: a tick of a background slice alone runs on
+  ``ModelConfig.n_threads_background`` threads (every core by default), since no request
+  has anything to compute then; a slice next to decode rows runs on the requests' threads;
 * **it is no request**: no hit, miss or prompt tokens counted (``cache_hooks.QuietCache``), no finish
   save, no reuse record; the real request's ``Reuse.tokens_read_ahead`` says how much of
   what it reused was read ahead.
@@ -82,7 +85,7 @@ class ReadAhead:
         n = req.next_slice_len(cap)
         op = PrefillOp(req.seq_id, tuple(req.prefill_cursor[:n]), len(req.context_tokens), False)
         self._charged = decoding
-        return TickPlan((*plan.ops, op))
+        return TickPlan((*plan.ops, op), background=not plan.ops)
 
     def record(self, tick_ms: float) -> None:
         """The planned tick ran in ``tick_ms``: a background slice next to decode rows makes

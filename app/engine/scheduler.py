@@ -377,7 +377,7 @@ class Scheduler:
         """
         self._reading(plan)
         try:
-            self.backend.decode(plan.ops, sampled)
+            self.backend.decode(plan.ops, sampled, background=plan.background)
         except Exception as exc:
             log.error("the tick's decode failed; failing seqs %s", plan.seq_ids, exc_info=True)
             for seq in plan.seq_ids:

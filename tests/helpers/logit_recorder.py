@@ -66,8 +66,8 @@ class RecordingBackend(LlamaBackend):
                         self.records.append((tuple(held[: op.pos + i]), logits))
         return super().sample(ops)
 
-    def decode(self, ops: Sequence[Op], sampled: Sequence[StepResult]) -> None:
-        super().decode(ops, sampled)
+    def decode(self, ops: Sequence[Op], sampled: Sequence[StepResult], *, background: bool = False) -> None:
+        super().decode(ops, sampled, background=background)
         for op, res in zip(ops, sampled, strict=True):
             held = self._held.setdefault(op.seq_id, [])
             if isinstance(op, PrefillOp):

@@ -53,6 +53,8 @@ class StubBackend:
     kv: dict[int, list[int]] = field(default_factory=dict)
     has_logits: dict[int, bool] = field(default_factory=dict)
     steps: list[list[Op]] = field(default_factory=list)
+    background_steps: list[list[Op]] = field(default_factory=list)
+    """The ops of each tick decoded as a background one (``decode(background=True)``)."""
     prefilled: dict[int, int] = field(default_factory=dict)
     samplers_alive: int = 0
     samplers: list[StubSampler] = field(default_factory=list)
@@ -104,11 +106,13 @@ class StubBackend:
         self._sampled = list(ops)
         return out
 
-    def decode(self, ops: Sequence[Op], sampled: Sequence[StepResult]) -> None:
+    def decode(self, ops: Sequence[Op], sampled: Sequence[StepResult], *, background: bool = False) -> None:
         """Second half: "llama_decode" drops rejected drafts, pushes the slices, the sampled
         tokens and the new drafts."""
         assert self._sampled == list(ops), "decode of other ops than the last sample"
         self._sampled = None
+        if background:
+            self.background_steps.append(list(ops))
         if self.step_delay:
             time.sleep(self.step_delay)
         for op, res in zip(ops, sampled, strict=True):
@@ -277,13 +281,13 @@ class FaultyBackend(StubBackend):
         self._fault("sample", ops)
         return super().sample(ops)
 
-    def decode(self, ops: Sequence[Op], sampled: Sequence[StepResult]) -> None:
+    def decode(self, ops: Sequence[Op], sampled: Sequence[StepResult], *, background: bool = False) -> None:
         try:
             self._fault("decode", ops)
         except BaseException:
             self._sampled = None  # like llama_decode, a failed decode ends the tick
             raise
-        super().decode(ops, sampled)
+        super().decode(ops, sampled, background=background)
 
     def new_sampler(self, params: SamplingParams) -> Any:
         self._fault("new_sampler", params)

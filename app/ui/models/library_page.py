@@ -149,12 +149,17 @@ class LibraryPage(QWidget):
         self.n_gpu_layers.setObjectName("nGpuLayersSpin")
         self.n_threads = _spin(0, 256, 1, "auto")
         self.n_threads.setObjectName("nThreadsSpin")
+        self.n_threads_background = _spin(0, 256, 1, "auto")
+        self.n_threads_background.setObjectName("nThreadsBackgroundSpin")
         for label, w, tip in (
             ("Context", self.n_ctx, "Tokens one conversation can hold (per sequence)."),
             ("Parallel", self.n_seq_max, "Conversations that can generate at the same time."),
             ("Batch", self.n_batch, "Tokens per decode step; at least 'Parallel'."),
             ("GPU layers", self.n_gpu_layers, "Layers offloaded to the GPU (-1: all)."),
             ("Threads", self.n_threads, "CPU threads (auto: llama.cpp's default)."),
+            ("Read-ahead threads", self.n_threads_background,
+             "CPU threads that read a message while you type it, when nothing else runs "
+             "(auto: every core)."),
         ):
             w.setToolTip(tip)
             form.addRow(label, w)
@@ -229,7 +234,7 @@ class LibraryPage(QWidget):
 
     def form_settings(self) -> LoadSettings:
         return LoadSettings(self.n_ctx.value(), self.n_seq_max.value(), self.n_batch.value(),
-                            self.n_gpu_layers.value(), self.n_threads.value())
+                            self.n_gpu_layers.value(), self.n_threads.value(), self.n_threads_background.value())
 
     def set_form_settings(self, s: LoadSettings) -> None:
         """Fill the form (and remember the values for the selected model)."""
@@ -304,6 +309,7 @@ class LibraryPage(QWidget):
             self.n_batch.setValue(s.n_batch)
             self.n_gpu_layers.setValue(s.n_gpu_layers)
             self.n_threads.setValue(s.n_threads)
+            self.n_threads_background.setValue(s.n_threads_background)
         finally:
             self._loading_form = False
 
@@ -328,7 +334,9 @@ class LibraryPage(QWidget):
         self.details_title.setToolTip(f"{title}\n{e.path}")
         self.details_sub.setText(_subtitle(e, row))
         editable = not (e.is_broken or e.is_adapter or row.is_loaded or row.busy)
-        for w in (self.n_ctx, self.n_seq_max, self.n_batch, self.n_gpu_layers, self.n_threads):
+        form = (self.n_ctx, self.n_seq_max, self.n_batch, self.n_gpu_layers, self.n_threads,
+                self.n_threads_background)
+        for w in form:
             w.setEnabled(editable)
         self.load_button.setEnabled(row.can_load and not busy)
         self.load_button.setText("Loading…" if row.busy == "Loading…" else "Load")

@@ -19,13 +19,15 @@ SETTINGS_FILE = "model_load_settings.json"
 
 @dataclass(frozen=True, slots=True)
 class LoadSettings:
-    """How one model file is loaded. ``n_threads`` 0 means llama.cpp's default."""
+    """How one model file is loaded. ``n_threads`` 0 means llama.cpp's default;
+    ``n_threads_background`` (type-ahead's reading while nothing else runs) 0 means every core."""
 
     n_ctx: int = 4096
     n_seq_max: int = 4
     n_batch: int = 512
     n_gpu_layers: int = 0
     n_threads: int = 0
+    n_threads_background: int = 0
 
     @classmethod
     def from_mapping(cls, raw: object, default: LoadSettings | None = None) -> LoadSettings:

@@ -4,6 +4,7 @@ default KV cell types (q8_0 K, f16 V; ``ModelConfig.type_v`` says why), on both 
 
 from __future__ import annotations
 
+import llama_cpp
 import numpy as np
 import pytest
 
@@ -86,6 +87,39 @@ def test_default_kv_types_give_the_same_logits_however_the_prompt_is_run(model_p
         whole = run(512)  # one ubatch of 512 rows, then 48
         for how, logits in [("128", run(128)), ("64", run(64)), ("7", run(7)), ("one by one", run(128, 460))]:
             assert np.array_equal(whole, logits), (how, float(np.abs(whole - logits).max()))
+
+
+def test_a_prompt_read_ahead_on_other_threads_ends_on_the_same_logits_and_kv(model_path):
+    """Type-ahead's ticks of background slices alone run on ``n_threads_background`` threads,
+    every other tick on ``n_threads``: a prompt read ahead in 64-token background slices on 3
+    threads, then its last tokens and 8 decode rows on 1 thread, gives the logits, tokens and
+    KV bytes of the same prompt computed on 1 thread throughout (each output row of every
+    kernel is computed whole by one thread, whichever)."""
+    with LlamaBackend(model_path, n_ctx_per_seq=1024, n_seq_max=2, n_batch=512, n_threads=1,
+                      n_threads_background=3) as backend:
+        prompt = backend.tokenize(" ".join(PROMPTS) * 8)[:400]
+        assert len(prompt) == 400
+
+        def run(background: bool):
+            backend.seq_rm(1)
+            threads = []
+            for start in range(0, 384, 64):
+                ops = [PrefillOp(1, tuple(prompt[start : start + 64]), start, False)]
+                backend.decode(ops, backend.sample(ops), background=background)
+                threads.append(llama_cpp.llama_n_threads_batch(backend._ctx))
+            prefill(backend, 1, prompt[384:], pos=384)
+            threads.append(llama_cpp.llama_n_threads_batch(backend._ctx))
+            logits = [backend.seq_logits(1)]
+            tokens = decode(backend, {1: len(prompt)}, 8)[1]
+            logits.append(backend.seq_logits(1))
+            return threads, logits, tokens, bytes(backend.kv_pack(1))
+
+        plain, read_ahead = run(False), run(True)
+    assert plain[0] == [1] * 7 and read_ahead[0] == [3] * 6 + [1]
+    for a, b in zip(plain[1], read_ahead[1], strict=True):
+        assert np.array_equal(a, b), float(np.abs(a - b).max())
+    assert plain[2] == read_ahead[2]
+    assert plain[3] == read_ahead[3]
 
 
 def _fed_one_a_tick(backend, head, fed, others):

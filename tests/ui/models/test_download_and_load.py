@@ -84,6 +84,7 @@ def test_search_download_load_and_chat(qtbot, make_manager, hub_server, engine, 
     lib.n_seq_max.setValue(1)
     lib.n_batch.setValue(64)
     lib.n_threads.setValue(2)
+    lib.n_threads_background.setValue(1)
     with qtbot.waitSignal(mm.model_loaded, timeout=60_000) as loaded:
         qtbot.mouseClick(lib.load_button, LEFT)
         assert lib.selected_row().busy == "Loading…"
@@ -93,7 +94,8 @@ def test_search_download_load_and_chat(qtbot, make_manager, hub_server, engine, 
     assert table.index(row, COL_STATUS).data() == "Loaded"
     assert lib.busy_bar.isHidden() and lib.unload_button.isEnabled()
     model = engine.get_model(model_id)
-    assert model.config.n_ctx == 512 and model.config.n_threads == 2
+    assert model.config.n_ctx == 512 and model.config.n_threads == 2 and model.config.n_threads_background == 1
+    assert model.backend.n_threads_background == 1
     result = model.complete("Hello, how are you?", response_tokens=6)
     assert len(result.generated) >= 1 and result.reply
 

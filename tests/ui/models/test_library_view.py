@@ -96,11 +96,13 @@ def test_load_settings_are_remembered_per_model(qtbot, make_manager, models_dir,
     lib.n_ctx.setValue(768)
     lib.n_batch.setValue(128)
     lib.n_threads.setValue(2)
+    lib.n_threads_background.setValue(3)
     assert lib.select_path(b)
-    assert lib.n_ctx.value() != 768
+    assert lib.n_ctx.value() != 768 and lib.n_threads_background.value() == 0  # auto
     lib.n_seq_max.setValue(3)
     assert lib.select_path(a)
     assert (lib.n_ctx.value(), lib.n_batch.value(), lib.n_threads.value()) == (768, 128, 2)
+    assert lib.n_threads_background.value() == 3
 
     # Persisted in the data dir's JSON file (no store passed in) and read by a new view.
     stored = json.loads((engine.data_dir / SETTINGS_FILE).read_text())

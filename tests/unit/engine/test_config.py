@@ -19,6 +19,7 @@ BAD = [
     {"n_ctx": 4096.0}, {"n_ctx": True}, {"n_seq_max": 0}, {"n_seq_max": LLAMA_MAX_SEQ + 1},
     {"n_batch": -5}, {"n_batch": 10**9}, {"n_gpu_layers": -2}, {"n_gpu_layers": "all"},
     {"n_threads": 0}, {"n_threads": 10**6}, {"n_threads_batch": 0}, {"n_threads_batch": "2"},
+    {"n_threads_background": 0}, {"n_threads_background": 2.0},
     {"n_ubatch": 0}, {"n_ubatch": 1024, "n_batch": 512}, {"n_ubatch": 128.0}, {"tier": "ssd"}, {"policy": {"bogus": 1}},
     {"policy": {"min_tokens": -1}}, {"policy": {"min_tokens": "x"}}, {"policy": 5},
     {"prefill_chunk_size": 0}, {"prefill_chunk_size": "big"}, {"prefill_seqs_per_tick": 0},
@@ -89,10 +90,10 @@ def test_n_ubatch_and_n_threads_batch_reach_the_context(tmp_path, tiny_model_pat
     from app.engine.engine import llama_backend_factory
 
     config = ModelConfig(path=str(tiny_model_path), n_ctx=256, n_seq_max=1, n_batch=256, n_threads=1,
-                         n_ubatch=64, n_threads_batch=2)  # fmt: skip
+                         n_ubatch=64, n_threads_batch=2, n_threads_background=3)  # fmt: skip
     backend = llama_backend_factory(config)
     try:
-        assert (backend.n_ubatch, backend.n_threads_batch) == (64, 2)
+        assert (backend.n_ubatch, backend.n_threads_batch, backend.n_threads_background) == (64, 2, 3)
         import llama_cpp
 
         assert llama_cpp.llama_n_ubatch(backend._ctx) == 64

@@ -154,6 +154,23 @@ def test_next_to_a_streaming_reply_one_small_slice_and_then_its_share_of_time(cl
     assert read_rows(h.tick(), 1) == [read_ahead.SLICE_WHILE_DECODING]
 
 
+def test_only_a_tick_of_background_slices_alone_is_a_background_decode(clock: SimpleNamespace):
+    """Such a tick runs on the idle cores (``ModelConfig.n_threads_background``); a slice
+    next to a streaming reply's decode row runs on the requests' threads."""
+    h = make(StubBackend(n_seq_max=2), n_batch=512)
+    background(h, "w" * 300, sid="typing")
+    h.tick()
+    h.admit("s", response_tokens=200)
+    for _ in range(3):
+        h.tick()
+    clock.t += 10.0
+    h.run()
+    alone = [ops for ops in h.stub.steps if {op.seq_id for op in ops} == {0}]
+    beside = [ops for ops in h.stub.steps if {op.seq_id for op in ops} == {0, 1}]
+    assert len(alone) >= 2 and beside  # read alone, then next to the reply
+    assert h.stub.background_steps == alone
+
+
 def test_a_real_admission_waiting_for_a_seq_takes_a_background_reads_seq():
     h = make(StubBackend(n_seq_max=1), n_batch=512)
     ahead = background(h, "v" * 300, sid="typing")
