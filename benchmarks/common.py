@@ -45,6 +45,12 @@ def median(values: Sequence[float]) -> float:
     return float(statistics.median(values))
 
 
+def quantile(values: Sequence[float], p: float) -> float:
+    """The value at ``p`` (0..1) of the sorted values, no interpolation; NaN for none."""
+    xs = sorted(values)
+    return xs[int(p * (len(xs) - 1))] if xs else float("nan")
+
+
 @dataclass
 class Result:
     """One scenario: rows for the table, the figures for JSON, and the verdict on its goal."""

@@ -35,7 +35,7 @@ import os
 import tempfile
 import time
 
-from benchmarks.common import Result, median, progress
+from benchmarks.common import Result, median, progress, quantile
 
 PROMPTS = (
     "Write a long story about a lighthouse keeper and a storm.",
@@ -209,7 +209,7 @@ def b6_gui(
     gui = sorted(to_gui)
     longest = stalls[-1] if stalls else float("nan")
     p99 = stalls[int(0.99 * (len(stalls) - 1))] if stalls else float("nan")
-    p95_screen = _pct(screen, 0.95)
+    p95_screen = quantile(screen, 0.95)
     res.rows = [
         ["longest GUI stall", longest],
         ["p99 gap over the 5 ms beat", p99],
@@ -217,10 +217,10 @@ def b6_gui(
         ["text on screen (open chat), p95", p95_screen],
         ["text on screen (open chat), max", screen[-1] if screen else float("nan")],
         ["text reaches the GUI thread (every chat), median", median(gui) if gui else float("nan")],
-        ["text reaches the GUI thread (every chat), p95", _pct(gui, 0.95)],
+        ["text reaches the GUI thread (every chat), p95", quantile(gui, 0.95)],
         ["switch to painted, median", median(switches) if switches else float("nan")],
-        ["switch to painted, p95", _pct(switches, 0.95)],
-        ["old figure: every chat's text to any paint, p95", _pct(old, 0.95)],
+        ["switch to painted, p95", quantile(switches, 0.95)],
+        ["old figure: every chat's text to any paint, p95", quantile(old, 0.95)],
         ["conversation switches", turn],
         ["longest stall while the 4 chats were created and sent (not in the goal)", start_stall],
     ]
@@ -233,12 +233,12 @@ def b6_gui(
         "updates_measured": len(screen),
         "updates_unpainted": unpainted[0],
         "to_gui_median_ms": round(median(gui), 1) if gui else None,
-        "to_gui_p95_ms": round(_pct(gui, 0.95), 1),
+        "to_gui_p95_ms": round(quantile(gui, 0.95), 1),
         "switch_to_paint_median_ms": round(median(switches), 1) if switches else None,
-        "switch_to_paint_p95_ms": round(_pct(switches, 0.95), 1),
+        "switch_to_paint_p95_ms": round(quantile(switches, 0.95), 1),
         "switch_to_paint_max_ms": round(switches[-1], 1) if switches else None,
         "to_screen_any_paint_median_ms": round(median(old), 1) if old else None,
-        "to_screen_any_paint_p95_ms": round(_pct(old, 0.95), 1),
+        "to_screen_any_paint_p95_ms": round(quantile(old, 0.95), 1),
         "updates_any_paint": len(old),
         "start_stall_ms": round(start_stall, 1),
         "beats": len(gaps),
@@ -252,7 +252,3 @@ def b6_gui(
     if not finished:
         res.note = f"replies did not finish within {timeout_s:.0f} s"
     return res
-
-
-def _pct(xs: list[float], p: float) -> float:
-    return xs[int(p * (len(xs) - 1))] if xs else float("nan")

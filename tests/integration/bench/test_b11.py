@@ -41,5 +41,8 @@ def test_a_short_b11_on_the_tiny_model(qapp, tiny_model_path: Path):
     on_after, off_after = f["read_after_enter_on"], f["read_after_enter_off"]
     assert all(0 < a < b for a, b in zip(on_after, off_after, strict=True)), (on_after, off_after)
     assert all(v > 0 for v in f["stream_tok_s"].values()), f["stream_tok_s"]
+    # the GUI loop's turns while typing (the paste being read, other messages, next to a stream)
+    loops = f["gui_loop_ms"]
+    assert len(loops) == 4 and all(v["n"] > 0 and 0 < v["p99"] <= v["max"] for v in loops.values()), loops
     assert result.met in (True, False)
     assert "paste + question" in result.table()
