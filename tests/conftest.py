@@ -7,6 +7,7 @@ The tiny files are generated deterministically once and cached under ``tests/.as
 
 from __future__ import annotations
 
+import gc
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,6 +16,7 @@ from typing import Any
 import pytest
 
 from app.engine.llama_backend import LlamaBackend
+from app.ui import gui_gc
 from tests.helpers.llama_threads import LLAMA_THREADS
 from tests.helpers.tiny_model import (
     ASSETS_DIR,
@@ -39,6 +41,16 @@ def _llama_threads() -> Iterator[None]:
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(LlamaBackend, "__init__", capped)
         yield
+
+
+@pytest.fixture(autouse=True)
+def _collect_garbage_due() -> Iterator[None]:
+    """After a test, the garbage collections that are due, on this thread: once a window has
+    been built, automatic collection is off in this worker (``app.ui.gui_gc``), and the tests
+    after it may run no Qt event loop to collect."""
+    yield
+    if not gc.isenabled():
+        gui_gc.collect_due()
 
 
 @pytest.fixture(scope="session")

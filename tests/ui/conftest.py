@@ -11,6 +11,7 @@ from PySide6.QtCore import QEvent
 from PySide6.QtWidgets import QApplication
 
 from app.storage import SamplingSettings
+from app.ui import gui_gc
 from app.ui.app import create_window
 from app.ui.main_window import MainWindow
 
@@ -21,6 +22,13 @@ TEST_SAMPLING = SamplingSettings(temperature=0.0, max_tokens=24, grammar=ASCII_G
 TINY_OPTIONS = {"n_ctx": 1024, "n_seq_max": 4, "n_batch": 256}
 
 WindowFactory = Callable[..., MainWindow]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _gui_gc(qapp: QApplication) -> None:
+    """Python's cyclic collector runs on the GUI thread only, as in the app (``app.ui.gui_gc``),
+    for the tests that build parts of the window without ``create_window`` too."""
+    gui_gc.install(qapp)
 
 
 @pytest.fixture
