@@ -179,6 +179,7 @@ def create_window(
     if pending is not None and engine is not None:
         window.model_loading = ModelLoading(window, window, engine, *pending)
         window.model_loading.start()
+    gui_gc.collect_due()  # building the window's garbage, now rather than in its first seconds
     return window
 
 
