@@ -285,8 +285,8 @@ class LlamaBackend(SeqKv):
 
     def _use_threads(self, background: bool) -> None:
         """The main context's threads for the next ``llama_decode`` (set only when they change).
-        NOTE: every thread count gives the same KV bytes and logits (each output row is computed
-        whole by one thread; ``tests/integration/backend/test_exact_kv.py``)."""
+        NOTE: the thread count changes no KV byte and no logit
+        (``tests/integration/backend/test_exact_kv.py`` compares 3 threads with 1)."""
         want = (self.n_threads_background,) * 2 if background else (self.n_threads, self.n_threads_batch)
         if want != self._threads:
             llama_cpp.llama_set_n_threads(self._ctx, *want)
