@@ -208,7 +208,7 @@ def b6_gui(
     switches = sorted(switch_ms)
     gui = sorted(to_gui)
     longest = stalls[-1] if stalls else float("nan")
-    p99 = stalls[int(0.99 * (len(stalls) - 1))] if stalls else float("nan")
+    p99 = quantile(stalls, 0.99)
     p95_screen = quantile(screen, 0.95)
     res.rows = [
         ["longest GUI stall", longest],
