@@ -11,6 +11,7 @@ import pytest
 from app.engine.backend import PrefillOp
 from app.engine.config import DEFAULT_TYPE_K, DEFAULT_TYPE_V
 from app.engine.llama_backend import LlamaBackend
+from tests.helpers.tiny_families import FAMILIES, ensure_tiny_family
 from tests.integration.backend.driver import PROMPTS, decode, prefill
 
 MODELS = [pytest.param("tiny_model_path", id="tiny"),
@@ -89,13 +90,20 @@ def test_default_kv_types_give_the_same_logits_however_the_prompt_is_run(model_p
             assert np.array_equal(whole, logits), (how, float(np.abs(whole - logits).max()))
 
 
-def test_a_prompt_read_ahead_on_other_threads_ends_on_the_same_logits_and_kv(model_path):
+@pytest.fixture(params=[*MODELS, "mamba2", "lfm2", "gemma3"])
+def any_model_path(request, assets_dir) -> str:
+    """The two llama models, and the tiny recurrent, hybrid and sliding-window ones."""
+    if request.param in FAMILIES:
+        return str(ensure_tiny_family(request.param, assets_dir))
+    return str(request.getfixturevalue(request.param))
+
+
+def test_a_prompt_read_ahead_on_other_threads_ends_on_the_same_logits_and_kv(any_model_path):
     """Type-ahead's ticks of background slices alone run on ``n_threads_background`` threads,
     every other tick on ``n_threads``: a prompt read ahead in 64-token background slices on 3
     threads, then its last tokens and 8 decode rows on 1 thread, gives the logits, tokens and
-    KV bytes of the same prompt computed on 1 thread throughout (each output row of every
-    kernel is computed whole by one thread, whichever)."""
-    with LlamaBackend(model_path, n_ctx_per_seq=1024, n_seq_max=2, n_batch=512, n_threads=1,
+    KV bytes of the same prompt computed on 1 thread throughout, on every memory type."""
+    with LlamaBackend(any_model_path, n_ctx_per_seq=1024, n_seq_max=2, n_batch=512, n_threads=1,
                       n_threads_background=3) as backend:
         prompt = backend.tokenize(" ".join(PROMPTS) * 8)[:400]
         assert len(prompt) == 400
