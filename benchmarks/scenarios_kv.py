@@ -41,6 +41,7 @@ SETTINGS: list[tuple[str, dict[str, Any]]] = [
     ("FA off · f16 K+V · ubatch 512", {"flash_attn": False, "n_ubatch": 512, "type_k": "f16", "type_v": "f16"}),
 ]
 DECODE_TICKS = 32
+FASTER_BY = 0.05
 CHECKS = ["chunking", "8 batched", "resumed", "next to 2", "next to 4", "next to 7"]
 TIMED = ["prefill 512", "prefill 2000", "decode N=1", "decode 4 x 700"]
 
@@ -121,6 +122,26 @@ def kv_settings(path: str, rounds: int = 2, only: list[str] | None = None, n_thr
         ])
         res.figures[name] = {"median": med, "runs": runs[name], "checks": {c: list(got[c]) for c in CHECKS},
                              "chunkings that differ": got["chunkings that differ"], "fingerprint": got["fingerprint"]}
+    res.met, verdict = _verdict(res.rows)
     res.note = (f"{rounds} rounds, settings alternated (order reversed every other round); "
-                f"n_threads {n_threads}, n_batch 512, prefill chunk = n_ubatch; SmolLM2 weights")
+                f"n_threads {n_threads}, n_batch 512, prefill chunk = n_ubatch; SmolLM2 weights. {verdict}")
     return res
+
+
+def _verdict(rows: list[list[Any]]) -> tuple[bool, str]:
+    """Met when the default is exact and no other exact setting prefills 2,000 tokens in less
+    than ``1 - FASTER_BY`` of its time (closer than that is within this machine's drift between
+    rounds); the fastest inexact setting is named, the Library's "Faster prefill" choice."""
+    ratio = {row[0]: row[5] for row in rows}
+    exact = {row[0] for row in rows if row[6] == "yes"}
+    faster = sorted((r, name) for name, r in ratio.items() if name in exact and r < 1 - FASTER_BY)
+    words = []
+    if faster:
+        words.append(f"an exact setting is faster than the default: {faster[0][1]} ({faster[0][0]:.3f} ×)")
+    inexact = sorted((r, name) for name, r in ratio.items() if name not in exact)
+    if inexact and inexact[0][0] < 1:
+        words.append(f"fastest inexact: {inexact[0][1]} ({inexact[0][0]:.3f} ×); flash attention off is "
+                     "only a labelled choice (the Library's \"Faster prefill, not bit-identical\", "
+                     "`hearth serve --fast-prefill`)")
+    text = "; ".join(words)
+    return DEFAULT in exact and not faster, text[:1].upper() + text[1:] + "." if text else ""

@@ -39,6 +39,9 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     serve.add_argument("--max-prompt-tokens", type=int, default=None, help="default: the context")
     serve.add_argument("--cors-origin", action="append", default=[], help="allow this browser origin (repeatable)")
     serve.add_argument("--no-cache", action="store_true", help="do not use the KV cache (for comparisons)")
+    serve.add_argument("--fast-prefill", action="store_true",
+                       help="flash attention off: prompts read faster on a CPU, but replies are not bit-identical "
+                       "across batch shapes (one after a cache restore can differ from the same one computed cold)")
     serve.set_defaults(func=cmd_serve)
     return serve
 
@@ -68,7 +71,8 @@ def model_config(path: str, args: argparse.Namespace) -> Any:
     from app.engine import ModelConfig
 
     return ModelConfig(path=path, n_ctx=args.ctx, n_seq_max=args.parallel, n_batch=512, n_threads=args.threads,
-                       policy=DESKTOP_POLICY, tier="disk", cache_enabled=not args.no_cache)
+                       policy=DESKTOP_POLICY, tier="disk", cache_enabled=not args.no_cache,
+                       flash_attn=not args.fast_prefill)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:

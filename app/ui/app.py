@@ -10,6 +10,7 @@ import sys
 from collections.abc import Callable, MutableMapping
 from dataclasses import fields, replace
 from pathlib import Path
+from typing import Any
 
 from PySide6.QtWidgets import QApplication, QWidget
 
@@ -53,7 +54,7 @@ def default_engine_factory(path: Path) -> ServedEngine:
 
 
 def default_model_settings(
-    store: MutableMapping[str, object], model_path: str, overrides: dict[str, int] | None = None
+    store: MutableMapping[str, object], model_path: str, overrides: dict[str, int | bool] | None = None
 ) -> LoadSettings:
     """The default model's load settings: the Library's, so the form shows what runs.
 
@@ -68,7 +69,14 @@ def default_model_settings(
         unknown = set(overrides) - known
         if unknown:
             raise ValueError(f"unknown model option(s) {sorted(unknown)}; known: {sorted(known)}")
-        settings = replace(settings, **overrides)
+        checked: dict[str, Any] = {}
+        for name, value in overrides.items():
+            flag = isinstance(getattr(settings, name), bool)
+            if isinstance(value, bool) != flag or not isinstance(value, int):
+                raise ValueError(f"model option {name} takes {'true or false' if flag else 'a whole number'}, "
+                                 f"not {value!r}")
+            checked[name] = value
+        settings = replace(settings, **checked)
     save_settings_for(store, model_path, settings)
     return settings
 
@@ -79,7 +87,7 @@ def create_window(
     engine_factory: EngineFactory | None = None,
     model_path: str | os.PathLike[str] | None = None,
     model_id: str | None = None,
-    model_options: dict[str, int] | None = None,
+    model_options: dict[str, int | bool] | None = None,
     default_sampling: SamplingSettings | None = None,
     work_areas: bool = True,
     load_in_background: bool = False,

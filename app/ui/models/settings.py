@@ -1,4 +1,4 @@
-"""Per-model load settings (n_ctx, n_seq_max, n_batch, n_gpu_layers, threads), remembered by
+"""Per-model load settings (n_ctx, n_seq_max, n_batch, n_gpu_layers, threads, attention), remembered by
 model path in any dict-like store; ``JsonSettingsStore`` is the default, a JSON file in the
 data dir. No Qt here.
 """
@@ -20,7 +20,9 @@ SETTINGS_FILE = "model_load_settings.json"
 @dataclass(frozen=True, slots=True)
 class LoadSettings:
     """How one model file is loaded. ``n_threads`` 0 means llama.cpp's default;
-    ``n_threads_background`` (type-ahead's reading while nothing else runs) 0 means every core."""
+    ``n_threads_background`` (type-ahead's reading while nothing else runs) 0 means every core;
+    ``flash_attn`` False is the Library's "Faster prefill, not bit-identical" choice
+    (``ModelConfig.flash_attn``, issue 24)."""
 
     n_ctx: int = 4096
     n_seq_max: int = 4
@@ -28,21 +30,23 @@ class LoadSettings:
     n_gpu_layers: int = 0
     n_threads: int = 0
     n_threads_background: int = 0
+    flash_attn: bool = True
 
     @classmethod
     def from_mapping(cls, raw: object, default: LoadSettings | None = None) -> LoadSettings:
-        """Read a stored dict, ignoring unknown keys and keeping defaults for bad values."""
+        """Read a stored dict, ignoring unknown keys and keeping defaults for bad values (a
+        value of another type than the field's: a number for a flag, a flag for a number)."""
         base = default or cls()
         if not isinstance(raw, dict):
             return base
         values = asdict(base)
         for f in fields(cls):
             v = raw.get(f.name)
-            if isinstance(v, int) and not isinstance(v, bool):
+            if isinstance(v, bool) == isinstance(values[f.name], bool) and isinstance(v, int):
                 values[f.name] = v
         return cls(**values)
 
-    def to_mapping(self) -> dict[str, int]:
+    def to_mapping(self) -> dict[str, int | bool]:
         return asdict(self)
 
 

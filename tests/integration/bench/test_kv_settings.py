@@ -23,3 +23,18 @@ def test_the_kv_table_times_and_checks_each_setting(tiny_model_path: Path, monke
     assert default[5] == 1.0  # × default
     assert default[6] == "yes" and default[7] == "yes" and default[9] == "—"  # the default is exact
     assert rows["FA off · ubatch 128"][7] == "no"  # a transposed V: other KV bytes
+
+
+def _row(name: str, ratio: float, exact: bool) -> list:
+    return [name, 1.0, 1.0, 1.0, 1.0, ratio, "yes" if exact else "no", "no", 0.0, "—"]
+
+
+def test_the_verdict_wants_the_default_to_be_the_fastest_exact_setting() -> None:
+    """Met unless another exact setting is clearly faster (5 %: closer is drift) or the default
+    is not exact; the fastest inexact one is named as the labelled choice."""
+    verdict = scenarios_kv._verdict
+    met, text = verdict([_row(DEFAULT, 1.0, True), _row("ubatch 128", 0.97, True), _row("FA off", 0.7, False)])
+    assert met and "Fastest inexact: FA off (0.700 ×)" in text and "--fast-prefill" in text
+    met, text = verdict([_row(DEFAULT, 1.0, True), _row("ubatch 128", 0.9, True)])
+    assert not met and text == "An exact setting is faster than the default: ubatch 128 (0.900 ×)."
+    assert verdict([_row(DEFAULT, 1.0, False)]) == (False, "")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from PySide6.QtCore import Qt
 
+from app.engine.llama_info import ctx_params_hash
 from app.ui.qt_models.download_list import PROGRESS_ROLE, STATUS_ROLE
 from app.ui.qt_models.model_library import COL_NAME, COL_QUANT, COL_STATUS
 from app.ui.state.downloads import DownloadState
@@ -85,6 +86,7 @@ def test_search_download_load_and_chat(qtbot, make_manager, hub_server, engine, 
     lib.n_batch.setValue(64)
     lib.n_threads.setValue(2)
     lib.n_threads_background.setValue(1)
+    lib.attention.setCurrentIndex(lib.attention.findData(False))  # "Faster prefill, not bit-identical"
     with qtbot.waitSignal(mm.model_loaded, timeout=60_000) as loaded:
         qtbot.mouseClick(lib.load_button, LEFT)
         assert lib.selected_row().busy == "Loading…"
@@ -96,6 +98,8 @@ def test_search_download_load_and_chat(qtbot, make_manager, hub_server, engine, 
     model = engine.get_model(model_id)
     assert model.config.n_ctx == 512 and model.config.n_threads == 2 and model.config.n_threads_background == 1
     assert model.backend.n_threads_background == 1
+    assert model.config.flash_attn is False  # its cache rows are keyed apart from the exact setting's:
+    assert model.backend.info.ctx_params_hash != ctx_params_hash(model.config.type_k, model.config.type_v, True)
     result = model.complete("Hello, how are you?", response_tokens=6)
     assert len(result.generated) >= 1 and result.reply
 

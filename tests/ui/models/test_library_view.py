@@ -97,20 +97,28 @@ def test_load_settings_are_remembered_per_model(qtbot, make_manager, models_dir,
     lib.n_batch.setValue(128)
     lib.n_threads.setValue(2)
     lib.n_threads_background.setValue(3)
+    assert lib.attention.currentData() is True and lib.attention_note.isHidden()  # exact by default
+    lib.attention.setCurrentIndex(lib.attention.findData(False))
+    assert "not bit-identical" in lib.attention.currentText()
+    assert not lib.attention_note.isHidden() and "not bit-identical" in lib.attention_note.text().lower()
     assert lib.select_path(b)
     assert lib.n_ctx.value() != 768 and lib.n_threads_background.value() == 0  # auto
+    assert lib.attention.currentData() is True and lib.attention_note.isHidden()
     lib.n_seq_max.setValue(3)
     assert lib.select_path(a)
     assert (lib.n_ctx.value(), lib.n_batch.value(), lib.n_threads.value()) == (768, 128, 2)
     assert lib.n_threads_background.value() == 3
+    assert lib.attention.currentData() is False and not lib.attention_note.isHidden()
 
     # Persisted in the data dir's JSON file (no store passed in) and read by a new view.
     stored = json.loads((engine.data_dir / SETTINGS_FILE).read_text())
     assert stored[settings_key(a)]["n_ctx"] == 768
     assert stored[settings_key(b)]["n_seq_max"] == 3
+    assert stored[settings_key(a)]["flash_attn"] is False and stored[settings_key(b)]["flash_attn"] is True
     mm2 = make_manager()
     assert mm2.library_page.select_path(a)
     assert mm2.library_page.n_ctx.value() == 768
+    assert mm2.library_page.attention.currentData() is False
 
 
 def test_settings_go_to_the_store_passed_in(qtbot, make_manager, models_dir, tiny_model_path,
