@@ -69,13 +69,11 @@ def default_model_settings(
         unknown = set(overrides) - known
         if unknown:
             raise ValueError(f"unknown model option(s) {sorted(unknown)}; known: {sorted(known)}")
-        checked: dict[str, Any] = {}
         for name, value in overrides.items():
-            flag = isinstance(getattr(settings, name), bool)
-            if isinstance(value, bool) != flag or not isinstance(value, int):
-                raise ValueError(f"model option {name} takes {'true or false' if flag else 'a whole number'}, "
-                                 f"not {value!r}")
-            checked[name] = value
+            if not settings.fits(name, value):
+                kind = "true or false" if isinstance(getattr(settings, name), bool) else "a whole number"
+                raise ValueError(f"model option {name} takes {kind}, not {value!r}")
+        checked: dict[str, Any] = dict(overrides)  # each value fits its field (mypy cannot tell)
         settings = replace(settings, **checked)
     save_settings_for(store, model_path, settings)
     return settings

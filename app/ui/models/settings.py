@@ -42,9 +42,14 @@ class LoadSettings:
         values = asdict(base)
         for f in fields(cls):
             v = raw.get(f.name)
-            if isinstance(v, bool) == isinstance(values[f.name], bool) and isinstance(v, int):
+            if base.fits(f.name, v):
                 values[f.name] = v
         return cls(**values)
+
+    def fits(self, name: str, value: object) -> bool:
+        """Does ``value`` have field ``name``'s type: a flag for a flag, a whole number for a
+        number (Python's ``bool`` is an ``int``, so each is checked both ways)?"""
+        return isinstance(value, int) and isinstance(value, bool) == isinstance(getattr(self, name), bool)
 
     def to_mapping(self) -> dict[str, int | bool]:
         return asdict(self)
