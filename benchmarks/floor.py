@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from app.engine.backend import PrefillOp
@@ -41,6 +42,51 @@ def _lcp(a: Sequence[int], b: Sequence[int]) -> int:
             break
         n += 1
     return n
+
+
+def reusable_prefix(prompt: Sequence[int], computed: Sequence[Sequence[int]]) -> tuple[int, int | None]:
+    """``prompt``'s longest prefix shared with one of ``computed`` (what earlier turns
+    computed), less its last token, which is always prefilled; and the index of that one in
+    ``computed`` (None when none shares a token)."""
+    best, source = 0, None
+    for i, c in enumerate(computed):
+        n = _lcp(prompt, c)
+        if n > best:
+            best, source = n, i
+    return min(best, len(prompt) - 1), source
+
+
+@dataclass(frozen=True, slots=True)
+class Queued:
+    """A turn for ``served_one_at_a_time``."""
+
+    arrived_ms: float
+    prefill_ms: float
+    """The turn's floor (``Floor.turn``)."""
+    after: int | None = None
+    """The turn whose computed tokens this one's reusable prefix comes from: it cannot start
+    before that one has been served."""
+
+
+def served_one_at_a_time(turns: Sequence[Queued]) -> list[float]:
+    """Per turn, its time to first token had one server with the backend alone prefilled the
+    turns one at a time, the shortest first among those that have arrived (and whose
+    ``after`` has been served), doing nothing else: no decode, no overhead. The burst floor
+    of B9 generalised to turns that arrive at any time (B2's clients, each sending its next
+    turn when its reply ends): a turn's floor is its own prefill plus the prefills served
+    while it waited."""
+    done: dict[int, float] = {}
+    clock = 0.0
+    while len(done) < len(turns):
+        free = [i for i, t in enumerate(turns) if i not in done and (t.after is None or t.after in done)]
+        ready = [i for i in free if turns[i].arrived_ms <= clock]
+        if not ready:
+            clock = min(turns[i].arrived_ms for i in free)
+            continue
+        i = min(ready, key=lambda i: (turns[i].prefill_ms, turns[i].arrived_ms, i))
+        clock += turns[i].prefill_ms
+        done[i] = clock
+    return [done[i] - t.arrived_ms for i, t in enumerate(turns)]
 
 
 class Floor:

@@ -12,6 +12,8 @@ from __future__ import annotations
 import statistics
 import threading
 import time
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from app.cache.policy import DESKTOP_POLICY
@@ -19,6 +21,7 @@ from app.engine import Model
 from app.engine.chat import continuation_suffix
 from app.engine.events import Done, Token, TokenId
 from benchmarks.common import N_THREADS, Result, config, engine_at, progress
+from benchmarks.floor import FloorProcess, Queued, reusable_prefix, served_one_at_a_time
 
 SYSTEM = (
     "You are Hearth, a friendly and precise assistant running entirely on the user's own "
@@ -54,6 +57,19 @@ QUESTIONS = [
 ]
 N_TURNS = 5
 N_NEW = 32
+N_CTX = 2048
+BURST_FLOOR = "burst floor: the backend alone, one turn at a time, shortest first, at Hearth's arrivals"
+
+
+@dataclass(frozen=True, slots=True)
+class Sent:
+    """One turn as Hearth's client sent it (for the burst floor)."""
+
+    chat: str
+    arrived_s: float
+    """``time.perf_counter()`` when the client began the turn (its TTFT's start)."""
+    prompt: tuple[int, ...]
+    generated: tuple[int, ...]
 
 
 class _Chat:
@@ -69,6 +85,7 @@ class _Chat:
         self.ended_with_eog = False
         self.ttfts: list[float] = []
         self.hits: list[str] = []
+        self.sent: list[Sent] = []
 
     def piece(self, token: int) -> str:
         text = self.pieces.get(token)
@@ -107,6 +124,7 @@ class _Chat:
                 stats = event.stats
         self.ttfts.append((first if first is not None else time.perf_counter() - t0) * 1000)
         self.hits.append(stats.cache_hit_kind)
+        self.sent.append(Sent(self.cid, t0, tuple(prompt), tuple(generated)))
         self.held = prompt + generated
         self.ended_with_eog = bool(generated) and stats.finish_reason == "stop"
         self.history.append({"role": "assistant", "content": "".join(text)})
@@ -117,8 +135,9 @@ class _Chat:
 
 
 def hearth_b2(path: str) -> dict[str, Any]:
+    """One round of B2 on Hearth; ``sent``: its turns as the clients sent them (not a figure)."""
     with engine_at() as engine:
-        model = engine.load_model("m", config(path, n_ctx=2048, n_seq_max=4, policy=DESKTOP_POLICY, tier="ram"))
+        model = engine.load_model("m", config(path, n_ctx=N_CTX, n_seq_max=4, policy=DESKTOP_POLICY, tier="ram"))
         model.complete("warm up", response_tokens=2)
         pieces: dict[int, str] = {}
         chats = [_Chat(model, f"chat-{i}", QUESTIONS[i], pieces) for i in range(4)]
@@ -133,7 +152,32 @@ def hearth_b2(path: str) -> dict[str, Any]:
     ttfts = [x for c in chats for x in c.ttfts]
     hits = [h for c in chats for h in c.hits]
     return {"wall_s": wall, "median_ttft_ms": statistics.median(ttfts), "hits": {h: hits.count(h) for h in set(hits)},
-            "system_tokens": system_tokens}
+            "system_tokens": system_tokens, "sent": [s for c in chats for s in c.sent]}
+
+
+def burst_floor(floor: FloorProcess, sent: Sequence[Sent]) -> list[float]:
+    """Per turn of one Hearth round (``sent``'s order): its time to first token had one
+    server served the round's turns, sent when Hearth's clients sent them, with the backend
+    alone, one at a time, the shortest first (``served_one_at_a_time``). Each turn's prefill
+    is its floor (``Floor.turn``: what no earlier turn computed, timed now, in the floor's
+    process); a turn reusing another's tokens (a chat's first turn, the system prompt another
+    chat read) waits for that one.
+
+    NOTE: Hearth's four clients send each round's turns within milliseconds of each other,
+    so a turn's TTFT includes the prefills of the turns served before it, on any server
+    that serves them at once; the RAM-cache peer serves the 20 turns one after another, and
+    its TTFT never does. This floor says how much of Hearth's TTFT that wait is."""
+    order = sorted(range(len(sent)), key=lambda i: sent[i].arrived_s)
+    start = sent[order[0]].arrived_s if sent else 0.0
+    computed: list[tuple[int, ...]] = []
+    queued: dict[int, Queued] = {}
+    for i in order:
+        s = sent[i]
+        n, source = reusable_prefix(s.prompt, computed)
+        ms = floor.turn(s.chat, s.prompt, n)
+        queued[i] = Queued((s.arrived_s - start) * 1000, ms, None if source is None else order[source])
+        computed.append(s.prompt + s.generated)
+    return served_one_at_a_time([queued[i] for i in range(len(sent))])
 
 
 def llama_cpp_python_b2(path: str, ram_cache: bool) -> dict[str, Any]:
@@ -177,14 +221,21 @@ def b2_chats(path: str, llama_server: str | None = None, rounds: int = 5) -> Res
     )
     ours_runs: list[dict[str, Any]] = []
     cached_runs: list[dict[str, Any]] = []
-    for r in range(rounds):  # back to back, so machine drift hits both alike (as B1 and B4)
-        progress(f"B2 round {r + 1}/{rounds}: Hearth")
-        ours_runs.append(hearth_b2(path))
-        progress(f"B2 round {r + 1}/{rounds}: llama-cpp-python, LlamaRAMCache")
-        cached_runs.append(llama_cpp_python_b2(path, ram_cache=True))
+    floor_runs: list[dict[str, Any]] = []
+    with FloorProcess(path, N_CTX, [f"chat-{i}" for i in range(4)]) as floor:
+        for r in range(rounds):  # back to back, so machine drift hits both alike (as B1 and B4)
+            progress(f"B2 round {r + 1}/{rounds}: Hearth, then its burst floor")
+            ours = hearth_b2(path)
+            sent = ours.pop("sent")
+            ours_runs.append(ours)
+            floor_runs.append({"median_ttft_ms": statistics.median(burst_floor(floor, sent))})
+            progress(f"B2 round {r + 1}/{rounds}: llama-cpp-python, LlamaRAMCache")
+            cached_runs.append(llama_cpp_python_b2(path, ram_cache=True))
     pairs = list(zip(ours_runs, cached_runs, strict=True))
     wall_ratios = [o["wall_s"] / c["wall_s"] for o, c in pairs]
     ttft_ratios = [o["median_ttft_ms"] / c["median_ttft_ms"] for o, c in pairs]
+    over_floor = [o["median_ttft_ms"] / f["median_ttft_ms"] for o, f in zip(ours_runs, floor_runs, strict=True)]
+    floor_over_cached = [f["median_ttft_ms"] / c["median_ttft_ms"] for f, c in zip(floor_runs, cached_runs, strict=True)]
     ours, cached = _median_run(ours_runs), _median_run(cached_runs)
     progress("B2: llama-cpp-python, no cache")
     plain = llama_cpp_python_b2(path, ram_cache=False)
@@ -204,10 +255,15 @@ def b2_chats(path: str, llama_server: str | None = None, rounds: int = 5) -> Res
         else:
             res.rows.append([name, fig["wall_s"], fig["median_ttft_ms"], ours["wall_s"] / fig["wall_s"],
                              ours["median_ttft_ms"] / fig["median_ttft_ms"]])
+    floor_ttft = statistics.median(f["median_ttft_ms"] for f in floor_runs)
+    res.rows.append([BURST_FLOOR, "", floor_ttft, "", statistics.median(over_floor)])
     res.figures = {
         "hearth": ours, **peers, "wall_ratio_vs_ram_cache": wall_ratio, "ttft_ratio_vs_ram_cache": ttft_ratio,
-        "rounds": {"hearth": ours_runs, "llama-cpp-python (LlamaRAMCache)": cached_runs,
-                   "paired_wall_ratios": wall_ratios, "paired_ttft_ratios": ttft_ratios},
+        BURST_FLOOR: {"median_ttft_ms": floor_ttft}, "ttft_over_burst_floor": statistics.median(over_floor),
+        "burst_floor_over_ram_cache": statistics.median(floor_over_cached),
+        "rounds": {"hearth": ours_runs, "llama-cpp-python (LlamaRAMCache)": cached_runs, BURST_FLOOR: floor_runs,
+                   "paired_wall_ratios": wall_ratios, "paired_ttft_ratios": ttft_ratios,
+                   "paired_ttft_over_burst_floor": over_floor, "paired_burst_floor_over_ram_cache": floor_over_cached},
     }  # fmt: skip
     # BENCHMARKS.md: against llama-server (the same concurrent clients) on wall and TTFT,
     # against the sequential RAM-cache peer on wall. Without a llama-server binary the
@@ -224,7 +280,12 @@ def b2_chats(path: str, llama_server: str | None = None, rounds: int = 5) -> Res
         f"Hearth and the RAM-cache peer: medians of {rounds} back-to-back rounds, ratios = median of the "
         f"per-round ratios (wall {', '.join(f'{x:.3f}' for x in wall_ratios)}; TTFT "
         f"{', '.join(f'{x:.3f}' for x in ttft_ratios)}). Hearth cache hits by kind: {ours['hits']}; "
-        f"system prompt {ours['system_tokens']} tokens"
+        f"system prompt {ours['system_tokens']} tokens. Burst floor (each round's turns sent when Hearth's "
+        f"clients sent them, served one at a time by the backend alone): median TTFT {floor_ttft:.0f} ms; "
+        f"Hearth {statistics.median(over_floor):.3f} × it, it {statistics.median(floor_over_cached):.3f} × the "
+        f"RAM-cache peer's, which serves one turn at a time and so never waits for another chat's prefill "
+        f"(per round: Hearth / floor {', '.join(f'{x:.3f}' for x in over_floor)}; floor / peer "
+        f"{', '.join(f'{x:.3f}' for x in floor_over_cached)})"
     )
     return res
 

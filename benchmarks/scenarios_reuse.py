@@ -38,7 +38,7 @@ from app.cache.policy import DESKTOP_POLICY
 from app.engine import Model
 from app.engine.events import Done, Token, TokenId
 from benchmarks.common import N_THREADS, Result, config, progress
-from benchmarks.floor import FloorProcess
+from benchmarks.floor import FloorProcess, reusable_prefix
 from benchmarks.scenarios_chat import SYSTEM
 
 N_NEW = 32
@@ -282,7 +282,7 @@ def reusable_per_turn(turns: Sequence[tuple[list[int], TurnResult]]) -> list[int
 
 def _reusable(prompt: Sequence[int], computed: Sequence[Sequence[int]]) -> int:
     """``prompt``'s longest prefix shared with one of ``computed``, less its last token."""
-    return min(max((_lcp(prompt, c) for c in computed), default=0), len(prompt) - 1)
+    return reusable_prefix(prompt, computed)[0]
 
 
 def unique_tokens(seqs: Sequence[Sequence[int]]) -> int:
@@ -292,15 +292,6 @@ def unique_tokens(seqs: Sequence[Sequence[int]]) -> int:
         for n in range(1, len(s) + 1):
             seen.add(tuple(s[:n]))
     return len(seen)
-
-
-def _lcp(a: Sequence[int], b: Sequence[int]) -> int:
-    n = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        n += 1
-    return n
 
 
 def b8_reuse(path: str, llama_server: str | None = None) -> Result:
