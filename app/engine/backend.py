@@ -30,7 +30,11 @@ A tick is two calls, so the scheduler can stream a tick's tokens before its deco
   tick; an ``EngineError`` about one op carries that op's ``seq_id``.
 * ``decode(ops, sampled)`` pushes the prefill slices and the sampled tokens in ONE
   ``llama_decode``. It must follow the ``sample`` of the same ops, with no other KV call
-  between them.
+  between them; or, when a prompt ends beside decode rows (``Scheduler._read_first``), the
+  tick's slices that end prompts go first in a ``decode`` of their own, then ``sample``
+  takes those seqs' first decode rows from its logits, and one ``decode`` pushes the tick's
+  other ops with them. Every decode row is sampled before any ``decode`` of its tick (the
+  logits of an earlier batch are gone after one).
 
 ``step(ops)`` (both halves at once) is a convenience for tests and tools, not part of the
 protocol.

@@ -86,9 +86,7 @@ def build_ops(
             f"{len(decoders)} decoding sequences do not fit in n_batch={n_batch}; "
             "raise n_batch or lower n_seq_max"
         )
-    ops: list[Op] = [
-        DecodeOp(r.seq_id, r.sampler, len(r.context_tokens), r.text.in_tool_syntax, r.drafted) for r in decoders
-    ]
+    ops: list[Op] = [decode_op(r) for r in decoders]
     budget = n_batch - len(decoders)
     prefilling = [r for r in reqs if r.prefill_cursor and not r.finishing]
     if max_prefill_seqs is not None:
@@ -107,6 +105,11 @@ def build_ops(
         ops.append(PrefillOp(r.seq_id, slice_, len(r.context_tokens), want_logits))
         budget -= cap
     return ops
+
+
+def decode_op(r: Request) -> DecodeOp:
+    """The request's decode row: its next token sampled, pushed at its committed length."""
+    return DecodeOp(r.seq_id, r.sampler, len(r.context_tokens), r.text.in_tool_syntax, r.drafted)
 
 
 CELLS_PER_TOKEN_OF_WORK = 1000

@@ -123,6 +123,15 @@ class ModelConfig:
     224-241 ms -> 140-153 ms at the same wall time. Streams also get two tokens per prefill
     tick instead of one during a burst of prompts; a long prompt's prefill takes one decode
     tick longer per chunk (~3 %)."""
+    read_first: bool = True
+    """Beyond the seed: a prompt whose last slice shares a tick with decode rows is read in a
+    ``llama_decode`` of its own, its first token sampled and streamed, and then the decode rows
+    and that token go in a second one (``Scheduler._read_first``); ``False``: one
+    ``llama_decode`` per tick, the seed's rule (SPEC §2).
+    NOTE: with a KV stream per sequence llama.cpp splits such a batch into two ubatches or
+    more anyway (equal rows per sequence), so the two calls cost what the one did, and the
+    first token no longer waits for the decode rows' ubatch. B2's follow-ups (17-21 tokens
+    beside 3 decode rows), paired rounds: median TTFT 161 -> 136 ms, wall unchanged."""
     cache_enabled: bool = True
     flash_attn: bool = True
     """On by default: a quantized V cache needs it, the one-chunk path that keeps differing K/V
@@ -219,7 +228,7 @@ class ModelConfig:
         gap = _int("decode_ticks_between_prefills", self.decode_ticks_between_prefills, lo=0, hi=2**31 - 1)
         set_(self, "decode_ticks_between_prefills", gap)
         set_(self, "draft_max", _int("draft_max", self.draft_max, lo=0, hi=MAX_DRAFT))
-        for name in ("cache_enabled", "flash_attn", "swa_full", "speculative"):
+        for name in ("read_first", "cache_enabled", "flash_attn", "swa_full", "speculative"):
             if not isinstance(getattr(self, name), bool):
                 raise InvalidConfig(f"ModelConfig.{name} must be True or False, got {getattr(self, name)!r}")
         for name in ("type_k", "type_v"):

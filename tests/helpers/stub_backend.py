@@ -64,7 +64,8 @@ class StubBackend:
     memory: MemoryCaps = field(default_factory=MemoryCaps)
     draft_rows: dict[int, int] = field(default_factory=dict)
     """seq id → draft rows with logits its last decode pushed."""
-    _sampled: list[Op] | None = None
+    _sampled: list[Op] = field(default_factory=list)
+    """Ops sampled and not decoded yet."""
 
     def __post_init__(self) -> None:
         self.info = BackendInfo(
@@ -93,7 +94,8 @@ class StubBackend:
                 assert self.has_logits.get(op.seq_id), f"seq {op.seq_id} decoded without logits"
                 assert tuple(seq[op.pos :]) == op.drafted, f"seq {op.seq_id}: the KV holds other drafts"
                 assert self.draft_rows.get(op.seq_id, 0) >= len(op.drafted), f"seq {op.seq_id}: drafts without logits"
-        assert self._sampled is None, "sample twice without a decode between"
+        pending = {op.seq_id for op in self._sampled}
+        assert not pending & {op.seq_id for op in ops}, "a seq sampled twice without a decode between"
         self.steps.append(list(ops))
         out: list[StepResult] = []
         for op in ops:
@@ -103,14 +105,20 @@ class StubBackend:
                 seq = self.kv[op.seq_id]
                 accepted, tok = verify(op.drafted, lambda i, s=seq, p=op.pos: self.next_token(s[: p + i]))
                 out.append(Sampled(tok, tok == EOG, accepted))
-        self._sampled = list(ops)
+        self._sampled.extend(ops)
         return out
 
     def decode(self, ops: Sequence[Op], sampled: Sequence[StepResult], *, background: bool = False) -> None:
         """Second half: "llama_decode" drops rejected drafts, pushes the slices, the sampled
         tokens and the new drafts."""
-        assert self._sampled == list(ops), "decode of other ops than the last sample"
-        self._sampled = None
+        # A tick's decode pushes ops sampled since the last one: all of them, or (the tick
+        # reading the prompts that end in it first, ``Scheduler._read_first``) its prefill
+        # slices alone, then the rest with the first decode rows sampled after them.
+        assert ops and all(op in self._sampled for op in ops), "decode of ops that were not sampled"
+        self._sampled = [op for op in self._sampled if op not in ops]
+        for seq_id in self.has_logits:
+            if seq_id not in {op.seq_id for op in ops}:
+                self.has_logits[seq_id] = False  # llama.cpp keeps only this batch's logits
         if background:
             self.background_steps.append(list(ops))
         if self.step_delay:
@@ -285,7 +293,7 @@ class FaultyBackend(StubBackend):
         try:
             self._fault("decode", ops)
         except BaseException:
-            self._sampled = None  # like llama_decode, a failed decode ends the tick
+            self._sampled = [op for op in self._sampled if op not in ops]  # like llama_decode: these are done
             raise
         super().decode(ops, sampled, background=background)
 

@@ -69,9 +69,9 @@ class Harness:
         before = len(self.sampled)
         self.sch.tick()
         self.sch.pool.check(self.sch.reqs)
-        if len(self.sampled) == before:
-            return []
-        return [describe(op) for op in self.sampled[-1]]
+        # A tick samples twice when a prompt ends beside decode rows: its first decode row is
+        # sampled after the prompt's own decode, in the same tick (``Scheduler._read_first``).
+        return [describe(op) for ops in self.sampled[before:] for op in ops]
 
     def tick_while(self, busy: Callable[[], object], max_ticks: int = 1000) -> list[list[list[Any]]]:
         """Tick while ``busy()`` holds; each tick's rows. Fails (never loops forever) when it

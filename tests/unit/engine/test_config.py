@@ -25,7 +25,7 @@ BAD = [
     {"prefill_chunk_size": 0}, {"prefill_chunk_size": "big"}, {"prefill_seqs_per_tick": 0},
     {"decode_ticks_between_prefills": -1}, {"thinking_markers": ("<think>",)},
     {"thinking_markers": "<think>"}, {"tool_call_markers": ("", "</t>")}, {"type_k": "q9_9"},
-    {"type_v": "q8_0", "flash_attn": False}, {"cache_enabled": "yes"}, {"flash_attn": 1},
+    {"type_v": "q8_0", "flash_attn": False}, {"cache_enabled": "yes"}, {"flash_attn": 1}, {"read_first": "no"},
     {"thinking_signing_key": "secret"}, {"extra": ["x"]},
     # Item 4: the total context is a uint32 in llama.cpp.
     {"n_ctx": 2**30, "n_seq_max": 4}, {"n_ctx": 2**32}, {"n_ctx": 2**24 + 1, "n_seq_max": LLAMA_MAX_SEQ},

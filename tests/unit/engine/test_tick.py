@@ -14,9 +14,9 @@ import pytest
 from app.engine.admission import AdmissionPath
 from app.engine.cache_hooks import NullCache
 from app.engine.errors import ContextOverflow, NoSession, StickyBusy
-from app.engine.events import Done, PrefillProgress, TokenId
+from app.engine.events import Done, Error, PrefillProgress, TokenId
 from app.engine.shares import SHARE_MIN_TOKENS
-from tests.helpers.stub_backend import StubBackend
+from tests.helpers.stub_backend import FaultyBackend, StubBackend
 from tests.unit.engine.harness import make, tok
 
 HEAD = "You are a careful assistant. Answer briefly and kindly. "
@@ -86,14 +86,16 @@ def test_while_streaming_one_prefill_per_tick_shortest_first_with_a_decode_tick_
     h.admit("a" * 20)  # seq 1: three chunks
     h.admit("hi?")  # seq 2: one slice, so it goes first
     ticks = [h.tick() for _ in range(8)]
+    # A prompt that ends beside decode rows is read first, and its first decode row joins
+    # theirs in the same tick (``Scheduler._read_first``).
     assert ticks == [
-        [["decode", 0, 1], ["prefill", 2, 3]],
+        [["decode", 0, 1], ["prefill", 2, 3], ["decode", 2, 1]],
         [["decode", 0, 1], ["decode", 2, 1]],  # a decode-only tick after a prefill tick
         [["decode", 0, 1], ["decode", 2, 1], ["prefill", 1, 8]],
         [["decode", 0, 1], ["decode", 2, 1]],
-        [["decode", 0, 1], ["decode", 2, 1], ["prefill", 1, 8]],
-        [["decode", 0, 1], ["decode", 2, 1]],  # "hi?" has its 5 tokens and ends
-        [["decode", 0, 1], ["prefill", 1, 4]],
+        [["decode", 0, 1], ["decode", 2, 1], ["prefill", 1, 8]],  # "hi?" has its 5 tokens and ends
+        [["decode", 0, 1]],
+        [["decode", 0, 1], ["prefill", 1, 4], ["decode", 1, 1]],
         [["decode", 0, 1], ["decode", 1, 1]],
     ]
     assert h.running()[0] == s
@@ -205,7 +207,7 @@ def test_a_waiting_request_takes_the_shared_head_once_the_donor_holds_it():
     assert rows == [[["prefill", 0, 16]]] * 3 + [[["prefill", 0, 10]]]
     assert h.stub.kv[1] == tok(HEAD)  # shared, not prefilled
     assert h.tick() == [["decode", 0, 1]]  # a streams now: a decode-only tick first
-    assert h.tick() == [["decode", 0, 1], ["prefill", 1, 2]]  # then b prefills "B?" only
+    assert h.tick() == [["decode", 0, 1], ["prefill", 1, 2], ["decode", 1, 1]]  # then b prefills "B?" only
     h.run()
     assert h.outcome(b).stats.cache_delta.read == len(HEAD)
 
@@ -221,6 +223,61 @@ def test_a_waiter_whose_donor_is_cancelled_prefills_its_whole_prompt():
     assert req.prefill_cursor == tok(HEAD + "B?")
     h.run()
     assert isinstance(h.outcome(b), Done)
+
+
+def test_a_prompt_ending_beside_decode_rows_is_read_first_and_its_first_token_streams_before_their_decode():
+    """``Scheduler._read_first``: the prompt's last slice goes in a decode of its own, its
+    first token is sampled and streamed, then one decode pushes it with the running rows."""
+    h = make(StubBackend(n_seq_max=2))
+    a = h.admit("x", response_tokens=30)
+    h.tick()
+    h.tick()  # a streams
+    b = h.admit("hello", response_tokens=3)
+    seen: list[int] = []
+    emit = h.sch.reqs[1].emit
+
+    def spy(event: Any) -> None:
+        if isinstance(event, TokenId):
+            seen.append(h.stub.decoded_ticks)
+        emit(event)
+
+    h.sch.reqs[1].emit = spy
+    before = h.stub.decoded_ticks
+    assert h.tick() == [["decode", 0, 1], ["prefill", 1, 5], ["decode", 1, 1]]
+    assert h.stub.decoded_ticks == before + 2
+    assert seen == [before + 1]  # after its prompt's decode, before the running rows'
+    assert h.stub.kv[1] == [*tok("hello"), *h.sch.reqs[1].generated]
+    assert h.stub.kv[0] == h.sch.reqs[0].context_tokens
+    assert h.tick() == [["decode", 0, 1], ["decode", 1, 1]]  # the next tick decodes both
+    h.run()
+    assert isinstance(h.outcome(a), Done) and isinstance(h.outcome(b), Done)
+    assert len(h.sch.reqs) == 0
+
+
+def test_without_read_first_a_tick_is_one_decode_as_the_seeds():
+    h = make(StubBackend(n_seq_max=2), read_first=False)
+    h.admit("x", response_tokens=30)
+    h.tick()
+    h.tick()
+    h.admit("hello", response_tokens=3)
+    before = h.stub.decoded_ticks
+    assert h.tick() == [["decode", 0, 1], ["prefill", 1, 5]]
+    assert h.stub.decoded_ticks == before + 1
+    assert h.stub.kv[1] == tok("hello")
+    h.run()
+
+
+def test_a_failed_read_first_fails_only_its_request_and_the_stream_runs_on():
+    h = make(FaultyBackend(n_seq_max=2))
+    a = h.admit("x", response_tokens=8)
+    h.tick()
+    h.tick()
+    b = h.admit("hello", response_tokens=3)
+    h.stub.arm("decode", RuntimeError("llama_decode failed"), when=lambda ops: any(op.seq_id == 1 for op in ops))
+    h.tick()
+    assert isinstance(h.outcome(b), Error)
+    h.run()
+    assert isinstance(h.outcome(a), Done) and sum(isinstance(e, TokenId) for e in h.events[a]) == 8
 
 
 def test_every_token_streams_before_the_decode_that_pushes_it():
@@ -293,8 +350,8 @@ def test_the_writer_is_held_from_admission_to_the_first_token_only():
     h.tick()  # samples a's first token, streams it, decodes it
     assert rec.holds == [True, False]
     b = h.admit("another prompt", response_tokens=3)
-    h.tick()
-    assert rec.holds == [True, False, True]
+    h.tick()  # b's prompt ends beside a's decode row: read first, then b's first token
+    assert rec.holds == [True, False, True, False]
     h.run()
     assert rec.holds == [True, False, True, False]
     assert [type(e) for e in h.events[a]][-1] is Done and [type(e) for e in h.events[b]][-1] is Done
