@@ -163,10 +163,11 @@ def burst_floor(floor: FloorProcess, sent: Sequence[Sent]) -> list[float]:
     process); a turn reusing another's tokens (a chat's first turn, the system prompt another
     chat read) waits for that one.
 
-    NOTE: Hearth's four clients send each round's turns within milliseconds of each other,
-    so a turn's TTFT includes the prefills of the turns served before it, on any server
-    that serves them at once; the RAM-cache peer serves the 20 turns one after another, and
-    its TTFT never does. This floor says how much of Hearth's TTFT that wait is."""
+    NOTE: Hearth's four clients run at once (their first turns together, each next one when
+    its reply ends), so a turn can arrive while another chat's prompt is being read and wait
+    for it, on any server that serves them at once; the RAM-cache peer serves the 20 turns
+    one after another, and its TTFT never includes another chat's prefill. This floor is
+    what any server pays for these arrivals on this backend, reading one prompt at a time."""
     order = sorted(range(len(sent)), key=lambda i: sent[i].arrived_s)
     start = sent[order[0]].arrived_s if sent else 0.0
     computed: list[tuple[int, ...]] = []

@@ -131,7 +131,9 @@ class ModelConfig:
     NOTE: with a KV stream per sequence llama.cpp splits such a batch into two ubatches or
     more anyway (equal rows per sequence), so the two calls cost what the one did, and the
     first token no longer waits for the decode rows' ubatch. B2's follow-ups (17-21 tokens
-    beside 3 decode rows), paired rounds: median TTFT 161 -> 136 ms, wall unchanged."""
+    beside 3 decode rows), paired rounds: median TTFT 161 -> 136 ms, wall unchanged. B9's
+    two-client trace: median 1.07 x, its clients' turns after the restart served in another
+    order (docs/benchmarks.md, 2026-12-04 10:12)."""
     cache_enabled: bool = True
     flash_attn: bool = True
     """On by default: a quantized V cache needs it, the one-chunk path that keeps differing K/V
