@@ -321,6 +321,11 @@ def b9_agent_trace(model: str, llama_server: str | None = None) -> Result:
         progress("B9: hearth serve")
         hearth_turns = run_trace(hearth_launcher(model, Path(tmp) / "hearth"))
         runs[HEARTH] = _summary(hearth_turns)
+        # NOTE: the floors right after Hearth's trace, before the peers (llama-cpp-python's
+        # server alone takes ~7 minutes): on this machine llama.cpp's speed drifts by tens of
+        # percent within minutes, and the goal is Hearth's TTFT over these floors.
+        progress("B9: the floors (the backend alone, each turn's new tokens)")
+        alone = floor_trace(model, hearth_turns)
         if llama_server:
             progress("B9: llama-server -np 2, cache_prompt")
             runs[PEER] = _summary(run_trace(llama_server_launcher(llama_server, model), {"cache_prompt": True}))
@@ -331,8 +336,6 @@ def b9_agent_trace(model: str, llama_server: str | None = None) -> Result:
             cache_dir.mkdir()
             runs["llama-cpp-python server (disk cache)"] = _summary(
                 run_trace(llama_cpp_python_launcher(model, cache_dir)))
-    progress("B9: the floors (the backend alone, each turn's new tokens)")
-    alone = floor_trace(model, hearth_turns)
     runs[FLOOR] = _summary(alone)
     runs[BURST_FLOOR] = _summary(burst_floor(alone))
     hearth = runs[HEARTH]
