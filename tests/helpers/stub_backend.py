@@ -116,8 +116,9 @@ class StubBackend:
         # slices alone, then the rest with the first decode rows sampled after them.
         assert ops and all(op in self._sampled for op in ops), "decode of ops that were not sampled"
         self._sampled = [op for op in self._sampled if op not in ops]
+        in_batch = {op.seq_id for op in ops}
         for seq_id in self.has_logits:
-            if seq_id not in {op.seq_id for op in ops}:
+            if seq_id not in in_batch:
                 self.has_logits[seq_id] = False  # llama.cpp keeps only this batch's logits
         if background:
             self.background_steps.append(list(ops))
