@@ -19,6 +19,7 @@ import pytest
 from app.cache.policy import CachePolicy
 from app.engine import Engine, ModelConfig, llama_backend
 from app.engine.events import Done, TokenId
+from app.engine.scheduler import Scheduler
 from tests.helpers.logit_recorder import RecordingBackend, logits_for
 
 MODELS = [pytest.param("tiny_model_path", id="tiny"),
@@ -117,15 +118,24 @@ def test_eight_batched_equal_eight_alone(tmp_path, model_path):
 
 
 def test_a_cold_prompt_while_three_others_decode_equals_it_alone(tmp_path, model_path):
-    with Engine(tmp_path / "d") as engine:
+    """Its prompt ends beside the others' decode rows: read first, in a decode of its own, its
+    first decode row then beside theirs (``Scheduler._read_first``)."""
+    split: list[int] = []
+    read_first = Scheduler._read_first
+    # (a context of its own: test_exactness_speculative calls this test with its own arguments)
+    with pytest.MonkeyPatch.context() as mp, Engine(tmp_path / "d") as engine:
+        mp.setattr(Scheduler, "_read_first", lambda self, *parts: split.append(1) or read_first(self, *parts))
         model = engine.load_model("m", _config(model_path, cache_enabled=False))
         target = _chat(model, QUESTIONS[0])
         alone = _run(model, target)[0]
         others = [model.infer(_chat(model, q), response_tokens=80, ignore_eos=True) for q in QUESTIONS[1:4]]
-        next(iter(others[0]))  # the others are decoding
+        events = iter(others[0])
+        while not isinstance(next(events), TokenId):  # until the others are decoding
+            pass
         busy = _run(model, target)[0]
         for s in others:
             s.result()
+    assert split, "the prompt was not read beside decode rows"
     _assert_same_logits(target, alone, busy)
     assert _count_runs(target, alone) == 2
 

@@ -13,10 +13,13 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from app.engine import Engine
+from app.engine.events import TokenId
+from app.engine.scheduler import Scheduler
 from tests.helpers.reuse_client import Client, assistant, config, run, user
 from tests.helpers.tiny_families import ensure_tiny_family
 
@@ -118,6 +121,30 @@ def test_four_chats_that_start_together(client: Client) -> None:
         assert not isinstance(got, BaseException) and got is not None, f"chat {i}: {got!r}"
         ids, stats, _ = got  # type: ignore[misc]
         assert ids == client.cold(prompts[i]), f"chat {i} differs from a cold run"
+    _no_seq_left(client)
+
+
+def test_a_chat_sent_while_another_streams(client: Client, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its prompt ends beside the other chat's decode row, so it is read first, in a decode of
+    its own (``Scheduler._read_first``), and its first token joins the other's row."""
+    split: list[int] = []
+    read_first = Scheduler._read_first
+
+    def spy(self: Scheduler, *parts: Any) -> Any:
+        split.append(1)
+        return read_first(self, *parts)
+
+    monkeypatch.setattr(Scheduler, "_read_first", spy)
+    story = client.render([user("Tell me a long story about a lighthouse keeper and the sea.")])
+    question = client.render([user("What is two plus two?")])
+    other = client.model.infer(story, response_tokens=400, ignore_eos=True)
+    events = iter(other)
+    while not isinstance(next(events), TokenId):  # until the other chat decodes
+        pass
+    ids, _, _ = run(client.model, question)
+    other.result()
+    assert split, "the question's prompt was not read first"
+    assert ids == client.cold(question)
     _no_seq_left(client)
 
 
