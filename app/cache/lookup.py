@@ -205,6 +205,14 @@ class Lookup:
         assert isinstance(payload, memoryview)
         self._buffers.give(payload)
 
+    def prepare(self, meta: KeyMeta) -> int:
+        """A model loaded: make the memory its largest chunked row would be assembled into
+        now, not at its first restore (``StateBuffers.reserve``). The bytes reserved (0: no
+        such row, or the pool keeps enough)."""
+        ns = namespace_of(meta)
+        size = max((r.size for r in self._catalog.rows() if r.format == 2 and r.namespace == ns), default=0)
+        return size if self._buffers.reserve(size) else 0
+
     def load(self, row: Row) -> Buffer | None:
         """A row's whole payload, checked; None when it is gone or damaged (damaged files
         are dropped and counted). A save still being written is served from memory."""

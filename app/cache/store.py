@@ -321,6 +321,11 @@ class CacheStore:
         the KV streams of the context it will be loaded into (see ``Lookup.find``)."""
         return self._lookup.find(meta, prompt, parent_key=parent_key, min_tokens=min_tokens, n_stream=n_stream)
 
+    def prepare_restores(self, meta: KeyMeta) -> int:
+        """A model of ``meta`` loaded: the memory its restores are assembled into is made
+        now, off the path to its first token (``Lookup.prepare``); the bytes made."""
+        return self._lookup.prepare(meta)
+
     def match(
         self, meta: KeyMeta, prompt: Sequence[int], *, parent_key: bytes | None = None
     ) -> Candidate | None:

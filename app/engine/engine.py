@@ -137,6 +137,10 @@ class Engine:
                 kv_streams=info.kv_streams,
             )
             meta = KeyMeta(info.fingerprint, info.quant_type, info.ctx_params_hash)
+            try:
+                self.cache.prepare_restores(meta)  # the first restore after a start finds warm memory
+            except Exception:  # never worth a model
+                log.exception("preparing memory for %s's restores failed", model_id)
         thinking = _marker_tokens(backend, config.thinking_markers, info.chat_template, "<think>", "</think>")
         tools = _marker_tokens(backend, config.tool_call_markers, info.chat_template, "<tool_call>", "</tool_call>")
         scheduler = Scheduler(backend, config, hooks, meta, thinking_markers=thinking, tool_markers=tools)

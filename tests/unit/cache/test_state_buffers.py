@@ -1,13 +1,14 @@
-"""The memory restores reuse (``StateBuffers``): given back, a buffer serves the next take;
-a view given back cannot be read; a buffer something still reads, or one too large, is
-never reused."""
+"""The memory restores reuse (``StateBuffers``): given back, a buffer serves the next take
+(one a little larger too: new buffers have headroom); a view given back cannot be read; a
+buffer something still reads, or one too large, is never reused; a reserved buffer serves
+the first take."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from app.cache.state_buffers import StateBuffers
+from app.cache.state_buffers import HEADROOM, StateBuffers
 
 
 def test_a_buffer_given_back_serves_the_next_take_of_its_size_or_less() -> None:
@@ -31,7 +32,7 @@ def test_at_most_keep_buffers_are_kept_and_none_too_large() -> None:
     a, b = pool.take(100), pool.take(100)
     pool.give(a)
     pool.give(b)
-    assert pool.kept_bytes == 100  # one kept, the other let go
+    assert pool.kept_bytes == 100 + 100 // HEADROOM  # one kept, the other let go
     big = pool.take(8192)  # the kept one is too small: let go for a new one
     assert pool.kept_bytes == 0
     pool.give(big)
@@ -52,3 +53,26 @@ def test_a_buffer_still_read_through_an_array_is_never_reused() -> None:
     pool.give(view)  # nor while a slice of it lives
     assert pool.kept_bytes == 0
     del head
+
+
+def test_a_new_buffer_has_room_for_a_slightly_larger_restore() -> None:
+    pool = StateBuffers()
+    view = pool.take(8000)
+    memory = view.obj
+    assert len(view) == 8000 and len(memory) == 8000 + 8000 // HEADROOM
+    pool.give(view)
+    larger = pool.take(8000 + 8000 // HEADROOM)  # e.g. the other conversation, a few cells longer
+    assert larger.obj is memory
+
+
+def test_a_reserved_buffer_serves_the_first_take_and_is_made_once() -> None:
+    pool = StateBuffers(keep=1, max_pooled_bytes=1 << 20)
+    assert pool.reserve(40_000)
+    memory_bytes = pool.kept_bytes
+    assert memory_bytes == 40_000 + 40_000 // HEADROOM
+    assert not pool.reserve(30_000)  # the kept buffer holds it already
+    first = pool.take(40_500)
+    assert len(first) == 40_500 and pool.kept_bytes == 0
+    assert not pool.reserve(2 << 20) and not pool.reserve(0)  # over the pool's limit; nothing
+    pool.give(first)
+    assert pool.kept_bytes == memory_bytes

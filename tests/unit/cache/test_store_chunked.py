@@ -185,6 +185,32 @@ def test_branches_inside_chunks_store_every_token_once(open_store: Callable[...,
     assert store.counters()["chunks_orphaned"] == 0
 
 
+def test_after_a_restart_the_first_restore_is_assembled_into_memory_made_at_load(
+    open_store: Callable[..., CacheStore],
+) -> None:
+    """``prepare_restores`` (a model's load): the memory the model's largest chunked row
+    would be assembled into is made before any request, so the first restore after a start
+    does not pay for fresh pages (B9's restart turn); another model's rows do not count."""
+    store = open_store(chunk_tokens=4)
+    short, long = list(range(10, 30)), list(range(100, 190))
+    put(store, short)
+    put(store, long)
+    put(store, list(range(300, 700)), meta=OTHER_META)  # larger, but another model's
+    store.close()
+    store = open_store(chunk_tokens=4)
+    row = store.lookup_exact(META, long)
+    assert row is not None and row.format == 2
+    largest = max(r.size for r in store._catalog.rows() if r.namespace == row.namespace)
+    assert store.prepare_restores(META) == largest
+    kept = store._lookup._buffers.kept_bytes
+    assert kept >= largest
+    assert store.prepare_restores(META) == 0  # made once
+    got = found(store, short)
+    assert isinstance(got.payload, memoryview) and len(got.payload.obj) == kept  # type: ignore[arg-type]
+    got.release(got.payload)
+    assert found(store, long).n == len(long)
+
+
 def test_a_row_extended_turn_by_turn_keeps_at_most_one_partial_chunk(small: CacheStore) -> None:
     conv = list(range(300, 303))
     for turn in range(8):
