@@ -14,7 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from app.engine.chat_template import KILL_AFTER_S, MAX_WORKER_MEMORY
+from app.engine.chat_template import KILL_AFTER_S, MAX_IDLE, MAX_WORKER_MEMORY, WorkerPool
 
 ROOT = Path(__file__).resolve().parents[3]
 HANG_GUARD_S = 180  # the child's whole run; a frozen GIL would hold it for many minutes
@@ -105,3 +105,19 @@ def test_the_bundle_runs_the_worker_as_hearth_template_worker() -> None:
     import io
 
     assert json.loads(read_frame(io.BytesIO(proc.stdout[len(READY):])) or b"{}") == {"text": "Hi!"}
+
+
+def test_a_model_load_starts_enough_workers_for_two_first_renders_at_once() -> None:
+    # B9: two clients re-send their conversations together right after a server restart;
+    # with one warm worker, the second render started one of its own beside the first read.
+    pool = WorkerPool()
+    try:
+        pool.prewarm()
+        assert len(pool._idle) == MAX_IDLE >= 2
+        started = list(pool._idle)
+        pool.prewarm()  # enough are idle: none started
+        assert pool._idle == started and pool._num_workers == MAX_IDLE
+        assert all(w.proc.poll() is None for w in started)
+    finally:
+        pool.close()
+    assert all(w.proc.wait(10) is not None for w in started)
