@@ -17,7 +17,7 @@ builds gigabytes (``((2**4096)**4096)**4096``, a string doubled with ``~``):
 Every failure — the sandbox's refusals, a timeout, a worker that died — is ``InvalidRequest``.
 
 Workers are kept warm: a pool (at most ``MAX_WORKERS``) is reused across renders, each keeps
-its compiled templates, and ``prewarm()`` starts one when a model loads.
+its compiled templates, and ``prewarm()`` starts ``MAX_IDLE`` when a model loads.
 NOTE: 2,000 renders of SmolLM2's template over a 6-message chat took 1.28 x the wall time
 through a warm worker as in-process (whole-process timings, 5 paired runs, a loaded 2-core
 machine): ~0.3 ms more per render, ~0.5 ms in all (the pipe round trip and JSON). Starting
