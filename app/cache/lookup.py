@@ -208,7 +208,7 @@ class Lookup:
     def prepare(self, meta: KeyMeta) -> int:
         """A model loaded: make the memory its largest chunked row would be assembled into
         now, not at its first restore (``StateBuffers.reserve``). The bytes reserved (0: no
-        such row, or the pool keeps enough)."""
+        such row, one over the pool's limit, or the pool keeps a buffer already)."""
         ns = namespace_of(meta)
         size = max((r.size for r in self._catalog.rows() if r.format == 2 and r.namespace == ns), default=0)
         return size if self._buffers.reserve(size) else 0
