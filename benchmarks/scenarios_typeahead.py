@@ -158,10 +158,11 @@ def b11_type_ahead(
         runs for a user), not ``processEvents()`` and a 2 ms sleep in turn, which is what this
         did until then: there a reply's first text, posted from the bridge's thread, waited
         for the end of the sleep to be handled, and the paint it asks for waited for the next
-        one (Qt defers events posted while it handles others), so each typed turn's time
-        carried up to 4 ms of the harness (traced: 2.4-2.7 ms from the text's arrival to the
-        paint in every turn). ``cond`` is checked every ``CHECK_MS``; the times measured
-        are stamped by the event filter, when the events are handled."""
+        one (Qt defers events posted while it handles others), so each turn's time carried
+        up to ~5 ms of the harness (traced: 0.2-2.4 ms from the bridge's flush to the GUI's
+        handling of the text, then 2.4-2.7 ms to the paint, in every turn; 0.7-0.9 ms to the
+        paint now). ``cond`` is checked every ``CHECK_MS``; the times measured are stamped
+        by the event filter, when the events are handled."""
         if cond():
             return
         loop = QEventLoop()
