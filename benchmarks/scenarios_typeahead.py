@@ -160,7 +160,7 @@ def b11_type_ahead(
         for the end of the sleep to be handled, and the paint it asks for waited for the next
         one (Qt defers events posted while it handles others), so each turn's time carried
         up to ~5 ms of the harness (traced: 0.2-2.4 ms from the bridge's flush to the GUI's
-        handling of the text, then 2.4-2.7 ms to the paint, in every turn; 0.7-0.9 ms to the
+        handling of the text, then 2.4-2.7 ms to the paint, in every turn; 0.7-1.0 ms to the
         paint now). ``cond`` is checked every ``CHECK_MS``; the times measured are stamped
         by the event filter, when the events are handled."""
         if cond():
