@@ -18,7 +18,7 @@ data dir) in an offscreen window, and driven with QTest key events only:
 
 TTFT is the time from the Enter key event (``QTest.keyClick``) to the first paint of the
 window after the reply's first text reached the chat (as B6 measures text on screen); the GUI
-runs its own event loop meanwhile, as it does for a user (``pump_until``). The
+runs its own event loop meanwhile, as it does for a user (``run_until``). The
 replies on and off must be the same, token for token (greedy). Run in a fresh process with
 ``QT_QPA_PLATFORM=offscreen`` set before Qt is imported.
 """
@@ -58,7 +58,7 @@ STREAM_TURN = 2
 REPLY_TOKENS = 48
 STREAM_TOKENS = 1000
 CHECK_MS = 2
-"""How often a wait in the GUI's event loop checks whether it is over (``pump_until``)."""
+"""How often a wait in the GUI's event loop checks whether it is over (``run_until``)."""
 STREAM_PROMPT = "Write a long story about a lighthouse keeper and a storm at sea."
 
 
@@ -74,6 +74,46 @@ def paste_text(sentences: int = 40) -> str:
             f"at {17 + i % 6}, and locals say the best time to come is {('early', 'late', 'midday')[i % 3]}."
         )
     return " ".join(out)
+
+
+def run_until(cond: Callable[[], object], expired: Callable[[], bool]) -> bool:
+    """Run the GUI's event loop until ``cond()`` holds (True) or ``expired()`` (False); an
+    exception ``cond`` raises is raised here.
+
+    NOTE (2026-12-04, issue 25): B11 waits for its replies in a real event loop
+    (``QEventLoop.exec``, as ``app.exec()`` runs for a user), not in ``processEvents()`` and a
+    2 ms sleep in turn, which it did until then: there a reply's first text, posted from the
+    bridge's thread, waited for the end of the sleep to be handled, and the paint it asks for
+    waited for the next one (Qt defers events posted while it handles others), so each turn's
+    time carried up to ~5 ms of the harness (traced: 0.2-2.4 ms from the bridge's flush to the
+    GUI's handling of the text, then 2.4-2.7 ms to the paint, in every turn; 0.7-1.0 ms to the
+    paint now). ``cond`` is checked every ``CHECK_MS``; the times B11 measures are stamped by
+    its event filter, when the events are handled."""
+    from PySide6.QtCore import QEventLoop, QTimer
+
+    if cond():
+        return True
+    loop = QEventLoop()
+    check = QTimer()
+    check.setInterval(CHECK_MS)
+    failed: list[Exception] = []
+
+    def on_check() -> None:
+        try:
+            done = bool(cond())
+        except Exception as exc:  # raised below: Qt would only print it, and the loop run on
+            failed.append(exc)
+            done = True
+        if done or expired():
+            loop.quit()
+
+    check.timeout.connect(on_check)
+    check.start()
+    loop.exec()
+    check.stop()
+    if failed:
+        raise failed[0]
+    return bool(cond())
 
 
 @dataclass
@@ -109,7 +149,7 @@ def b11_type_ahead(
     timeout_s: float = 300.0,
 ) -> Result:
     os.environ["QT_QPA_PLATFORM"] = "offscreen"
-    from PySide6.QtCore import QEvent, QEventLoop, QObject, Qt, QTimer
+    from PySide6.QtCore import QEvent, QObject, Qt
     from PySide6.QtTest import QTest
     from PySide6.QtWidgets import QApplication
 
@@ -152,32 +192,7 @@ def b11_type_ahead(
             last = now
 
     def pump_until(cond: Callable[[], object], what: str) -> None:
-        """Run the GUI's event loop until ``cond()`` holds.
-
-        NOTE (2026-12-04, issue 25): a real event loop (``QEventLoop.exec``, as ``app.exec()``
-        runs for a user), not ``processEvents()`` and a 2 ms sleep in turn, which is what this
-        did until then: there a reply's first text, posted from the bridge's thread, waited
-        for the end of the sleep to be handled, and the paint it asks for waited for the next
-        one (Qt defers events posted while it handles others), so each turn's time carried
-        up to ~5 ms of the harness (traced: 0.2-2.4 ms from the bridge's flush to the GUI's
-        handling of the text, then 2.4-2.7 ms to the paint, in every turn; 0.7-1.0 ms to the
-        paint now). ``cond`` is checked every ``CHECK_MS``; the times measured are stamped
-        by the event filter, when the events are handled."""
-        if cond():
-            return
-        loop = QEventLoop()
-        check = QTimer()
-        check.setInterval(CHECK_MS)
-
-        def on_check() -> None:
-            if cond() or time.monotonic() > deadline[0]:
-                loop.quit()
-
-        check.timeout.connect(on_check)
-        check.start()
-        loop.exec()
-        check.stop()
-        if not cond():
+        if not run_until(cond, lambda: time.monotonic() > deadline[0]):
             live = controller.live_reply(watch_cid[0])
             raise TimeoutError(f"B11: {what} took longer than {timeout_s:.0f} s "
                                f"({live and (live.num_tokens, live.text[-80:])}, {window.last_status})")
