@@ -16,7 +16,7 @@ import math
 import operator
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from os import PathLike, fspath
+from os import PathLike, cpu_count, fspath
 from types import MappingProxyType
 from typing import Any, Literal
 
@@ -265,6 +265,18 @@ class ModelConfig:
     def chunk_size(self) -> int | None:
         assert self.prefill_chunk_size != "default"
         return self.prefill_chunk_size
+
+
+def default_threads() -> int:
+    """llama.cpp's threads when ``n_threads`` is not set: every core, up to 8."""
+    return max(1, min(cpu_count() or 1, 8))
+
+
+def request_threads(n_threads: int | None, n_threads_batch: int | None) -> int:
+    """The most threads llama.cpp reads a request with (``ModelConfig.n_threads`` and
+    ``n_threads_batch``, unset: their defaults)."""
+    n = n_threads or default_threads()
+    return max(n, n_threads_batch or n)
 
 
 def _path(value: object) -> str:

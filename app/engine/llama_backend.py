@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import ctypes
 import logging
-import os
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from typing import Any, cast
@@ -40,7 +39,7 @@ from app.engine.backend import (
 )
 from app.engine.chat_template import CHATML_TEMPLATE, render_chat_template
 from app.engine.chat_template import prewarm as prewarm_templates
-from app.engine.config import DEFAULT_TYPE_K, DEFAULT_TYPE_V
+from app.engine.config import DEFAULT_TYPE_K, DEFAULT_TYPE_V, default_threads
 from app.engine.errors import (
     ContextOverflow,
     DecodeFailed,
@@ -113,7 +112,7 @@ class LlamaBackend(SeqKv):
         self.n_ctx_per_seq = n_ctx_per_seq
         self.n_seq_max = n_seq_max
         self.n_batch = n_batch
-        cores = max(1, min(os.cpu_count() or 1, 8))
+        cores = default_threads()
         self.n_threads = n_threads or cores
         self.n_threads_batch = n_threads_batch or self.n_threads
         self.n_threads_background = n_threads_background or max(cores, self.n_threads_batch)

@@ -30,6 +30,7 @@ from app.conversation.prompt import PromptBuilder
 from app.conversation.type_ahead import margin_of, probe_of, readable_prefix, with_draft
 from app.conversation.window import SUMMARY_OPENING, Budget, Turn, WindowPlan
 from app.engine.chat import continuation_suffix
+from app.engine.config import request_threads
 from app.engine.errors import EngineError
 from app.engine.events import (
     Done,
@@ -43,6 +44,7 @@ from app.engine.events import (
     TokenId,
 )
 from app.storage import ReplyStats
+from app.ui import gui_affinity
 from app.ui.bridge_records import (
     GenerationRequest,
     ReadAheadRequest,
@@ -69,11 +71,23 @@ B11's traces had 4-8.5 ms from the submit to the ``llama_decode`` (1.4 ms when t
 waited), on a reply whose 6 prompt tokens then took ~40 ms. Waiting here gives them the GIL;
 the redraw then runs while llama.cpp reads (without the GIL). Bounded: a request queued behind
 a long tick, or for a free seq, does not hold the GUI longer than this."""
+KEEP_OFF_MAX_MS = 5000
+"""How long the GUI thread keeps off the core where a request's reading started, at most,
+when no update of it comes sooner (``gui_affinity``; the first one ends it)."""
 STATUS_MS = 500
 DEFAULT_REPLY_TOKENS = 64
 TRIMS = ("attention", "sliding_window")
 """Memory kinds whose live seq drops a tail cheaply (``MemoryCaps``): a recurrent state reads a
 changed tail again from a checkpoint, so it gets no whole reads."""
+
+
+class ReadingStarted(threading.Event):
+    """Set once the engine starts reading a request's prompt, or once it is clear it will not
+    (``_BridgeWorker.expect_reading``)."""
+
+    cpu: int | None = None
+    """The core the engine's thread was on as it started reading (None: it did not, or the
+    OS does not say)."""
 
 
 @dataclass(slots=True)
@@ -128,7 +142,7 @@ class _BridgeWorker(QObject):
         self._lock = threading.Lock()
         self._closed = False
         self._live: dict[str, _Live] = {}
-        self._awaited: dict[str, threading.Event] = {}
+        self._awaited: dict[str, ReadingStarted] = {}
         """Request id → what the GUI thread waits on until the engine reads it (``submit``)."""
         # NOTE: what each sticky session holds, so a follow-up turn sends only its suffix.
         self._held: dict[str, SessionState] = {}
@@ -189,10 +203,10 @@ class _BridgeWorker(QObject):
         if live is None or live.stream is None:  # nothing will be read (refused, or not sendable)
             self._reading_started(rid)
 
-    def expect_reading(self, request_id: str) -> threading.Event:
+    def expect_reading(self, request_id: str) -> ReadingStarted:
         """Any thread (the GUI's, before it queues the request): an event set once the engine
         starts reading the request's prompt, or once it is clear it will not."""
-        event = threading.Event()
+        event = ReadingStarted()
         with self._lock:
             self._awaited[request_id] = event
         return event
@@ -201,11 +215,16 @@ class _BridgeWorker(QObject):
         with self._lock:
             self._awaited.pop(request_id, None)
 
-    def _reading_started(self, request_id: str) -> None:  # the scheduler's thread, or this one
+    def _reading_started(self, request_id: str, cpu: int | None = None) -> None:
+        """The scheduler's thread (``cpu``: the core it reads on), or this one (None)."""
         with self._lock:
             event = self._awaited.pop(request_id, None)
         if event is not None:
+            event.cpu = cpu
             event.set()
+
+    def _engine_reads(self, request_id: str) -> None:  # the scheduler's thread: ``on_reading``
+        self._reading_started(request_id, gui_affinity.current_cpu())
 
     @Slot(object)
     def summarise(self, request: SummaryRequest) -> None:
@@ -299,7 +318,7 @@ class _BridgeWorker(QObject):
         prompt = full if held is None or not suffix else held.tokens + suffix
         live = self._add_live(_Live(request.request_id, sid, prompt, "infer", report))
         callback = self._callback(request.request_id)
-        reading = partial(self._reading_started, request.request_id)
+        reading = partial(self._engine_reads, request.request_id)
         stream = None
         with self._lock:
             self._reading.pop(sid, None)  # the engine ends it: this request takes its seq
@@ -715,6 +734,9 @@ class EngineBridge(QObject):
         self.model = model
         self.n_ctx = int(model.config.n_ctx)
         self.closed = False
+        config = model.config
+        self._threads = request_threads(getattr(config, "n_threads", None), getattr(config, "n_threads_batch", None))
+        """The most threads llama.cpp reads a request with (``gui_affinity``)."""
         self._thread = QThread()
         self._thread.setObjectName(f"bridge-{model_id}")
         self._worker = _BridgeWorker(model, model_id)
@@ -728,6 +750,7 @@ class EngineBridge(QObject):
         self._read_ahead_requested.connect(self._worker.read_ahead)
         self._stop_read_ahead_requested.connect(self._worker.stop_read_ahead)
         self._worker.read_ahead_ready.connect(self.read_ahead_received)
+        self._worker.update_ready.connect(self._on_update)
         self._worker.update_ready.connect(self.update_received)
         self._worker.status_ready.connect(self.status_received)
         self._worker.count_ready.connect(self.count_received)
@@ -736,7 +759,8 @@ class EngineBridge(QObject):
     def submit(self, request: GenerationRequest) -> None:
         """Queue ``request``; when the engine runs nothing else, wait until it reads the
         prompt (at most ``READING_WAIT_S``; see there why): what the caller does next (a
-        redraw, storing the message) runs while llama.cpp reads.
+        redraw, storing the message) runs while llama.cpp reads, and off the core it reads on
+        until the request's first update (``gui_affinity``).
 
         NOTE: not while anything runs (other replies, prompts, a type-ahead slice): the
         request then starts after the tick in flight (tens of ms), so the wait would mostly
@@ -749,6 +773,18 @@ class EngineBridge(QObject):
         if reading is not None:
             reading.wait(READING_WAIT_S)
             self._worker.forget_reading(request.request_id)
+            rid = request.request_id
+            if reading.cpu is not None and gui_affinity.GUARD.keep_off(reading.cpu, self._threads, rid):
+                QTimer.singleShot(KEEP_OFF_MAX_MS, self, partial(self._release_core, rid))
+
+    @Slot(object)
+    def _on_update(self, update: StreamUpdate) -> None:
+        self._release_core(update.request_id)
+
+    def _release_core(self, request_id: str) -> None:
+        """The GUI thread's cores back, if ``request_id``'s reading narrowed them."""
+        if gui_affinity.GUARD.request_id == request_id:
+            gui_affinity.GUARD.release()
 
     def _engine_idle(self) -> bool:
         """Nothing runs on the model (as of its scheduler's last tick)."""
@@ -785,6 +821,7 @@ class EngineBridge(QObject):
         returns nothing on the UI side touches the model again (call before ``unload``).
         """
         self.closed = True
+        gui_affinity.GUARD.release()
         if not self._thread.isRunning():
             return
         QMetaObject.invokeMethod(self._worker, "stop", Qt.ConnectionType.BlockingQueuedConnection)
