@@ -6,10 +6,12 @@ reads on fewer threads than the GUI thread may use cores, the two should run sid
 but a thread woken while another runs may be put on that one's core, and it then waits for
 the kernel to move one of them (a tick: 4 ms at ``CONFIG_HZ=250``). NOTE: traced in B11
 (2026-12-04, one llama.cpp thread for requests, 2 cores): the GUI thread woke from
-``EngineBridge.submit``'s wait on the scheduler thread's core in 5 of 7 typed turns, and the
-6-token read took its 35 ms of CPU plus 4-16 ms of waiting for the core; kept off that core
-until the reply's first update, 0.2-0.7 ms in all 7 (the GUI thread woken again after storing
-the message had landed there too, so a single move at the wake's end was not enough).
+``EngineBridge.submit``'s wait on the scheduler thread's core in 6 of 7 typed turns, and in 5
+the 6-token read took its ~35 ms of CPU plus 4-16 ms of waiting for the core; kept off that
+core until the reply's first update, its wall time exceeded its CPU time by 0.2-0.7 ms in 7
+of 7 typed turns of one trace and 6 of 7 of another (the
+GUI thread woken again after storing the message had landed there too, so a single move at the
+wake's end was not enough).
 
 So ``EngineBridge.submit`` asks ``keep_off`` for the core the engine's thread was on as it
 started reading (``current_cpu`` there), and the bridge ``release``s it at the request's
