@@ -42,7 +42,7 @@ protocol.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -210,10 +210,15 @@ class Backend(Protocol):
         """First half of a tick: check ``ops``, sample every decode row (see the module doc)."""
         ...
 
-    def decode(self, ops: Sequence[Op], sampled: Sequence[StepResult], *, background: bool = False) -> None:
+    def decode(
+        self, ops: Sequence[Op], sampled: Sequence[StepResult], *, background: bool = False,
+        before: Callable[[], None] | None = None,
+    ) -> None:
         """Second half: one ``llama_decode`` of the prefill slices and the sampled tokens.
         ``background``: every op reads ahead (type-ahead) and nobody waits for the tick; the
-        backend may compute it with other threads (never other results)."""
+        backend may compute it with other threads (never other results). ``before`` is called
+        right before the ``llama_decode``, after every other native call of the tick (the
+        scheduler's ``on_reading``s: a thread woken by them takes the GIL at the next one)."""
         ...
 
     def new_sampler(self, params: SamplingParams) -> Any:

@@ -241,11 +241,14 @@ class LlamaBackend(SeqKv):
             return (), sample_row(0)
         return verify(op.drafted, sample_row)
 
-    def decode(self, ops: Sequence[Op], sampled: Sequence[StepResult], *, background: bool = False) -> None:
+    def decode(
+        self, ops: Sequence[Op], sampled: Sequence[StepResult], *, background: bool = False,
+        before: Callable[[], None] | None = None,
+    ) -> None:
         """Second half of a tick: the prefill slices and the sampled tokens (with their drafts)
         in ONE ``llama_decode``; first, each verified seq's cells after its accepted drafts
         are dropped. ``background``: the tick only reads ahead, on ``n_threads_background``
-        threads.
+        threads. ``before``: called right before the ``llama_decode`` (``Backend.decode``).
 
         ``DecodeFailed`` leaves the seqs of the tick unusable (their samplers advanced, and
         their KV may hold part of the batch): fail their requests and free their seqs.
@@ -278,6 +281,8 @@ class LlamaBackend(SeqKv):
                         batch.logits[row - 1] = 1
                         new_rows[prefill.seq_id] = row - 1
         self._use_threads(background)
+        if before is not None:
+            before()
         self._decode(self._ctx, batch, row)
         self._rows = new_rows
         self._drafted = pending

@@ -14,7 +14,7 @@ engine's backend factory looks the class up at load time.
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -66,8 +66,11 @@ class RecordingBackend(LlamaBackend):
                         self.records.append((tuple(held[: op.pos + i]), logits))
         return super().sample(ops)
 
-    def decode(self, ops: Sequence[Op], sampled: Sequence[StepResult], *, background: bool = False) -> None:
-        super().decode(ops, sampled, background=background)
+    def decode(
+        self, ops: Sequence[Op], sampled: Sequence[StepResult], *, background: bool = False,
+        before: Callable[[], None] | None = None,
+    ) -> None:
+        super().decode(ops, sampled, background=background, before=before)
         for op, res in zip(ops, sampled, strict=True):
             held = self._held.setdefault(op.seq_id, [])
             if isinstance(op, PrefillOp):

@@ -108,13 +108,18 @@ class StubBackend:
         self._sampled.extend(ops)
         return out
 
-    def decode(self, ops: Sequence[Op], sampled: Sequence[StepResult], *, background: bool = False) -> None:
+    def decode(
+        self, ops: Sequence[Op], sampled: Sequence[StepResult], *, background: bool = False,
+        before: Callable[[], None] | None = None,
+    ) -> None:
         """Second half: "llama_decode" drops rejected drafts, pushes the slices, the sampled
-        tokens and the new drafts."""
+        tokens and the new drafts (``before`` first, as the real backend calls it)."""
         # A tick's decode pushes ops sampled since the last one: all of them, or (the tick
         # reading the prompts that end in it first, ``Scheduler._read_first``) its prefill
         # slices alone, then the rest with the first decode rows sampled after them.
         assert ops and all(op in self._sampled for op in ops), "decode of ops that were not sampled"
+        if before is not None:
+            before()
         self._sampled = [op for op in self._sampled if op not in ops]
         in_batch = {op.seq_id for op in ops}
         for seq_id in self.has_logits:
@@ -290,13 +295,16 @@ class FaultyBackend(StubBackend):
         self._fault("sample", ops)
         return super().sample(ops)
 
-    def decode(self, ops: Sequence[Op], sampled: Sequence[StepResult], *, background: bool = False) -> None:
+    def decode(
+        self, ops: Sequence[Op], sampled: Sequence[StepResult], *, background: bool = False,
+        before: Callable[[], None] | None = None,
+    ) -> None:
         try:
             self._fault("decode", ops)
         except BaseException:
             self._sampled = [op for op in self._sampled if op not in ops]  # like llama_decode: these are done
             raise
-        super().decode(ops, sampled, background=background)
+        super().decode(ops, sampled, background=background, before=before)
 
     def new_sampler(self, params: SamplingParams) -> Any:
         self._fault("new_sampler", params)

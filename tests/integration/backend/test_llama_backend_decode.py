@@ -109,3 +109,25 @@ def test_llama_decode_failure_is_a_typed_error_and_the_backend_keeps_serving(tin
 def test_decode_without_logits_is_a_scheduler_bug(tiny):
     with pytest.raises(RuntimeError, match="no logits"):
         tiny.step([DecodeOp(3, None, 0, True)])
+
+
+def test_before_runs_right_before_llama_decode_after_the_thread_switch(tiny, monkeypatch):
+    """``decode(before=...)`` (the scheduler's ``on_reading``s) runs after every other native
+    call of the tick, switching llama.cpp's threads back from a type-ahead tick included, and
+    right before the ``llama_decode``: a thread it wakes then finds the GIL released there."""
+    import llama_cpp
+
+    calls: list[str] = []
+    set_threads, llama_decode = llama_cpp.llama_set_n_threads, llama_cpp.llama_decode
+    monkeypatch.setattr(llama_cpp, "llama_set_n_threads",
+                        lambda *a: calls.append("threads") or set_threads(*a))  # fmt: skip
+    monkeypatch.setattr(llama_cpp, "llama_decode", lambda *a: calls.append("decode") or llama_decode(*a))
+    tiny.n_threads_background = tiny.n_threads + 1  # a type-ahead tick switches the threads
+    prompt = tuple(tiny.tokenize(PROMPTS[0]))
+    ops = [PrefillOp(0, prompt[:8], 0, False)]
+    tiny.decode(ops, tiny.sample(ops), background=True, before=lambda: calls.append("before"))
+    assert calls == ["threads", "before", "decode"]
+    calls.clear()
+    ops = [PrefillOp(0, prompt[8:12], 8, True)]
+    tiny.decode(ops, tiny.sample(ops), before=lambda: calls.append("before"))
+    assert calls == ["threads", "before", "decode"]
