@@ -70,11 +70,12 @@ def test_nothing_changes_where_no_core_would_be_left(guard):
 def test_a_send_keeps_the_gui_thread_off_the_reading_core_until_its_first_update(qtbot, tmp_path):
     """Through the bridge, on the fake engine (which reads at once, on its own thread): the
     GUI thread leaves the core the engine's thread read on, and gets its cores back at the
-    request's first update; a model on every core leaves it alone."""
+    request's first update; a model on every core leaves it alone (its default, unset, is
+    every core up to 8: ``app.engine.config.default_threads``)."""
     whole = os.sched_getaffinity(0)
     engine = FakeEngine(tmp_path)
     one = engine.load_model("one", SimpleNamespace(path="/x/a.gguf", n_ctx=4096, n_seq_max=4, n_threads=1))
-    every = engine.load_model("all", SimpleNamespace(path="/x/b.gguf", n_ctx=4096, n_seq_max=4, n_threads=None))
+    every = engine.load_model("all", SimpleNamespace(path="/x/b.gguf", n_ctx=4096, n_seq_max=4, n_threads=len(whole)))
     one.token_delay_s = 0.05
     bridges = [EngineBridge(one, "one"), EngineBridge(every, "all")]
     seen: list[tuple[set[int], bool]] = []

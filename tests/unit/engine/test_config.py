@@ -11,7 +11,13 @@ import pytest
 
 from app.cache.policy import CachePolicy
 from app.engine import Engine, ModelConfig
-from app.engine.config import LLAMA_MAX_SEQ, MAX_CTX_TOTAL, Markers
+from app.engine.config import (
+    LLAMA_MAX_SEQ,
+    MAX_CTX_TOTAL,
+    Markers,
+    default_threads,
+    request_threads,
+)
 from app.engine.errors import ContextOverflow, EngineError, InvalidConfig
 
 BAD = [
@@ -104,3 +110,14 @@ def test_n_ubatch_and_n_threads_batch_reach_the_context(tmp_path, tiny_model_pat
         assert (plain.n_ubatch, plain.n_threads_batch) == (256, 1)
     finally:
         plain.close()
+
+
+def test_request_threads_is_the_most_threads_a_request_is_read_with(monkeypatch):
+    import app.engine.config as config
+
+    assert request_threads(None, None) == default_threads()
+    assert request_threads(1, None) == 1 and request_threads(1, 3) == 3 and request_threads(4, 2) == 4
+    monkeypatch.setattr(config, "cpu_count", lambda: 32)
+    assert default_threads() == 8  # every core, up to 8
+    monkeypatch.setattr(config, "cpu_count", lambda: None)
+    assert default_threads() == 1
