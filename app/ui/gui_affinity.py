@@ -32,10 +32,13 @@ log = logging.getLogger(__name__)
 
 
 def _sched_getcpu() -> Callable[[], int] | None:
+    """libc's ``sched_getcpu``, called with the GIL held (``PyDLL``, not ``CDLL``): it is called
+    in ``on_reading``, right before the ``llama_decode``, where letting the GIL go would let
+    another thread take it and the read wait for it (``Scheduler._reading``)."""
     if not hasattr(os, "sched_setaffinity"):
         return None
     try:
-        getcpu: Callable[[], int] = ctypes.CDLL(None).sched_getcpu
+        getcpu: Callable[[], int] = ctypes.PyDLL(None).sched_getcpu
     except (OSError, AttributeError):
         return None
     return getcpu

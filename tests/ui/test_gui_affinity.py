@@ -58,6 +58,16 @@ def test_keep_off_narrows_the_thread_until_release_and_frees_threads_started_mea
     assert os.sched_getaffinity(0) == whole
 
 
+def test_the_core_is_asked_with_the_gil_held():
+    """``current_cpu`` runs in ``on_reading``, right before the ``llama_decode``: a ctypes call
+    that let the GIL go there would let another thread take it and the read wait."""
+    import ctypes
+
+    getcpu = gui_affinity._GETCPU
+    assert getcpu is not None and getcpu._flags_ & ctypes._FUNCFLAG_PYTHONAPI  # type: ignore[attr-defined]
+    assert gui_affinity.current_cpu() in os.sched_getaffinity(0)
+
+
 def test_nothing_changes_where_no_core_would_be_left(guard):
     whole = os.sched_getaffinity(0)
     assert not guard.keep_off(min(whole), threads=len(whole), request_id="r1")  # llama.cpp takes them all
