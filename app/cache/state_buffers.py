@@ -1,4 +1,5 @@
-"""Memory reused from one restore to the next.
+"""Memory reused from one restore to the next (``StateBuffers``), and from one save's pack
+to the next (``SaveBuffers``, at the end).
 
 A restore assembles a state of several megabytes (chunks concatenated, ``seqstate.concat``)
 that llama.cpp copies into the seq and that is dropped right after. Written into fresh memory
@@ -79,11 +80,8 @@ class StateBuffers:
             view.release()  # later reads of this very view raise
         if not isinstance(buf, bytearray) or len(buf) > self._max:
             return
-        try:
-            buf.append(0)  # refused while anything still reads it (a slice, an array over it)
-        except BufferError:
-            return  # never reused
-        buf.pop()
+        if not _unread(buf):  # anything still reads it (a slice, an array over it): never reused
+            return
         with self._lock:
             if len(self._free) < self._keep:
                 self._free.append(buf)
@@ -92,3 +90,62 @@ class StateBuffers:
     def kept_bytes(self) -> int:
         with self._lock:
             return sum(len(b) for b in self._free)
+
+
+SAVE_KEEP = 2
+"""Buffers ``SaveBuffers`` keeps: the two saves a pair of replies ending together makes."""
+
+
+class SaveBuffers:
+    """Memory reused from one save's pack to the next (``app.engine.saves``).
+
+    A save's pack (``llama_state_seq_get_data``) written into fresh memory costs more in page
+    faults than in copying: a 2,400-token SmolLM2 state (42 MB) took 17–24 ms to pack into new
+    bytes, 2.1–2.7 ms into memory used before (2026-12-04; docs/benchmarks.md). It runs on the
+    scheduler thread, so every finish, continued and cold save delays whatever waits for the
+    next tick (B9: the first request of each pair waited for the other reply's finish save).
+
+    The payload goes to the cache, which may keep it (queued, served from memory until
+    written, a whole blob kept in the RAM tier), and nobody gives it back: a buffer is
+    **lent**, and lent again only once nothing reads it — no view of it is alive anywhere (a
+    ``bytearray`` refuses to grow while any memoryview of it exists, ``_unread``). At most
+    ``keep`` buffers are tracked, none over ``max_pooled_bytes``; a pack that finds none free
+    gets new memory, as before. Used by one thread (the scheduler's).
+    """
+
+    def __init__(self, keep: int = SAVE_KEEP, max_pooled_bytes: int = MAX_POOLED_BYTES) -> None:
+        self._keep = keep
+        self._max = max_pooled_bytes
+        self._bufs: list[bytearray] = []
+
+    def lend(self, n: int) -> memoryview:
+        """A writable view of ``n`` bytes: a tracked buffer nobody reads and large enough,
+        else new memory (tracked when it fits the pool, in place of a free one too small)."""
+        too_small = None
+        for i, buf in enumerate(self._bufs):
+            if _unread(buf):
+                if len(buf) >= n:
+                    return memoryview(buf)[:n]
+                too_small = i
+        size = n if n > self._max else min(self._max, n + n // HEADROOM)
+        new = bytearray(size)
+        if size <= self._max:
+            if too_small is not None:
+                self._bufs[too_small] = new
+            elif len(self._bufs) < self._keep:
+                self._bufs.append(new)
+        return memoryview(new)[:n]
+
+    @property
+    def kept_bytes(self) -> int:
+        return sum(len(b) for b in self._bufs)
+
+
+def _unread(buf: bytearray) -> bool:
+    """No view of ``buf`` is alive (growing it is refused while one is)."""
+    try:
+        buf.append(0)
+    except BufferError:
+        return False
+    buf.pop()
+    return True

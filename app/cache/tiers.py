@@ -98,6 +98,14 @@ def name_key(name: str) -> bytes | None:
         return None
 
 
+def _immutable(part: Buffer) -> Buffer:
+    """``part`` itself when its memory never changes (bytes, a view of bytes), else a copy: a
+    view of memory that is reused (a save packed into ``SaveBuffers``) is not kept by reference."""
+    if isinstance(part, bytes) or (isinstance(part, memoryview) and isinstance(part.obj, bytes)):
+        return part
+    return bytes(part)
+
+
 class RamTier:
     """Files as tuples of their parts in a dict; lost when the process exits."""
 
@@ -108,9 +116,10 @@ class RamTier:
         self._lock = threading.Lock()
 
     def put(self, files: Sequence[FileParts]) -> list[str]:
+        kept = [(name, tuple(_immutable(p) for p in parts)) for name, parts in files]
         with self._lock:
-            for name, parts in files:
-                self._files[name] = tuple(parts)
+            for name, parts in kept:
+                self._files[name] = parts
         return [TIER_RAM] * len(files)
 
     def get_parts(self, name: str) -> tuple[Buffer, ...]:

@@ -259,8 +259,10 @@ class Backend(Protocol):
         shorter than what ``src`` holds needs ``info.memory.cut_states``."""
         ...
 
-    def kv_pack(self, seq_id: int) -> bytes | memoryview:
-        """The seq's KV as a one-stream state (``app.cache.seqstate``); may be a read-only view."""
+    def kv_pack(self, seq_id: int, into: Callable[[int], memoryview] | None = None) -> bytes | memoryview:
+        """The seq's KV as a one-stream state (``app.cache.seqstate``); may be a read-only view.
+        ``into(size)``: a writable view of ``size`` bytes to pack into (memory used before,
+        ``SaveBuffers.lend``); a backend may ignore it."""
         ...
 
     def kv_unpack(self, seq_id: int, payload: bytes | memoryview) -> bool:

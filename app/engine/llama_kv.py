@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import llama_cpp
@@ -45,8 +46,10 @@ def memory_caps(model: Any) -> MemoryCaps:
     return MemoryCaps()
 
 
-def pack(ctx: Any, seq_id: int) -> bytes | memoryview:
-    """The seq's KV as a one-stream state; empty when the seq holds nothing.
+def pack(ctx: Any, seq_id: int, into: Callable[[int], memoryview] | None = None) -> bytes | memoryview:
+    """The seq's KV as a one-stream state; empty when the seq holds nothing. ``into(size)``:
+    a writable view to pack into (``SaveBuffers.lend``: memory used before); the result is
+    then a read-only view of it. Else new bytes.
 
     A layout ``seqstate`` does not recognise (recurrent or sliding-window memory) is
     returned as llama.cpp wrote it; it then loads only into a context with the same
@@ -55,15 +58,23 @@ def pack(ctx: Any, seq_id: int) -> bytes | memoryview:
     size = llama_cpp.llama_state_seq_get_size(ctx, seq_id)
     if size == 0:
         return b""
-    # NOTE: llama.cpp writes straight into a new bytes object. It runs on the scheduler
-    # thread between ticks, and for a 14 MB state this takes 1.6 ms where a bytearray
-    # plus a copy to bytes took 11 ms (page faults and two passes over fresh memory).
-    # Safe because the object is brand new (``bytes(n)`` for n > 0 is never shared or
-    # cached), nothing else holds it, and nothing hashes or reads it before it is filled.
-    out = bytes(size)
-    dst = ctypes.cast(ctypes.c_char_p(out), ctypes.POINTER(ctypes.c_uint8))
-    n = llama_cpp.llama_state_seq_get_data(ctx, dst, size, seq_id)
-    view = memoryview(out)[:n]
+    if into is None:
+        # NOTE: llama.cpp writes straight into a new bytes object. It runs on the scheduler
+        # thread between ticks, and for a 14 MB state this takes 1.6 ms where a bytearray
+        # plus a copy to bytes took 11 ms (page faults and two passes over fresh memory).
+        # Safe because the object is brand new (``bytes(n)`` for n > 0 is never shared or
+        # cached), nothing else holds it, and nothing hashes or reads it before it is filled.
+        out = bytes(size)
+        addr = ctypes.cast(ctypes.c_char_p(out), ctypes.c_void_p).value or 0
+        view = memoryview(out)
+    else:
+        writable = into(size)
+        if writable.readonly or writable.nbytes != size:
+            raise ValueError(f"into({size}) gave {writable.nbytes} bytes, read-only={writable.readonly}")
+        addr = ctypes.addressof(ctypes.c_uint8.from_buffer(writable))
+        view = writable.toreadonly()
+    n = llama_cpp.llama_state_seq_get_data(ctx, ctypes.cast(addr, ctypes.POINTER(ctypes.c_uint8)), size, seq_id)
+    view = view[:n]
     try:
         st = seqstate.parse(view)
     except seqstate.UnknownLayout as exc:
@@ -75,7 +86,7 @@ def pack(ctx: Any, seq_id: int) -> bytes | memoryview:
     # 40-60 ms here): the stream's block is already contiguous, so the one-stream header
     # is written over the bytes just before it and the payload is a view of the rest.
     start, end = seqstate.one_stream_span(st)
-    ctypes.memmove(ctypes.addressof(dst.contents) + start, seqstate.header(st.seq_id, 1), seqstate.HEADER.size)
+    ctypes.memmove(addr + start, seqstate.header(st.seq_id, 1), seqstate.HEADER.size)
     return view[start:end]
 
 
@@ -183,11 +194,11 @@ class SeqKv:
         self._check_seq(seq_id)
         return int(llama_cpp.llama_memory_seq_pos_max(self._mem, seq_id))
 
-    def kv_pack(self, seq_id: int) -> bytes | memoryview:
+    def kv_pack(self, seq_id: int, into: Callable[[int], memoryview] | None = None) -> bytes | memoryview:
         """The seq's KV as a one-stream state (``app.cache.seqstate``), loadable under any
         ``n_seq_max``; empty when the seq holds nothing. See ``llama_kv.pack``."""
         self._check_seq(seq_id)
-        return pack(self._ctx, seq_id)
+        return pack(self._ctx, seq_id, into)
 
     def kv_unpack(self, seq_id: int, payload: bytes | memoryview) -> bool:
         """Load a packed seq state (one-stream, or as written by this context's layout).

@@ -216,7 +216,7 @@ class StubBackend:
         self.has_logits[dst] = False
         self.draft_rows[dst] = 0
 
-    def kv_pack(self, seq_id: int) -> bytes:
+    def kv_pack(self, seq_id: int, into: Callable[[int], memoryview] | None = None) -> bytes:
         return ",".join(map(str, self.kv.get(seq_id, []))).encode()
 
     def kv_unpack(self, seq_id: int, payload: bytes | memoryview) -> bool:
@@ -326,9 +326,9 @@ class FaultyBackend(StubBackend):
         self._fault("seq_cp", src, dst, n_tokens)
         super().seq_cp(src, dst, n_tokens)
 
-    def kv_pack(self, seq_id: int) -> bytes:
+    def kv_pack(self, seq_id: int, into: Callable[[int], memoryview] | None = None) -> bytes:
         self._fault("kv_pack", seq_id)
-        return super().kv_pack(seq_id)
+        return super().kv_pack(seq_id, into)
 
     def kv_unpack(self, seq_id: int, payload: bytes | memoryview) -> bool:
         self._fault("kv_unpack", seq_id)

@@ -9,6 +9,7 @@ import pytest
 
 from app.cache import seqstate
 from app.cache.seqstate import UnknownLayout
+from app.cache.state_buffers import SaveBuffers
 from app.engine.backend import PrefillOp
 from tests.integration.backend.driver import PROMPTS, decode, prefill
 
@@ -44,6 +45,27 @@ def test_a_packed_state_is_one_stream_and_every_byte_is_accounted_for(make_backe
     assert len(st.k) == len(st.v) == 2
     # header + cell count + per cell (meta + K/V rows) + v_trans/n_layer + per-layer headers
     assert len(payload) == 12 + 4 + st.bytes_per_cell * st.n_cells + 8 + 12 * 4
+
+
+def test_a_state_packed_into_memory_used_before_is_the_same_bytes_and_loads(make_backend):
+    backend = make_backend(n_seq_max=4)
+    prompt = _long_prompt(backend)
+    prefill(backend, 2, prompt, chunk=16)
+    fresh = bytes(backend.kv_pack(2))
+    pool = SaveBuffers()
+    first = backend.kv_pack(2, into=pool.lend)
+    memory = first.obj
+    assert isinstance(memory, bytearray) and first.readonly
+    assert bytes(first) == fresh
+    del first
+    backend.seq_rm(2, len(prompt) // 2)  # a shorter state into the same memory
+    again = backend.kv_pack(2, into=pool.lend)
+    assert again.obj is memory
+    assert seqstate.parse(again).n_cells == len(prompt) // 2
+    assert bytes(again) == bytes(seqstate.cut(fresh, len(prompt) // 2))
+    loader = make_backend(n_seq_max=2)
+    assert loader.kv_unpack(1, again)
+    assert loader.seq_pos_max(1) == len(prompt) // 2 - 1
 
 
 @pytest.mark.parametrize("n_seq_max", [1, 8])

@@ -246,3 +246,42 @@ def test_the_cold_save_is_made_after_the_first_token(tmp_path, tiny_model_path):
         ids, stats = _run(model, other)
         assert stats.cache_delta.read == split
     assert ids == _cold_reference(tmp_path, tiny_model_path, other)
+
+
+def test_saves_pack_into_memory_used_before_and_never_over_a_queued_one(tmp_path, tiny_model_path, monkeypatch):
+    """A save packs into memory an earlier save used (``SaveBuffers``) only once nothing reads
+    it: saves still queued (the writer held back) keep their bytes while later ones are made,
+    and every row restores to the cold reply; once written, their memory serves the next."""
+    import app.cache.store as store_mod
+    from app.cache.state_buffers import SaveBuffers
+
+    lent: list[bytearray] = []
+    lend = SaveBuffers.lend
+
+    def recording(self, n):
+        view = lend(self, n)
+        lent.append(view.obj)
+        return view
+
+    monkeypatch.setattr(SaveBuffers, "lend", recording)
+    monkeypatch.setattr(store_mod, "WRITE_GRACE_S", 4.0)  # the first save waits this long: all three queued
+    policy = CachePolicy(min_tokens=8, cold_min_tokens=100000, cold_max_tokens=200000, continued_interval=100000,
+                         boundary_trim_tokens=4, boundary_align_tokens=16)
+    prompts = []
+    data = tmp_path / "data"
+    with Engine(data) as engine:
+        model = engine.load_model("m", _config(tiny_model_path, policy=policy))
+        for i in range(3):
+            prompt = model.tokenize(f"Conversation {i}. " + TEXT * (2 + i))
+            prompts.append(list(model.complete(model.detokenize(prompt), response_tokens=6).context_tokens))
+        queued = lent[:]
+        assert len(queued) == 3 and len({id(b) for b in queued}) == 3  # none packed over a queued save
+        assert engine.cache.flush()
+        model.complete("Something else entirely, after the writes.", response_tokens=4)
+        assert any(lent[-1] is b for b in queued)  # written: the memory serves the next save
+    with Engine(data) as engine:  # a restart: the rows written, not the seqs' cells, serve them
+        model = engine.load_model("m", _config(tiny_model_path, policy=policy))
+        for ctx in prompts:
+            ids, stats = _run(model, ctx, n=6)
+            assert (stats.cache_hit_kind, stats.cache_delta.read) == ("exact", len(ctx))
+            assert ids == _cold_reference(tmp_path, tiny_model_path, ctx, n=6)

@@ -1,14 +1,15 @@
 """The memory restores reuse (``StateBuffers``): given back, a buffer serves the next take
 (one a little larger too: new buffers have headroom); a view given back cannot be read; a
 buffer something still reads, or one too large, is never reused; a reserved buffer serves
-the first take."""
+the first take. And the memory saves pack into (``SaveBuffers``): lent again only once no
+view of it is alive anywhere."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from app.cache.state_buffers import HEADROOM, StateBuffers
+from app.cache.state_buffers import HEADROOM, SaveBuffers, StateBuffers
 
 
 def test_a_buffer_given_back_serves_the_next_take_of_its_size_or_less() -> None:
@@ -76,3 +77,46 @@ def test_a_reserved_buffer_serves_the_first_take_and_is_made_once() -> None:
     assert not pool.reserve(2 << 20) and not pool.reserve(0)  # over the pool's limit; nothing
     pool.give(first)
     assert pool.kept_bytes == memory_bytes
+
+
+def test_a_lent_buffer_is_lent_again_once_nothing_reads_it() -> None:
+    pool = SaveBuffers()
+    view = pool.lend(1000)
+    memory = view.obj
+    payload = view.toreadonly()[10:900]  # what a pack hands the cache
+    del view
+    other = pool.lend(1000)  # the payload still reads the first: new memory
+    assert other.obj is not memory
+    assert bytes(payload[:3]) == bytes(3)  # and the payload is untouched
+    del payload, other
+    again = pool.lend(800)
+    assert again.obj is memory and len(again) == 800
+
+
+def test_a_buffer_read_through_an_array_or_a_stored_view_is_not_lent() -> None:
+    pool = SaveBuffers(keep=1)
+    view = pool.lend(64)
+    memory = view.obj
+    array = np.frombuffer(view.toreadonly(), dtype=np.uint8)
+    del view
+    assert pool.lend(64).obj is not memory
+    kept = {"row": memoryview(memory)[:8]}  # as a RAM tier keeps a whole blob
+    del array
+    assert pool.lend(64).obj is not memory
+    del kept
+    assert pool.lend(64).obj is memory
+
+
+def test_at_most_keep_buffers_are_tracked_and_none_too_large() -> None:
+    pool = SaveBuffers(keep=2, max_pooled_bytes=4096)
+    a, b, c = pool.lend(100), pool.lend(100), pool.lend(100)  # all three read at once
+    assert pool.kept_bytes == 2 * (100 + 100 // HEADROOM)  # the third is nobody's to reuse
+    third = c.obj
+    del a, b, c
+    assert pool.lend(100).obj is not third
+    big = pool.lend(8192)  # over max_pooled_bytes: new memory, never tracked
+    assert len(big) == 8192 and pool.kept_bytes == 2 * (100 + 100 // HEADROOM)
+    larger = pool.lend(1000)  # both kept are free but too small: one makes way
+    assert pool.kept_bytes == 100 + 100 // HEADROOM + 1000 + 1000 // HEADROOM
+    del larger
+    assert len(pool.lend(1000).obj) == 1000 + 1000 // HEADROOM

@@ -248,3 +248,16 @@ def test_moving_a_row_never_evicts_the_row_being_moved(store: CacheStore) -> Non
     assert_within_quota(store)
     row_a = store.lookup_exact(META, CONV["A"])
     assert row_a is not None and store.load(row_a) == payload_for(CONV["A"])
+
+
+def test_the_ram_tier_keeps_bytes_as_given_and_copies_memory_that_is_reused() -> None:
+    from app.cache.tiers import RamTier
+
+    tier = RamTier()
+    fixed = b"head"
+    reused = bytearray(b"payload")  # a save packed into ``SaveBuffers``: lent again later
+    tier.put([("f", (fixed, memoryview(reused).toreadonly()[:4]))])
+    reused[:4] = b"XXXX"
+    assert tier.get("f") == b"headpayl"
+    assert tier.get_parts("f")[0] is fixed
+    reused.append(0)  # no view of it is kept: its memory may serve the next save
