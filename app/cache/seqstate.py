@@ -271,9 +271,18 @@ def to_streams(buf: Buffer, n_stream: int) -> Buffer:
     return b"".join((header(st.seq_id, n_stream), view[st.start : st.end], bytes(4 * (n_stream - 1))))
 
 
-def cut(buf: Buffer, n_cells: int, n_stream: int = 1) -> bytes:
-    """The first ``n_cells`` cells (positions ``0 .. n_cells-1``) as a state of its own."""
-    return split(buf, [0, n_cells], n_stream=n_stream)[0]
+def cut(buf: Buffer, n_cells: int, n_stream: int = 1, *, into: Callable[[int], memoryview] | None = None) -> Buffer:
+    """The first ``n_cells`` cells (positions ``0 .. n_cells-1``) as a state of its own:
+    new bytes, or with ``into`` a read-only view of the memory ``into(size)`` gives."""
+    if into is None:
+        return split(buf, [0, n_cells], n_stream=n_stream)[0]
+    st = parse(buf)
+    if not 0 <= n_cells <= st.n_cells:
+        raise ValueError(f"bad cell bounds [0, {n_cells}] for {st.n_cells} cells")
+    if not is_in_order(buf, st):
+        raise UnknownLayout("the cells are not in position order; cannot cut")
+    out = _assemble_many([memoryview(buf).cast("B")], [st], n_stream, [(0, n_cells)], into=into)
+    return memoryview(out).toreadonly()
 
 
 def split(buf: Buffer, bounds: Sequence[int], *, n_stream: int = 1) -> list[bytes]:

@@ -109,8 +109,9 @@ class SaveBuffers:
     written, a whole blob kept in the RAM tier), and nobody gives it back: a buffer is
     **lent**, and lent again only once nothing reads it — no view of it is alive anywhere (a
     ``bytearray`` refuses to grow while any memoryview of it exists, ``_unread``). At most
-    ``keep`` buffers are tracked, none over ``max_pooled_bytes``; a pack that finds none free
-    gets new memory, as before. Used by one thread (the scheduler's).
+    ``keep`` buffers are tracked, none over ``max_pooled_bytes``; one too small for the next
+    pack (a conversation grows) is grown in place; a pack that finds none free gets new
+    memory, as before. Used by one thread (the scheduler's).
     """
 
     def __init__(self, keep: int = SAVE_KEEP, max_pooled_bytes: int = MAX_POOLED_BYTES) -> None:
@@ -119,21 +120,21 @@ class SaveBuffers:
         self._bufs: list[bytearray] = []
 
     def lend(self, n: int) -> memoryview:
-        """A writable view of ``n`` bytes: a tracked buffer nobody reads and large enough,
-        else new memory (tracked when it fits the pool, in place of a free one too small)."""
-        too_small = None
-        for i, buf in enumerate(self._bufs):
-            if _unread(buf):
-                if len(buf) >= n:
-                    return memoryview(buf)[:n]
-                too_small = i
+        """A writable view of ``n`` bytes: the smallest tracked buffer nobody reads that holds
+        it; else such a buffer grown in place (the pages it has stay: a 30 MB buffer grown by
+        4 MB took 2.6 ms, a new 34 MB one 16 ms); else new memory, tracked if there is room."""
+        free = [buf for buf in self._bufs if _unread(buf)]
+        fits = [buf for buf in free if len(buf) >= n]
+        if fits:
+            return memoryview(min(fits, key=len))[:n]
         size = n if n > self._max else min(self._max, n + n // HEADROOM)
+        if free and size <= self._max:
+            buf = max(free, key=len)
+            buf.extend(bytes(size - len(buf)))
+            return memoryview(buf)[:n]
         new = bytearray(size)
-        if size <= self._max:
-            if too_small is not None:
-                self._bufs[too_small] = new
-            elif len(self._bufs) < self._keep:
-                self._bufs.append(new)
+        if size <= self._max and len(self._bufs) < self._keep:
+            self._bufs.append(new)
         return memoryview(new)[:n]
 
     @property

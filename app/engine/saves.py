@@ -104,7 +104,7 @@ class Saver:
             t0 = time.perf_counter_ns()
             payload = self._backend.kv_pack(seq_id, into=self._buffers.lend)
             if cut:
-                payload = seqstate.cut(payload, len(tokens))
+                payload = seqstate.cut(payload, len(tokens), into=self._buffers.lend)
             return self._cache.save(meta, tokens, payload, reason, time.perf_counter_ns() - t0, session_id)
         except Exception:
             log.exception("a %s save of seq %d (%d tokens) failed; generation goes on", reason, seq_id, len(tokens))

@@ -63,6 +63,9 @@ def test_a_state_packed_into_memory_used_before_is_the_same_bytes_and_loads(make
     assert again.obj is memory
     assert seqstate.parse(again).n_cells == len(prompt) // 2
     assert bytes(again) == bytes(seqstate.cut(fresh, len(prompt) // 2))
+    head = seqstate.cut(again, 7, into=pool.lend)  # a cold save's head, cut into the other buffer
+    assert head.readonly and head.obj is not memory
+    assert bytes(head) == bytes(seqstate.cut(fresh, 7))
     loader = make_backend(n_seq_max=2)
     assert loader.kv_unpack(1, again)
     assert loader.seq_pos_max(1) == len(prompt) // 2 - 1

@@ -116,7 +116,18 @@ def test_at_most_keep_buffers_are_tracked_and_none_too_large() -> None:
     assert pool.lend(100).obj is not third
     big = pool.lend(8192)  # over max_pooled_bytes: new memory, never tracked
     assert len(big) == 8192 and pool.kept_bytes == 2 * (100 + 100 // HEADROOM)
-    larger = pool.lend(1000)  # both kept are free but too small: one makes way
-    assert pool.kept_bytes == 100 + 100 // HEADROOM + 1000 + 1000 // HEADROOM
+
+
+def test_a_free_buffer_too_small_grows_in_place_keeping_what_it_holds() -> None:
+    pool = SaveBuffers(keep=2)
+    view = pool.lend(100)
+    memory = view.obj
+    view[:5] = b"kept?"
+    reading = pool.lend(100)  # the second buffer, still read below
+    del view
+    larger = pool.lend(1000)  # the free one grows; the one still read is left alone
+    assert larger.obj is memory and len(memory) == 1000 + 1000 // HEADROOM
+    assert bytes(larger[:5]) == b"kept?"  # grown in place, not replaced (not that packs rely on it)
+    assert pool.kept_bytes == len(memory) + len(reading.obj)
     del larger
-    assert len(pool.lend(1000).obj) == 1000 + 1000 // HEADROOM
+    assert pool.lend(600).obj is memory  # a later, smaller pack fits it
