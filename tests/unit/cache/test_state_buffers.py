@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from app.cache.state_buffers import HEADROOM, SaveBuffers, StateBuffers
+from app.cache.state_buffers import HEADROOM, SAVE_HEADROOM, SaveBuffers, StateBuffers
 
 
 def test_a_buffer_given_back_serves_the_next_take_of_its_size_or_less() -> None:
@@ -82,12 +82,14 @@ def test_a_reserved_buffer_serves_the_first_take_and_is_made_once() -> None:
 def test_a_lent_buffer_is_lent_again_once_nothing_reads_it() -> None:
     pool = SaveBuffers()
     view = pool.lend(1000)
+    view[:] = b"a" * 1000
     memory = view.obj
     payload = view.toreadonly()[10:900]  # what a pack hands the cache
     del view
-    other = pool.lend(1000)  # the payload still reads the first: new memory
+    other = pool.lend(1000)  # the payload still reads the first: other memory
     assert other.obj is not memory
-    assert bytes(payload[:3]) == bytes(3)  # and the payload is untouched
+    other[:] = b"b" * 1000
+    assert bytes(payload) == b"a" * 890  # and the payload is untouched
     del payload, other
     again = pool.lend(800)
     assert again.obj is memory and len(again) == 800
@@ -110,24 +112,23 @@ def test_a_buffer_read_through_an_array_or_a_stored_view_is_not_lent() -> None:
 def test_at_most_keep_buffers_are_tracked_and_none_too_large() -> None:
     pool = SaveBuffers(keep=2, max_pooled_bytes=4096)
     a, b, c = pool.lend(100), pool.lend(100), pool.lend(100)  # all three read at once
-    assert pool.kept_bytes == 2 * (100 + 100 // HEADROOM)  # the third is nobody's to reuse
+    assert pool.kept_bytes == 2 * (100 + 100 // SAVE_HEADROOM)  # the third is nobody's to reuse
     third = c.obj
     del a, b, c
     assert pool.lend(100).obj is not third
     big = pool.lend(8192)  # over max_pooled_bytes: new memory, never tracked
-    assert len(big) == 8192 and pool.kept_bytes == 2 * (100 + 100 // HEADROOM)
+    assert len(big) == 8192 and pool.kept_bytes == 2 * (100 + 100 // SAVE_HEADROOM)
 
 
-def test_a_free_buffer_too_small_grows_in_place_keeping_what_it_holds() -> None:
+def test_a_free_buffer_too_small_makes_way_for_a_larger_one() -> None:
     pool = SaveBuffers(keep=2)
-    view = pool.lend(100)
-    memory = view.obj
-    view[:5] = b"kept?"
+    small = pool.lend(100)
     reading = pool.lend(100)  # the second buffer, still read below
-    del view
-    larger = pool.lend(1000)  # the free one grows; the one still read is left alone
-    assert larger.obj is memory and len(memory) == 1000 + 1000 // HEADROOM
-    assert bytes(larger[:5]) == b"kept?"  # grown in place, not replaced (not that packs rely on it)
-    assert pool.kept_bytes == len(memory) + len(reading.obj)
+    first = small.obj
+    del small
+    larger = pool.lend(1000)  # the free one makes way; the one still read is left alone
+    assert larger.obj is not first and len(larger.obj) == 1000 + 1000 // SAVE_HEADROOM
+    assert pool.kept_bytes == len(larger.obj) + len(reading.obj)
+    memory = larger.obj
     del larger
-    assert pool.lend(600).obj is memory  # a later, smaller pack fits it
+    assert pool.lend(1400).obj is memory  # a later pack of the grown conversation fits it
