@@ -276,25 +276,26 @@ def cut(buf: Buffer, n_cells: int, n_stream: int = 1, *, into: Callable[[int], m
     new bytes, or with ``into`` a read-only view of the memory ``into(size)`` gives."""
     if into is None:
         return split(buf, [0, n_cells], n_stream=n_stream)[0]
-    st = parse(buf)
-    if not 0 <= n_cells <= st.n_cells:
-        raise ValueError(f"bad cell bounds [0, {n_cells}] for {st.n_cells} cells")
-    if not is_in_order(buf, st):
-        raise UnknownLayout("the cells are not in position order; cannot cut")
-    out = _assemble_many([memoryview(buf).cast("B")], [st], n_stream, [(0, n_cells)], into=into)
-    return memoryview(out).toreadonly()
+    view, st = _in_order(buf, [0, n_cells])
+    return memoryview(_assemble_many([view], [st], n_stream, [(0, n_cells)], into=into)).toreadonly()
 
 
 def split(buf: Buffer, bounds: Sequence[int], *, n_stream: int = 1) -> list[bytes]:
     """Pieces ``[bounds[i], bounds[i+1])`` of an in-order state, each a valid state holding
     its cells at their original positions (``concat`` puts them back together)."""
+    view, st = _in_order(buf, bounds)
+    return [_assemble(view, st, [(a, b)], n_stream) for a, b in zip(bounds, bounds[1:], strict=False)]
+
+
+def _in_order(buf: Buffer, bounds: Sequence[int]) -> tuple[memoryview, SeqState]:
+    """``buf`` parsed, checked to hold its cells in position order and to have every one of
+    the sorted cell ``bounds``."""
     st = parse(buf)
     if list(bounds) != sorted(bounds) or bounds[0] < 0 or bounds[-1] > st.n_cells:
         raise ValueError(f"bad cell bounds {list(bounds)} for {st.n_cells} cells")
     if not is_in_order(buf, st):
         raise UnknownLayout("the cells are not in position order; cannot cut")
-    view = memoryview(buf).cast("B")
-    return [_assemble(view, st, [(a, b)], n_stream) for a, b in zip(bounds, bounds[1:], strict=False)]
+    return memoryview(buf).cast("B"), st
 
 
 def concat(

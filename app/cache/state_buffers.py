@@ -72,7 +72,7 @@ class StateBuffers:
         return True
 
     def _size_for(self, n: int) -> int:
-        return n if n > self._max else min(self._max, n + n // HEADROOM)
+        return _with_headroom(n, HEADROOM, self._max)
 
     def give(self, view: memoryview) -> None:
         """``view`` (from ``take``) is no longer read: keep its buffer for the next restore."""
@@ -132,7 +132,7 @@ class SaveBuffers:
         fits = [i for i in free if len(self._bufs[i]) >= n]
         if fits:
             return memoryview(self._bufs[min(fits, key=lambda i: len(self._bufs[i]))])[:n]
-        size = n if n > self._max else min(self._max, n + n // SAVE_HEADROOM)
+        size = _with_headroom(n, SAVE_HEADROOM, self._max)
         new = _unwritten(size)
         if size <= self._max:
             if free:
@@ -144,6 +144,12 @@ class SaveBuffers:
     @property
     def kept_bytes(self) -> int:
         return sum(len(b) for b in self._bufs)
+
+
+def _with_headroom(n: int, headroom: int, max_pooled: int) -> int:
+    """A new buffer's size for ``n`` bytes: ``n + n // headroom``, within ``max_pooled``
+    (``n`` itself over it: such a buffer is never kept)."""
+    return n if n > max_pooled else min(max_pooled, n + n // headroom)
 
 
 def _unread(buf: bytearray) -> bool:
