@@ -221,12 +221,14 @@ class ChunkedRows:
         self, row: Row, n: int, n_stream: int = 1, into: Callable[[int], memoryview] | None = None
     ) -> Restored:
         """The first ``n`` cells of a chunked row, as far as its chunks are sound, as a state
-        for a context with ``n_stream`` KV streams (written ``into``: see ``seqstate.concat``)."""
+        for a context with ``n_stream`` KV streams. With ``into`` (``StateMemory.lend``), the
+        chunk files are read into one view it gives and the state is written into another
+        (``seqstate.concat``)."""
         if self._catalog.pin_load(row.key) is None:
             return Restored(None, 0)
         try:
             for _ in range(3):
-                pieces, covered, corrupt, retry = self._read_chain(row, n)
+                pieces, covered, corrupt, retry = self._read_chain(row, n, into)
                 if not retry:
                     break
         finally:
@@ -240,25 +242,29 @@ class ChunkedRows:
             m, corrupt,
         )  # fmt: skip
 
-    def _read_chain(self, row: Row, n: int) -> tuple[list[tuple[Buffer, int]], int, bool, bool]:
+    def _read_chain(
+        self, row: Row, n: int, into: Callable[[int], memoryview] | None = None
+    ) -> tuple[list[tuple[Buffer, int]], int, bool, bool]:
         """Read the chunks covering ``n`` tokens: ((payload, cells it serves) each, cells
-        covered, corrupt, retry).
+        covered, corrupt, retry). With ``into``, the files are read one after another into
+        one view it gives (``_Arena``).
 
         Each chunk serves the row from its start to the next link's start (the row may
         branch off inside it: only its head is used), the last one up to ``n``."""
         with self._catalog.lock:
             chain = [self._catalog.chunks.get(k) for k in self._catalog.chunks.chain(row.key)]
-            needed = [(c.key, c.tier, c.start) for c in chain if c is not None and c.start < n]
-        ends = [start for _, _, start in needed[1:]] + [n] if needed else []  # [] (evicted meanwhile)
+            needed = [(c.key, c.tier, c.start, c.size) for c in chain if c is not None and c.start < n]
+        ends = [start for _, _, start, _ in needed[1:]] + [n] if needed else []  # [] (evicted meanwhile)
+        arena = None if into is None else _Arena(into, sum(size for *_, size in needed))
         pieces: list[tuple[Buffer, int]] = []
         covered = 0
-        for (key, tier, start), end in zip(needed, ends, strict=True):
+        for (key, tier, start, _), end in zip(needed, ends, strict=True):
             if tier is None or start != covered:
                 # a lost link (found damaged earlier, or gone with the RAM tier): what precedes
                 # it is all that can be restored; a miss here says "corrupt"
                 return pieces, covered, True, False
             try:
-                header, payload = kvc_chunked.read_chunk(self._tiers[tier], key)
+                header, payload = kvc_chunked.read_chunk(self._tiers[tier], key, arena)
             except FileNotFoundError as exc:
                 with self._catalog.lock:
                     now = self._catalog.chunks.get(key)
@@ -302,3 +308,24 @@ class ChunkedRows:
             with self._io_lock:
                 self._evictor.drop_chunk(chunk.key, exc)
             return False
+
+
+class _Arena:
+    """The chunk files of one restore, read one after another into one view of ``lend``
+    (``StateMemory.lend``), taken at the first file read (a RAM tier reads none); a file
+    larger than the catalog said gets new memory of its own."""
+
+    def __init__(self, lend: Callable[[int], memoryview], size: int) -> None:
+        self._lend = lend
+        self._size = size
+        self._view: memoryview | None = None
+        self._at = 0
+
+    def __call__(self, n: int) -> memoryview:
+        if self._view is None:
+            self._view = self._lend(max(self._size, n))
+        if self._at + n > len(self._view):
+            return memoryview(bytearray(n))
+        part = self._view[self._at : self._at + n]
+        self._at += n
+        return part

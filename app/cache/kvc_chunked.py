@@ -104,6 +104,7 @@ from __future__ import annotations
 
 import hashlib
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from app.cache.keys import KEY_LEN, make_key, quant_byte, quant_name
@@ -337,10 +338,13 @@ def row_name(key: bytes) -> str:
     return key.hex() + ROW_SUFFIX
 
 
-def read_chunk(tier: Tier, key: bytes) -> tuple[ChunkHeader, Buffer]:
+def read_chunk(
+    tier: Tier, key: bytes, into: Callable[[int], memoryview] | None = None
+) -> tuple[ChunkHeader, Buffer]:
     """A chunk's header and payload, fully validated (both CRCs, the key); ``CorruptBlob``
-    when anything is off, ``FileNotFoundError`` when it is absent."""
-    parts = tier.get_parts(chunk_name(key))
+    when anything is off, ``FileNotFoundError`` when it is absent. ``into``: a file tier
+    reads the file into the view it gives (``Tier.get_parts``)."""
+    parts = tier.get_parts(chunk_name(key), into)
     if len(parts) == 2:
         head, payload = bytes(parts[0]), parts[1]
         total = len(head) + len(payload)

@@ -37,7 +37,7 @@ from app.cache.counters import Counters
 from app.cache.journal import Journal
 from app.cache.keys import KeyMeta, encode_tokens
 from app.cache.rows import Row
-from app.cache.state_buffers import StateBuffers
+from app.cache.state_buffers import StateMemory
 from app.cache.tiers import Buffer, Tier, touch_blob
 from app.cache.whole_rows import Blobs
 
@@ -62,8 +62,8 @@ def _kept(payload: Buffer) -> None:
 @dataclass(frozen=True, slots=True)
 class Found:
     """``payload`` is a per-seq state holding exactly the prompt's first ``n`` cells.
-    ``release(payload)`` once it is loaded: its memory may serve the next restore, and the
-    view must not be read after (``StateBuffers``)."""
+    ``release(payload)`` once it is loaded: its memory may serve the next restore or save,
+    and the view must not be read after (``StateMemory.give``)."""
 
     source: Source
     n: int
@@ -87,6 +87,7 @@ class Lookup:
         chunked: ChunkedRows,
         journal: Journal,
         counters: Counters,
+        memory: StateMemory,
     ) -> None:
         self._catalog = catalog
         self._tiers = tiers
@@ -94,7 +95,7 @@ class Lookup:
         self._chunked = chunked
         self._journal = journal
         self._counters = counters
-        self._buffers = StateBuffers()
+        self._memory = memory
         self.on_whole_read: Callable[[Row, Buffer], None] = lambda row, payload: None
         self.later: Callable[[Callable[[], None]], None] = lambda work: work()
         """Runs a restore's bookkeeping writes (a file header, the database) off the path to
@@ -182,14 +183,14 @@ class Lookup:
             if cand.n == job.n_tokens:
                 return job.payload, cand.n, False, _kept
             if pending.cuttable:
-                return seqstate.cut(job.payload, cand.n, n_stream), cand.n, False, _kept
+                return seqstate.cut(job.payload, cand.n, n_stream, into=self._memory.lend), cand.n, False, self._give
             return None, 0, False, _kept
         row = self._catalog.get(cand.row.key)
         if row is None:
             return None, 0, False, _kept  # deleted, or its save failed, meanwhile
         if row.format == 2:
-            got = self._chunked.restore(row, cand.n, n_stream, into=self._buffers.take)
-            # assembled into a view the pool gave (new bytes only when it holds no cell)
+            got = self._chunked.restore(row, cand.n, n_stream, into=self._memory.lend)
+            # assembled into a view the pool lent (new bytes only when it holds no cell)
             pooled = isinstance(got.payload, memoryview)
             return got.payload, got.n, got.corrupt, (self._give if pooled else _kept)
         if cand.n != row.n_tokens:
@@ -202,16 +203,17 @@ class Lookup:
         return payload, (cand.n if payload is not None else 0), damaged, _kept
 
     def _give(self, payload: Buffer) -> None:
-        assert isinstance(payload, memoryview)
-        self._buffers.give(payload)
+        if isinstance(payload, memoryview):
+            self._memory.give(payload)
 
     def prepare(self, meta: KeyMeta) -> int:
-        """A model loaded: make the memory its largest chunked row would be assembled into
-        now, not at its first restore (``StateBuffers.reserve``). The bytes reserved (0: no
-        such row, one over the pool's limit, or the pool keeps a buffer already)."""
+        """A model loaded: make the memory its largest chunked row would be read and
+        assembled into now, not at its first restore (``StateMemory.reserve``: two buffers).
+        The bytes made (0: no such row, one over the pool's limit, or the pool holds such
+        buffers already)."""
         ns = namespace_of(meta)
         size = max((r.size for r in self._catalog.rows() if r.format == 2 and r.namespace == ns), default=0)
-        return size if self._buffers.reserve(size) else 0
+        return self._memory.reserve(size, count=2)
 
     def load(self, row: Row) -> Buffer | None:
         """A row's whole payload, checked; None when it is gone or damaged (damaged files

@@ -310,7 +310,7 @@ def concat(
     with ``n_cells``, only the first ``n_cells`` of them (a cut, without a second copy);
     with ``keep``, only the first ``keep[i]`` cells of piece ``i`` (a chunk a row branches
     off inside of: the next piece continues after its head). With ``into``, written into
-    the view ``into(size)`` gives (``StateBuffers.take``: memory used before) and returned
+    the view ``into(size)`` gives (``StateMemory.lend``: memory used before) and returned
     as that view; else new bytes."""
     if not parts:
         raise ValueError("nothing to concatenate")

@@ -53,6 +53,7 @@ from app.cache.manage import Management
 from app.cache.meta import MetaDB
 from app.cache.rows import PREVIEW_CHARS, Row
 from app.cache.startup import open_files
+from app.cache.state_buffers import StateMemory
 from app.cache.tiers import (
     TIER_DISK,
     TIER_RAM,
@@ -133,7 +134,10 @@ class CacheStore:
         evictor, io_lock = self._evictor, self._io_lock
         self._blobs = Blobs(cat, tiers, evictor, journal, counters, io_lock)
         self._chunked = ChunkedRows(cat, tiers, evictor, journal, counters, io_lock, chunk_tokens)
-        self._lookup = Lookup(cat, tiers, self._blobs, self._chunked, journal, counters)
+        self.memory = StateMemory()
+        """Memory every save's pack, restore's reads and assembly pass through, reused
+        (``app.cache.state_buffers``): the engine's saves lend from it too."""
+        self._lookup = Lookup(cat, tiers, self._blobs, self._chunked, journal, counters, self.memory)
         self._lookup.on_whole_read = self._convert
         self._manage = Management(cat, evictor, journal, counters, io_lock)
         with self._io_lock:
@@ -270,6 +274,16 @@ class CacheStore:
                 self._cond.notify_all()
         if row is not None:
             self._journal.emit("published", row)
+            if row.format == 2:  # once this save's payload is dropped: the memory to restore it
+                size = max(row.size, len(job.payload))
+                self._later(lambda: self._reserve_restore(size))
+
+    def _reserve_restore(self, size: int) -> None:
+        """Writer thread: make (and touch) the memory a restore of ``size`` bytes reads its
+        chunk files and assembles its state into, unless the pool holds it already
+        (``StateMemory.reserve``: two buffers), so a store's first restore, and the first of
+        a longer conversation, finds its memory made off the request's path."""
+        self.memory.reserve(size, count=2)
 
     def hold_writes(self, holder: object, on: bool) -> None:
         """``holder`` (an engine's model) has a request waiting for its first token (``on``),

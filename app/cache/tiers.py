@@ -24,7 +24,7 @@ import logging
 import os
 import secrets
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Protocol
 
@@ -56,8 +56,10 @@ class Tier(Protocol):
         """A whole file; ``FileNotFoundError`` when absent."""
         ...
 
-    def get_parts(self, name: str) -> tuple[Buffer, ...]:
-        """A file as stored: the RAM tier's parts, or a file tier's bytes as one part."""
+    def get_parts(self, name: str, into: Callable[[int], memoryview] | None = None) -> tuple[Buffer, ...]:
+        """A file as stored: the RAM tier's parts, or a file tier's bytes as one part —
+        read into ``into(size)`` when given (memory used before; the RAM tier copies
+        nothing and ignores it)."""
         ...
 
     def get_head(self, name: str, n: int) -> tuple[bytes, int]:
@@ -100,7 +102,7 @@ def name_key(name: str) -> bytes | None:
 
 def _immutable(part: Buffer) -> Buffer:
     """``part`` itself when its memory never changes (bytes, a view of bytes), else a copy: a
-    view of memory that is reused (a save packed into ``SaveBuffers``) is not kept by reference."""
+    view of memory that is reused (a save packed into ``StateMemory``) is not kept by reference."""
     if isinstance(part, bytes) or (isinstance(part, memoryview) and isinstance(part.obj, bytes)):
         return part
     return bytes(part)
@@ -122,7 +124,7 @@ class RamTier:
                 self._files[name] = parts
         return [TIER_RAM] * len(files)
 
-    def get_parts(self, name: str) -> tuple[Buffer, ...]:
+    def get_parts(self, name: str, into: Callable[[int], memoryview] | None = None) -> tuple[Buffer, ...]:
         with self._lock:
             parts = self._files.get(name)
         if parts is None:
@@ -237,8 +239,15 @@ class FileTier:
     def get(self, name: str) -> bytes:
         return (self.dir / name).read_bytes()
 
-    def get_parts(self, name: str) -> tuple[Buffer, ...]:
-        return (self.get(name),)
+    def get_parts(self, name: str, into: Callable[[int], memoryview] | None = None) -> tuple[Buffer, ...]:
+        if into is None:
+            return (self.get(name),)
+        with open(self.dir / name, "rb", buffering=0) as f:
+            view = into(os.fstat(f.fileno()).st_size)
+            got = 0
+            while got < len(view) and (n := f.readinto(view[got:])):
+                got += n
+        return (view[:got],)  # shorter than its size when the file shrank meanwhile: the checks say so
 
     def get_head(self, name: str, n: int) -> tuple[bytes, int]:
         with open(self.dir / name, "rb") as f:

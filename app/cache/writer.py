@@ -125,6 +125,9 @@ class Writer(Generic[J]):
                     except Exception:
                         log.exception("cache writer error handler failed")
             finally:
+                # NOTE: not held while waiting for the next job: a save's payload may be
+                # memory the next save or restore reuses once nothing reads it (StateMemory)
+                del item, job
                 with self._idle:
                     self._pending -= 1
                     self._idle.notify_all()

@@ -262,7 +262,7 @@ class Backend(Protocol):
     def kv_pack(self, seq_id: int, into: Callable[[int], memoryview] | None = None) -> bytes | memoryview:
         """The seq's KV as a one-stream state (``app.cache.seqstate``); may be a read-only view.
         ``into(size)``: a writable view of ``size`` bytes to pack into (memory used before,
-        ``SaveBuffers.lend``); a backend may ignore it."""
+        ``StateMemory.lend``); a backend may ignore it."""
         ...
 
     def kv_unpack(self, seq_id: int, payload: bytes | memoryview) -> bool:

@@ -27,6 +27,7 @@ from app.cache.keys import KeyMeta
 from app.cache.lookup import NotFound
 from app.cache.policy import CachePolicy, cold_save_split, should_continued_save, should_finish_save
 from app.cache.preview import Detokenizer, tail_preview
+from app.cache.state_buffers import StateMemory
 
 if TYPE_CHECKING:
     from app.cache.store import CacheStore
@@ -68,6 +69,9 @@ class Miss:
 
 class CacheHooks(Protocol):
     policy: CachePolicy
+    memory: StateMemory
+    """What saves pack into (``StateMemory.lend``): the store's, which its restores read
+    and assemble into too."""
 
     def lookup(
         self, meta: KeyMeta, prompt: Sequence[int], parent_key: bytes | None, session_id: str | None = None,
@@ -132,6 +136,7 @@ class NullCache:
 
     def __init__(self, policy: CachePolicy | None = None) -> None:
         self.policy = policy or CachePolicy()
+        self.memory = StateMemory()
 
     def lookup(
         self, meta: KeyMeta, prompt: Sequence[int], parent_key: bytes | None, session_id: str | None = None,
@@ -191,6 +196,7 @@ class QuietCache:
     def __init__(self, inner: CacheHooks) -> None:
         self._inner = inner
         self.policy = inner.policy
+        self.memory = inner.memory
 
     def lookup(
         self, meta: KeyMeta, prompt: Sequence[int], parent_key: bytes | None, session_id: str | None = None,
@@ -258,6 +264,7 @@ class StoreCache:
         outlive the model and its vocabulary. ``kv_streams``: the model context's KV streams
         (``BackendInfo.kv_streams``): hits are assembled in that layout."""
         self.store = store
+        self.memory = store.memory
         self.kv_streams = kv_streams
         self._arrivals_holder = object()
         """The store's holder for this model's requests on their way (``Arrivals``)."""

@@ -48,7 +48,7 @@ def memory_caps(model: Any) -> MemoryCaps:
 
 def pack(ctx: Any, seq_id: int, into: Callable[[int], memoryview] | None = None) -> bytes | memoryview:
     """The seq's KV as a one-stream state; empty when the seq holds nothing. ``into(size)``:
-    a writable view to pack into (``SaveBuffers.lend``: memory used before); the result is
+    a writable view to pack into (``StateMemory.lend``: memory used before); the result is
     then a read-only view of it. Else new bytes.
 
     A layout ``seqstate`` does not recognise (recurrent or sliding-window memory) is

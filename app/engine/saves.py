@@ -5,8 +5,8 @@ of a state that cannot be cut: ``app.engine.checkpoints``), ``continued`` (every
 ``continued_interval`` tokens, after the decode that pushed the last of them), ``finish``,
 ``evict`` (an idle session released, or ``Model.evict``) and ``shutdown``. The pack runs on
 the scheduler thread between backend calls, when the seq holds exactly the saved tokens (the
-cache-key invariant), into memory an earlier save used once nothing reads it any more
-(``SaveBuffers``); the file write runs on the writer thread.
+cache-key invariant), into memory an earlier save or restore used once nothing reads it
+any more (the cache's ``StateMemory``); the file write runs on the writer thread.
 
 A save is an optimisation, never a reason to fail a request: the pack only reads the KV, so
 a failed save is logged with its traceback and the request goes on.
@@ -20,7 +20,6 @@ from collections.abc import Iterable, Sequence
 
 from app.cache import seqstate
 from app.cache.keys import KeyMeta
-from app.cache.state_buffers import SaveBuffers
 from app.engine.backend import Backend
 from app.engine.cache_hooks import CacheHooks, SaveReason
 from app.engine.request import Request
@@ -33,7 +32,7 @@ class Saver:
     def __init__(self, backend: Backend, cache: CacheHooks) -> None:
         self._backend = backend
         self._cache = cache
-        self._buffers = SaveBuffers()  # packs into memory used before (its module doc)
+        self._memory = cache.memory  # packs into memory used before (its module doc)
 
     def save(self, req: Request, reason: SaveReason, n: int | None = None) -> bytes | None:
         """Save the request's whole context (its seq holds exactly ``context_tokens``), or
@@ -102,9 +101,9 @@ class Saver:
             return None
         try:
             t0 = time.perf_counter_ns()
-            payload = self._backend.kv_pack(seq_id, into=self._buffers.lend)
+            payload = self._backend.kv_pack(seq_id, into=self._memory.lend)
             if cut:
-                payload = seqstate.cut(payload, len(tokens), into=self._buffers.lend)
+                payload = seqstate.cut(payload, len(tokens), into=self._memory.lend)
             return self._cache.save(meta, tokens, payload, reason, time.perf_counter_ns() - t0, session_id)
         except Exception:
             log.exception("a %s save of seq %d (%d tokens) failed; generation goes on", reason, seq_id, len(tokens))

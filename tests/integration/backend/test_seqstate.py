@@ -9,7 +9,7 @@ import pytest
 
 from app.cache import seqstate
 from app.cache.seqstate import UnknownLayout
-from app.cache.state_buffers import SaveBuffers
+from app.cache.state_buffers import StateMemory
 from app.engine.backend import PrefillOp
 from tests.integration.backend.driver import PROMPTS, decode, prefill
 
@@ -52,7 +52,7 @@ def test_a_state_packed_into_memory_used_before_is_the_same_bytes_and_loads(make
     prompt = _long_prompt(backend)
     prefill(backend, 2, prompt, chunk=16)
     fresh = bytes(backend.kv_pack(2))
-    pool = SaveBuffers()
+    pool = StateMemory()
     first = backend.kv_pack(2, into=pool.lend)
     memory = first.obj
     assert isinstance(memory, bytearray) and first.readonly

@@ -249,21 +249,12 @@ def test_the_cold_save_is_made_after_the_first_token(tmp_path, tiny_model_path):
 
 
 def test_saves_pack_into_memory_used_before_and_never_over_a_queued_one(tmp_path, tiny_model_path, monkeypatch):
-    """A save packs into memory an earlier save used (``SaveBuffers``) only once nothing reads
+    """A save packs into memory an earlier save used (``StateMemory``) only once nothing reads
     it: saves still queued (the writer held back) keep their bytes while later ones are made,
     and every row restores to the cold reply; once written, their memory serves the next."""
     import app.cache.store as store_mod
-    from app.cache.state_buffers import SaveBuffers
 
-    lent: list[bytearray] = []
-    lend = SaveBuffers.lend
-
-    def recording(self, n):
-        view = lend(self, n)
-        lent.append(view.obj)
-        return view
-
-    monkeypatch.setattr(SaveBuffers, "lend", recording)
+    lent = _record_lends(monkeypatch)
     monkeypatch.setattr(store_mod, "WRITE_GRACE_S", 4.0)  # the first save waits this long: all three queued
     policy = CachePolicy(min_tokens=8, cold_min_tokens=100000, cold_max_tokens=200000, continued_interval=100000,
                          boundary_trim_tokens=4, boundary_align_tokens=16)
@@ -272,16 +263,74 @@ def test_saves_pack_into_memory_used_before_and_never_over_a_queued_one(tmp_path
     with Engine(data) as engine:
         model = engine.load_model("m", _config(tiny_model_path, policy=policy))
         for i in range(3):
-            prompt = model.tokenize(f"Conversation {i}. " + TEXT * (2 + i))
+            # (no two share a head: a lookup would restore it, lending too)
+            prompt = model.tokenize(f"{('Alpha', 'Bravo', 'Charlie')[i]} conversation. " + TEXT * (2 + i))
             prompts.append(list(model.complete(model.detokenize(prompt), response_tokens=6).context_tokens))
         queued = lent[:]
         assert len(queued) == 3 and len({id(b) for b in queued}) == 3  # none packed over a queued save
         assert engine.cache.flush()
         model.complete("Something else entirely, after the writes.", response_tokens=4)
-        assert len(lent) == 4 and any(lent[3] is b for b in queued[:2])  # written: a kept buffer serves the next
+        assert len(lent) == 4 and any(lent[3] is b for b in queued)  # written: a kept buffer serves the next
     with Engine(data) as engine:  # a restart: the rows written, not the seqs' cells, serve them
         model = engine.load_model("m", _config(tiny_model_path, policy=policy))
         for ctx in prompts:
             ids, stats = _run(model, ctx, n=6)
             assert (stats.cache_hit_kind, stats.cache_delta.read) == ("exact", len(ctx))
             assert ids == _cold_reference(tmp_path, tiny_model_path, ctx, n=6)
+
+
+def _record_lends(monkeypatch) -> list[bytearray]:
+    """Every buffer ``StateMemory.lend`` lends from now on, in order."""
+    from app.cache.state_buffers import StateMemory
+
+    lent: list[bytearray] = []
+    lend = StateMemory.lend
+
+    def recording(self, n):
+        view = lend(self, n)
+        lent.append(view.obj)
+        return view
+
+    monkeypatch.setattr(StateMemory, "lend", recording)
+    return lent
+
+
+@pytest.mark.parametrize("tier", ["disk", "ram"])
+def test_a_restore_reads_and_assembles_in_memory_made_before_and_restores_exactly(
+    tmp_path, tiny_model_path, monkeypatch, tier
+):
+    """After a restart, a model's load makes the memory its largest row is read and assembled
+    into (``Lookup.prepare``); a restore from disk reads its chunk files into one of those
+    buffers and assembles the state in the other (a RAM tier's files are read in place: one);
+    the reply is the cold one; and the next save packs into that memory too."""
+    policy = CachePolicy(min_tokens=8, cold_min_tokens=100000, cold_max_tokens=200000, continued_interval=100000,
+                         boundary_trim_tokens=4, boundary_align_tokens=16)
+    data = tmp_path / "data"
+    with Engine(data) as engine:
+        model = engine.load_model("m", _config(tiny_model_path, policy=policy, tier=tier))
+        ctx = list(model.complete("A conversation to come back to. " + TEXT * 3, response_tokens=6).context_tokens)
+        assert engine.cache.flush()
+        if tier == "ram":  # the RAM tier does not outlive the engine: the model is loaded again
+            engine.unload("m")
+            model = engine.load_model("m", _config(tiny_model_path, policy=policy, tier=tier))
+            _check_restore_into_pool(engine, model, tmp_path, tiny_model_path, ctx, monkeypatch, lends=1)
+    if tier == "disk":
+        with Engine(data) as engine:
+            model = engine.load_model("m", _config(tiny_model_path, policy=policy, tier=tier))
+            _check_restore_into_pool(engine, model, tmp_path, tiny_model_path, ctx, monkeypatch, lends=2)
+
+
+def _check_restore_into_pool(engine, model, tmp_path, tiny_model_path, ctx, monkeypatch, *, lends):
+    memory = engine.cache.memory
+    made = [b for b in memory._bufs if len(b) >= 2 * len(ctx)]  # noqa: SLF001 (large enough for a state)
+    assert len(made) >= 2  # made at load (or by the saves before it), off the first request's path
+    lent = _record_lends(monkeypatch)
+    longer = [*ctx, *ctx[5:12]]  # the conversation goes on
+    ids, stats = _run(model, longer, n=6)
+    assert stats.cache_hit_kind is not None and stats.cache_delta.read >= len(ctx) - 1
+    assert ids == _cold_reference(tmp_path, tiny_model_path, longer, n=6)
+    restore = lent[:lends]
+    assert all(any(b is m for m in made) for b in restore)
+    assert len({id(b) for b in restore}) == lends  # the files in one, the state in the other
+    model.complete("Something else entirely, after the restore.", response_tokens=4)  # saved
+    assert len(lent) > lends and all(any(b is m for m in made) for b in lent[lends:])  # into the same memory

@@ -67,12 +67,12 @@ def test_the_next_turn_after_a_restart_reuses_the_saved_conversation(client, tmp
     client.engine.close()
     client.engine = Engine(tmp_path / "data")
     client.engine.load_model("m", _config(tiny_model_path))
-    # the load made the memory the saved conversation is assembled into (``prepare_restores``)
-    reserved = client.engine.cache._lookup._buffers.kept_bytes
+    # the load made the memory the saved conversation is read and assembled into (``prepare_restores``)
+    reserved = client.engine.cache.memory.kept_bytes
     assert reserved > 0
     _, stats = client.turn([*first, _assistant(reply), _user("And a string?")], session_id="x")
     assert stats.reuse.source == "cache"
-    assert client.engine.cache._lookup._buffers.kept_bytes == reserved  # used and given back
+    assert client.engine.cache.memory.kept_bytes == reserved  # used (the restore, the save after it), no more
 
 
 def test_a_miss_says_why(client):

@@ -185,12 +185,13 @@ def test_branches_inside_chunks_store_every_token_once(open_store: Callable[...,
     assert store.counters()["chunks_orphaned"] == 0
 
 
-def test_after_a_restart_the_first_restore_is_assembled_into_memory_made_at_load(
+def test_after_a_restart_the_first_restore_is_read_and_assembled_into_memory_made_at_load(
     open_store: Callable[..., CacheStore],
 ) -> None:
     """``prepare_restores`` (a model's load): the memory the model's largest chunked row
-    would be assembled into is made before any request, so the first restore after a start
-    does not pay for fresh pages (B9's restart turn); another model's rows do not count."""
+    would be read and assembled into is made before any request, so the first restore after
+    a start does not pay for fresh pages (B9's restart turn); another model's rows do not
+    count."""
     store = open_store(chunk_tokens=4)
     short, long = list(range(10, 30)), list(range(100, 190))
     put(store, short)
@@ -201,14 +202,41 @@ def test_after_a_restart_the_first_restore_is_assembled_into_memory_made_at_load
     row = store.lookup_exact(META, long)
     assert row is not None and row.format == 2
     largest = max(r.size for r in store._catalog.rows() if r.namespace == row.namespace)
-    assert store.prepare_restores(META) == largest
-    kept = store._lookup._buffers.kept_bytes
-    assert kept >= largest
+    made = store.prepare_restores(META)
+    assert made >= 2 * largest  # its chunk files and its state
+    assert store.memory.kept_bytes == made
     assert store.prepare_restores(META) == 0  # made once
+    buffers = list(store.memory._bufs)
     got = found(store, short)
-    assert isinstance(got.payload, memoryview) and len(got.payload.obj) == kept  # type: ignore[arg-type]
+    assert isinstance(got.payload, memoryview) and any(got.payload.obj is b for b in buffers)  # type: ignore[arg-type]
     got.release(got.payload)
-    assert found(store, long).n == len(long)
+    got = found(store, long)
+    assert got.n == len(long) and got.payload == state_for(long)
+    assert any(got.payload.obj is b for b in buffers)  # type: ignore[union-attr]
+    assert store.memory.kept_bytes == made  # nothing new was kept
+
+
+def test_once_a_save_is_written_the_memory_to_restore_it_is_made(open_store: Callable[..., CacheStore]) -> None:
+    """A store that started empty: once a row is written, the writer makes the memory a
+    restore of it reads its chunk files and assembles its state into (two buffers), so the
+    first restore finds it made; a longer row later makes larger buffers in their place."""
+    store = open_store(chunk_tokens=4)
+    assert store.memory.kept_bytes == 0
+    conv = list(range(10, 50))
+    put(store, conv)  # (flushed: the writer has also run what it queued after the write)
+    row = store.lookup_exact(META, conv)
+    assert row is not None and row.format == 2
+    made = list(store.memory._bufs)
+    assert len(made) == 2 and all(len(b) >= row.size for b in made)
+    got = found(store, conv + [7])
+    assert isinstance(got.payload, memoryview) and any(got.payload.obj is b for b in made)  # type: ignore[arg-type]
+    assert all(any(b is m for m in made) for b in store.memory._bufs)  # nothing new
+    got.release(got.payload)
+    longer = list(range(100, 400))
+    put(store, longer)
+    big = store.lookup_exact(META, longer)
+    assert big is not None
+    assert sum(len(b) >= big.size for b in store.memory._bufs) >= 2
 
 
 def test_a_row_extended_turn_by_turn_keeps_at_most_one_partial_chunk(small: CacheStore) -> None:
@@ -516,22 +544,22 @@ def test_a_models_cache_hooks_restore_in_its_contexts_stream_layout(small: Cache
 
 
 def test_a_restore_lends_its_memory_to_the_next_once_released(small: CacheStore) -> None:
-    """Restores are assembled into memory used before (``StateBuffers``): once a hit is
-    released (loaded), the next restore writes into the same memory, and the released view
-    can no longer be read; a hit still held keeps its own bytes whatever restores follow."""
+    """Restores are read and assembled into memory used before (``StateMemory``): once a
+    hit is released (loaded), the next restore writes into the same memory, and the released
+    view can no longer be read; a hit still held keeps its own bytes whatever restores follow."""
     long, short = list(range(100, 130)), list(range(200, 223))
     put(small, long)
     put(small, short)
     first = found(small, long)
     assert isinstance(first.payload, memoryview)
-    memory = first.payload.obj
+    used = list(small.memory._bufs)  # its chunk files' and its state's
     first.release(first.payload)
     with pytest.raises(ValueError):
         bytes(first.payload)
     held = found(small, short)  # (found checks the cells against the prompt's own)
-    assert isinstance(held.payload, memoryview) and held.payload.obj is memory
+    assert isinstance(held.payload, memoryview) and any(held.payload.obj is b for b in used)
     again = found(small, long)
-    assert isinstance(again.payload, memoryview) and again.payload.obj is not memory
+    assert isinstance(again.payload, memoryview) and again.payload.obj is not held.payload.obj
     again.release(again.payload)
     found(small, long[:9])
     assert held.payload == state_for(short), "a restore overwrote a hit still held"

@@ -95,3 +95,23 @@ def test_a_restore_records_its_use_after_the_first_token(store: CacheStore, monk
         store.hold_writes(holder, False)
     assert store.flush()
     assert [r["hits"] for r in store._db.all_rows()] == [1]  # noqa: SLF001
+
+
+def test_a_handled_job_is_not_held_while_the_writer_waits_for_the_next() -> None:
+    """A save's payload may be memory the next save or restore reuses once nothing reads it
+    (``StateMemory``): the writer drops its last job, it does not keep it until the next."""
+    import weakref
+
+    class Job:
+        pass
+
+    seen: list[weakref.ref[Job]] = []
+    writer: Writer[Job] = Writer(lambda job: seen.append(weakref.ref(job)), maxsize=2)
+    try:
+        job = Job()
+        assert writer.submit(job)
+        del job
+        assert writer.flush(5)
+        assert len(seen) == 1 and seen[0]() is None
+    finally:
+        writer.close()
