@@ -3,8 +3,9 @@
     python -m benchmarks.turn_profile [--threads N] [--json FILE]
 
 Runs B8's trace (``benchmarks.scenarios_reuse``) on Hearth with timers around the calls a
-turn can spend its time in, then B8's floor, and prints per turn: the TTFT, the floor (the
-backend alone prefilling the same new tokens), and the TTFT split into
+turn can spend its time in, each turn followed by its floor as in ``hearth bench``, and prints
+per turn: the TTFT, the floor (the backend alone prefilling the same new tokens), and the
+TTFT split into
 
 * ``llama_decode``: the prefill ticks' native compute (``LlamaBackend._decode``);
 * ``restore``: loading a cached row into the seq (``kv_unpack``) and ``lookup`` (finding and
@@ -102,8 +103,11 @@ def breakdown(spans: list[Span], lo: float, hi: float) -> dict[str, float]:
 
 
 def profile_b8(path: str) -> dict[str, Any]:
+    """B8's trace as ``hearth bench`` runs it: each turn's floor timed right after the turn
+    in a process of its own, once the turn's saves are written (so a later turn restores
+    from the files, as in the bench, not from a save still in memory)."""
+    from benchmarks import floor as floor_module
     from benchmarks import scenarios_reuse as b8
-    from benchmarks.floor import unavoidable_prefill_ms
 
     windows: list[tuple[float, float]] = []
     turn: Callable[..., Any] = b8._hearth_turn
@@ -116,14 +120,17 @@ def profile_b8(path: str) -> dict[str, Any]:
 
     b8._hearth_turn = recorded
     try:
-        with tempfile.TemporaryDirectory(prefix="hearth-profile-") as tmp, timers() as spans:
-            ours = b8.hearth_b8(path, Path(tmp))
+        with (
+            tempfile.TemporaryDirectory(prefix="hearth-profile-") as tmp,
+            floor_module.FloorProcess(path, 2048, ["trace"], n_threads=vars(floor_module)["N_THREADS"]) as floor_process,
+            timers() as spans,
+        ):
+            ours = b8.hearth_b8(path, Path(tmp), floor_process)
     finally:
         b8._hearth_turn = turn
     turns = ours["turns"]
-    prompts = [p for p, _ in turns]
     reusable = b8.reusable_per_turn(turns)
-    floor = unavoidable_prefill_ms(path, [("trace", p, r) for p, r in zip(prompts, reusable, strict=True)], 2048)
+    floor = ours["floor_ms"]
     rows = []
     for i, ((lo, hi), (prompt, result), f, r) in enumerate(zip(windows, turns, floor, reusable, strict=True)):
         rows.append({"turn": i + 1, "prompt": len(prompt), "reusable": r, "reused": result.reused, "floor": f,
