@@ -274,7 +274,7 @@ class CacheStore:
                 self._cond.notify_all()
         if row is not None:
             self._journal.emit("published", row)
-            if row.format == 2:  # once this save's payload is dropped: the memory to restore it
+            if row.format == 2 and not self._closed:  # once this save's payload is dropped: the memory to restore it
                 size = max(row.size, len(job.payload))
                 self._later(lambda: self._reserve_restore(size))
 
@@ -282,8 +282,10 @@ class CacheStore:
         """Writer thread: make (and touch) the memory a restore of ``size`` bytes reads its
         chunk files and assembles its state into, unless the pool holds it already
         (``StateMemory.reserve``: two buffers), so a store's first restore, and the first of
-        a longer conversation, finds its memory made off the request's path."""
-        self.memory.reserve(size, count=2)
+        a longer conversation, finds its memory made off the request's path. Not while
+        closing: nothing will be restored."""
+        if not self._closed:
+            self.memory.reserve(size, count=2)
 
     def hold_writes(self, holder: object, on: bool) -> None:
         """``holder`` (an engine's model) has a request waiting for its first token (``on``),
