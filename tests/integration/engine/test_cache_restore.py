@@ -322,8 +322,8 @@ def test_a_restore_reads_and_assembles_in_memory_made_before_and_restores_exactl
 
 def _check_restore_into_pool(engine, model, tmp_path, tiny_model_path, ctx, monkeypatch, *, lends):
     memory = engine.cache.memory
-    made = [b for b in memory._bufs if len(b) >= 2 * len(ctx)]  # noqa: SLF001 (large enough for a state)
-    assert len(made) >= 2  # made at load (or by the saves before it), off the first request's path
+    made = list(memory._bufs)  # noqa: SLF001
+    assert len(made) >= 2  # made at load, or after the save was written: off the request's path
     lent = _record_lends(monkeypatch)
     longer = [*ctx, *ctx[5:12]]  # the conversation goes on
     ids, stats = _run(model, longer, n=6)
