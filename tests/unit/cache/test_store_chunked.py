@@ -399,6 +399,32 @@ def test_a_row_saved_again_restores_its_lost_chunks(open_store: Callable[..., Ca
     assert found(store, conv).n == len(conv) and store.verify().rows_damaged == 0
 
 
+@pytest.mark.parametrize("change", ["grown", "shrunk"])
+def test_a_chunk_file_of_another_size_than_the_catalog_says_is_never_served(
+    open_store: Callable[..., CacheStore], change: str
+) -> None:
+    """Chunk files are read into one lent view sized by the catalog (``_Arena``): a file that
+    grew past its slot gets memory of its own, one that shrank reads short; either fails its
+    checks, the row restores only the sound chunks before it, and the pool goes on lending."""
+    store = open_store(chunk_tokens=4)
+    conv = list(range(1, 15))
+    put(store, conv)
+    row = store.lookup_exact(META, conv)
+    assert row is not None
+    chain = store._catalog.chunks.chain(row.key)
+    last = store._file_tiers["disk"].dir / kvc_chunked.chunk_name(chain[-1])  # read after the others
+    data = last.read_bytes()
+    last.write_bytes(data + b"\x00" * 50_000 if change == "grown" else data[: len(data) // 2])
+    got = found(store, conv)  # (found: only the prompt's own cells)
+    assert got.n == 4 * (len(chain) - 1)  # the chunks before it
+    got.release(got.payload)
+    put(store, conv)  # saved again: the lost chunk written again
+    again = found(store, conv)
+    assert again.n == len(conv)
+    again.release(again.payload)
+    assert found(store, conv).n == len(conv)
+
+
 def test_verify_finds_a_flipped_byte_in_a_shared_chunk(open_store: Callable[..., CacheStore]) -> None:
     store = open_store(chunk_tokens=4)
     for i in range(3):
