@@ -191,8 +191,7 @@ class Lookup:
         if row.format == 2:
             got = self._chunked.restore(row, cand.n, n_stream, into=self._memory.lend)
             # assembled into a view the pool lent (new bytes only when it holds no cell)
-            pooled = isinstance(got.payload, memoryview)
-            return got.payload, got.n, got.corrupt, (self._give if pooled else _kept)
+            return got.payload, got.n, got.corrupt, self._give
         if cand.n != row.n_tokens:
             return None, 0, False, _kept  # a whole-row blob cannot be cut
         before = self._counters.get("corrupt_files")
@@ -203,6 +202,8 @@ class Lookup:
         return payload, (cand.n if payload is not None else 0), damaged, _kept
 
     def _give(self, payload: Buffer) -> None:
+        """``Found.release`` of a payload the pool lent (new bytes, when it holds no cell:
+        nothing to give)."""
         if isinstance(payload, memoryview):
             self._memory.give(payload)
 

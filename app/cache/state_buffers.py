@@ -59,17 +59,13 @@ class StateMemory:
         nobody reads that holds it; else new memory, tracked in place of a free buffer too
         small, or when fewer than ``keep`` are."""
         with self._lock:
-            free = [i for i, buf in enumerate(self._bufs) if _unread(buf)]
-            fits = [i for i in free if len(self._bufs[i]) >= n]
+            fits, small = self._free(n)
             if fits:
-                return memoryview(self._bufs[min(fits, key=lambda i: len(self._bufs[i]))])[:n]
+                return memoryview(self._bufs[fits[0]])[:n]
             size = _with_headroom(n, HEADROOM, self._max)
             new = _unwritten(size)
             if size <= self._max:
-                if free:
-                    self._bufs[min(free, key=lambda i: len(self._bufs[i]))] = new
-                elif len(self._bufs) < self._keep:
-                    self._bufs.append(new)
+                self._track(new, small)
             return memoryview(new)[:n]
 
     def give(self, view: memoryview) -> None:
@@ -86,19 +82,31 @@ class StateMemory:
             return 0
         made = 0
         with self._lock:
-            free = [i for i, buf in enumerate(self._bufs) if _unread(buf)]
-            have = sum(1 for i in free if len(self._bufs[i]) >= n)
-            small = sorted((i for i in free if len(self._bufs[i]) < n), key=lambda i: len(self._bufs[i]))
-            for _ in range(count - have):
+            fits, small = self._free(n)
+            for _ in range(count - len(fits)):
                 buf = _touched(_with_headroom(n, HEADROOM, self._max), n)
-                if small:
-                    self._bufs[small.pop(0)] = buf
-                elif len(self._bufs) < self._keep:
-                    self._bufs.append(buf)
-                else:
+                if not self._track(buf, small):
                     break
                 made += len(buf)
         return made
+
+    def _free(self, n: int) -> tuple[list[int], list[int]]:
+        """The tracked buffers nobody reads, smallest first: (those that hold ``n`` bytes,
+        those too small). Under the lock."""
+        free = sorted((i for i, buf in enumerate(self._bufs) if _unread(buf)), key=lambda i: len(self._bufs[i]))
+        return [i for i in free if len(self._bufs[i]) >= n], [i for i in free if len(self._bufs[i]) < n]
+
+    def _track(self, buf: bytearray, small: list[int]) -> bool:
+        """Track ``buf`` in place of the first of ``small`` (free buffers too small; the one
+        used is taken off), or beside the others while fewer than ``keep`` are; False when
+        neither. Under the lock."""
+        if small:
+            self._bufs[small.pop(0)] = buf
+        elif len(self._bufs) < self._keep:
+            self._bufs.append(buf)
+        else:
+            return False
+        return True
 
     @property
     def kept_bytes(self) -> int:

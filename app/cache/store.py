@@ -274,7 +274,7 @@ class CacheStore:
                 self._cond.notify_all()
         if row is not None:
             self._journal.emit("published", row)
-            if row.format == 2 and not self._closed:  # once this save's payload is dropped: the memory to restore it
+            if row.format == 2:  # once this save's payload is dropped: the memory to restore it
                 size = max(row.size, len(job.payload))
                 self._later(lambda: self._reserve_restore(size))
 
