@@ -32,6 +32,7 @@ set before Qt is imported, so no other scenario's heap or threads are in the way
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 import time
 
@@ -198,8 +199,9 @@ def b6_gui(
     tokens = sum(len(m.content) for m in replies if m.role == "assistant")
     reply_tokens_each = [m.stats.completion_tokens if m.stats else 0 for m in replies]
     drafted = sum(m.stats.drafted_tokens for m in replies if m.stats)
-    window.close()
+    window.close()  # the engine and the database closed: the run's data can go
     app.processEvents()
+    shutil.rmtree(data_dir, ignore_errors=True)
 
     stalls = sorted(g - HEARTBEAT_MS for g in gaps[max(1, started) :])
     start_stall = max((g - HEARTBEAT_MS for g in gaps[1:started]), default=float("nan"))

@@ -26,6 +26,7 @@ replies on and off must be the same, token for token (greedy). Run in a fresh pr
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -40,13 +41,16 @@ TURNS = (
     "I usually walk about ten kilometres on a weekend morning. How much longer should my training "
     "walks get each week before the trip, and should I carry a loaded pack while training?",
     "What should I pack for the days themselves: clothes for rain and sun, food, water, a map?",
-    "Many of the paths are steep and rocky. Which boots would you choose, and how long does it "
-    "take to break in a new pair so that they do not hurt on the first long day?",
+    "Many of the paths are steep and rocky, and on two of the days we climb more than a thousand "
+    "metres before lunch. Which boots would you choose, how long does it take to break in a new "
+    "pair so that they do not hurt on the first long day, and are walking poles worth carrying?",
     "We will sleep in small inns along the way. Is it better to book every night in advance or to "
     "keep the plan loose in case the weather turns, and what do people usually do?",
-    "Thank you. Could you sum up the three most important things to remember?",
+    "Thank you. Could you sum up the three most important things to remember for the trip?",
 )
-"""Six messages of 15 to 35 words (the issue asks 15–60; see ``docs/benchmarks.md``)."""
+"""Six messages of 16 to 56 words (the issue asks 15–60). NOTE: until 2026-12-05 they were 13
+to 36 words (the fourth 24 words shorter, the last 13 words: below the issue's range);
+``docs/benchmarks.md`` has the paired runs of the two sets."""
 
 QUESTION = "Which three points in this text matter most for a first visit, and why?"
 """The 12-word question typed below the paste."""
@@ -371,8 +375,9 @@ def b11_type_ahead(
         reads = page.type_ahead.sent_reads
     finally:
         app.removeEventFilter(watch)
-        window.close()
+        window.close()  # the engine and the database closed: the run's data can go
         app.processEvents()
+        shutil.rmtree(data_dir, ignore_errors=True)
 
     progress("B11: the backend alone reading what each turn read after Enter (the Enter floors)")
     n_threads = (model_options or {}).get("n_threads", N_THREADS)
