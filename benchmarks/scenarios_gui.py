@@ -32,7 +32,6 @@ set before Qt is imported, so no other scenario's heap or threads are in the way
 from __future__ import annotations
 
 import os
-import shutil
 import tempfile
 import time
 
@@ -73,7 +72,8 @@ def b6_gui(
         ["what", "ms"],
     )
     app = QApplication.instance() or QApplication([])
-    data_dir = tempfile.mkdtemp(prefix="hearth-b6-")
+    data = tempfile.TemporaryDirectory(prefix="hearth-b6-", ignore_cleanup_errors=True)
+    data_dir = data.name  # removed once the window is closed (or at exit, on an error)
     sampling = SamplingSettings(temperature=0.0, max_tokens=reply_tokens, grammar=grammar)
     window = create_window(
         data_dir,
@@ -201,7 +201,7 @@ def b6_gui(
     drafted = sum(m.stats.drafted_tokens for m in replies if m.stats)
     window.close()  # the engine and the database closed: the run's data can go
     app.processEvents()
-    shutil.rmtree(data_dir, ignore_errors=True)
+    data.cleanup()
 
     stalls = sorted(g - HEARTBEAT_MS for g in gaps[max(1, started) :])
     start_stall = max((g - HEARTBEAT_MS for g in gaps[1:started]), default=float("nan"))

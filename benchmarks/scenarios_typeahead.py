@@ -26,7 +26,6 @@ replies on and off must be the same, token for token (greedy). Run in a fresh pr
 from __future__ import annotations
 
 import os
-import shutil
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -170,7 +169,8 @@ def b11_type_ahead(
          "Enter floor on / off ms", "Enter floors' ratio"],
     )
     app = QApplication.instance() or QApplication([])
-    data_dir = tempfile.mkdtemp(prefix="hearth-b11-")
+    data = tempfile.TemporaryDirectory(prefix="hearth-b11-", ignore_cleanup_errors=True)
+    data_dir = data.name  # removed once the window is closed (or at exit, on an error)
     sampling = SamplingSettings(temperature=0.0, max_tokens=reply_tokens, grammar=grammar)
     window = create_window(data_dir, model_path=path, model_id="bench", default_sampling=sampling,
                            model_options=model_options, work_areas=False)  # fmt: skip
@@ -377,7 +377,7 @@ def b11_type_ahead(
         app.removeEventFilter(watch)
         window.close()  # the engine and the database closed: the run's data can go
         app.processEvents()
-        shutil.rmtree(data_dir, ignore_errors=True)
+        data.cleanup()
 
     progress("B11: the backend alone reading what each turn read after Enter (the Enter floors)")
     n_threads = (model_options or {}).get("n_threads", N_THREADS)
