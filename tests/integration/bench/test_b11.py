@@ -6,13 +6,15 @@ to ``hearth bench --only B11`` on SmolLM2.)"""
 from __future__ import annotations
 
 import math
+import tempfile
 from pathlib import Path
 
 from benchmarks.scenarios_typeahead import b11_type_ahead
 from tests.ui.conftest import ASCII_GRAMMAR
 
 
-def test_a_short_b11_on_the_tiny_model(qapp, tiny_model_path: Path):
+def test_a_short_b11_on_the_tiny_model(qapp, tiny_model_path: Path, tmp_path: Path, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where the run's data dir is made
     result = b11_type_ahead(
         str(tiny_model_path),
         turns=("Hello there, how are you today?", "Tell me about the river and its bridges.",
@@ -28,6 +30,7 @@ def test_a_short_b11_on_the_tiny_model(qapp, tiny_model_path: Path):
         grammar=ASCII_GRAMMAR,
         timeout_s=120.0,
     )  # fmt: skip
+    assert not list(tmp_path.glob("hearth-b11-*"))  # its data dir is gone once the window is closed
     f = result.figures
     assert f["same_replies"], result.note
     assert len(f["ttft_on_ms"]) == len(f["ttft_off_ms"]) == len(f["ttft_floor_ms"]) == 4

@@ -6,13 +6,15 @@ to ``hearth bench --only B6`` on SmolLM2.)"""
 from __future__ import annotations
 
 import math
+import tempfile
 from pathlib import Path
 
 from benchmarks.scenarios_gui import b6_gui
 from tests.ui.conftest import ASCII_GRAMMAR
 
 
-def test_a_short_b6_on_the_tiny_model(qapp, tiny_model_path: Path):
+def test_a_short_b6_on_the_tiny_model(qapp, tiny_model_path: Path, tmp_path: Path, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where the run's data dir is made
     result = b6_gui(
         str(tiny_model_path),
         timeout_s=120.0,
@@ -20,6 +22,7 @@ def test_a_short_b6_on_the_tiny_model(qapp, tiny_model_path: Path):
         model_options={"n_ctx": 1024, "n_seq_max": 4, "n_batch": 256},
         grammar=ASCII_GRAMMAR,
     )
+    assert not list(tmp_path.glob("hearth-b6-*"))  # its data dir is gone once the window is closed
     f = result.figures
     assert f["finished"], result.note
     assert f["reply_tokens"] == [120] * 4
