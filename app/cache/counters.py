@@ -1,4 +1,4 @@
-"""The cache's counters (SPEC §4.8 names first, then Hearth's extras), thread-safe."""
+"""The cache's counters (the seed's names first, docs/design.md §4, then Hearth's extras), thread-safe."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ COUNTER_NAMES = (
     "pack_total_ns", "load_total_ns", "longest_prefix_probes", "longest_prefix_ns",
     "bytes_ram", "bytes_ram_file", "bytes_disk",
 )  # fmt: skip
-# Beyond SPEC §4: failed writes, saves that fit no tier, blob reads, start-up repairs;
+# Beyond docs/design.md §4: failed writes, saves that fit no tier, blob reads, start-up repairs;
 # environment failures of the database (db_errors) apart from bugs (internal_errors).
 EXTRA_COUNTERS = (
     "save_errors", "saves_rejected", "loads", "blob_read_ns", "temp_files_removed",

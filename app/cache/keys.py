@@ -1,4 +1,4 @@
-"""Cache keys: the quant byte table, the token codec, effective fingerprints (SPEC §4).
+"""Cache keys: the quant byte table, the token codec, effective fingerprints (docs/design.md §4).
 
 A key is ``sha256(fingerprint[32] ‖ quant_byte[1] ‖ ctx_params_hash[32] ‖ tokens u32-LE)``.
 Hits are token-exact by construction: two token lists share a key only if they are equal.
@@ -141,7 +141,7 @@ def _round_half_away(x: float) -> int:
 
 
 def effective_fingerprint(base: bytes, adapters: Sequence[tuple[bytes, float]]) -> bytes:
-    """The fingerprint of a base model with LoRA adapters attached (SPEC §4).
+    """The fingerprint of a base model with LoRA adapters attached (docs/design.md §4).
 
     No adapters → ``base``. Otherwise ``sha256(base ‖ sha ‖ int64_le(round_half_away(scale ·
     2**32)) ...)`` over the adapters sorted by (sha, scale), so attachment order does not
@@ -169,7 +169,7 @@ def effective_fingerprint(base: bytes, adapters: Sequence[tuple[bytes, float]]) 
 def ctx_params_hash(params: Mapping[str, Any]) -> bytes:
     """sha256 of a canonical JSON encoding of the context parameters that shape the KV.
 
-    The caller decides which parameters count (SPEC §4: KV cell types, V layout / flash
+    The caller decides which parameters count (docs/design.md §4: KV cell types, V layout / flash
     attention, unified KV, RoPE scaling, …; not n_seq_max with unified KV, n_batch, threads).
     """
     canon = json.dumps(dict(params), sort_keys=True, separators=(",", ":"), default=str)

@@ -50,7 +50,7 @@ A chunk file, ``<hex key>.kvch`` (all integers little-endian)::
         36     4  u32 n = cells (= tokens) in this chunk, 1..C
         40     8  u64 created (unix seconds)
         48    32  fingerprint (effective: base model + adapters)
-        80     1  quant byte (SPEC §4 table)
+        80     1  quant byte (docs/design.md §4 table)
         81     7  reserved (0)
         88    32  ctx params hash
        120    32  parent key (the root when start = 0)
@@ -63,7 +63,7 @@ A chunk file never changes after publish. A reader checks the magic, the sizes, 
 that ``sha256(parent ‖ tokens)`` is the file's name and, for ``start = 0``, that the parent
 is the root of the identity the header names.
 
-A row manifest, ``<hex key>.kvr``, where key is the SPEC §4 row key
+A row manifest, ``<hex key>.kvr``, where key is the row key of docs/design.md §4
 ``sha256(fingerprint ‖ quant byte ‖ ctx hash ‖ tokens)`` — the same key a v1 blob has::
 
     offset  size  field

@@ -1,4 +1,4 @@
-"""KVC v1 blob files: one saved KV state, self-describing (SPEC §4, erllama's layout).
+"""KVC v1 blob files: one saved KV state, self-describing (docs/design.md §4, erllama's layout).
 
 All integers are little-endian. The "trailer" sits right after the header, as in erllama,
 so a reader learns the payload's offset, length and CRC from the first 72 bytes and the

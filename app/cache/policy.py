@@ -1,4 +1,4 @@
-"""When to save a sequence's KV: the cold split and the continued/finish gates (SPEC §4).
+"""When to save a sequence's KV: the cold split and the continued/finish gates (docs/design.md §4).
 
 The numbers are erllama's defaults; the desktop app passes smaller ones from its settings
 (``DESKTOP_POLICY``) so an ordinary chat turn, often under 512 tokens, is saved too.
@@ -25,7 +25,7 @@ class CachePolicy:
     session_resume_wait_ms: int = 500
     checkpoint_interval: int = 1024
     """For a model whose saved states cannot be cut (recurrent, hybrid, sliding window):
-    a whole-state checkpoint every this many tokens of a long prefill (issue 28; see
+    a whole-state checkpoint every this many tokens of a long prefill (docs/design.md §8; see
     ``app.engine.checkpoints``). 0: only at the end of each prompt and reply."""
 
     def __post_init__(self) -> None:

@@ -7,7 +7,7 @@ into memory used before; B8's restores after its restart (≈ 400 tokens, 7 MB) 
 to assemble into new bytes on a quiet VM, up to 39 ms on one short of free pages, 0.8–1.8
 ms into memory used before; its first restore of a run read its chunk files into new bytes
 (20 ms) and assembled them into a new buffer (19 ms) while the request waited (SmolLM2,
-2026-12-03 – 12-05; docs/benchmarks.md).
+2026-12-03 – 12-05; docs/history/benchmarks-2026-11-29-to-12-05.md).
 
 Memory is **lent** (``lend``) and lent again only once nothing reads it: no view of it is
 alive anywhere (a ``bytearray`` refuses to shrink while any memoryview of it exists,

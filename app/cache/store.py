@@ -16,7 +16,7 @@ Writes wait for a prefill. While an engine says a request waits for its first to
 ``WRITE_HOLD_MAX_S`` later), and a fresh one ``WRITE_GRACE_S`` after it was queued, so the
 next turn of a client that sends it right after a reply finds the writer still waiting.
 On two cores the writer thread otherwise takes a core from llama.cpp's prefill threads
-(issue 24, B8: the turns whose previous save was still being written were the ones 10–30 ms
+(B8: the turns whose previous save was still being written were the ones 10–30 ms
 above the floor). Lookups are unaffected: a queued save is served from memory.
 
 Threads. Any thread may call any method. ``submit_save`` never blocks: the files are built,
@@ -388,7 +388,7 @@ class CacheStore:
         self._counters.add(name, n)
 
     def counters(self) -> dict[str, int]:
-        """This process's counters: the SPEC §4 names, then extras; bytes_* are current."""
+        """This process's counters: the docs/design.md §4 names, then extras; bytes_* are current."""
         out = self._counters.snapshot()
         for tier, used in self._catalog.usage_all().items():
             out[f"bytes_{tier}"] = used

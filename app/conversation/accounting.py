@@ -30,7 +30,7 @@ class ReuseKind:
     """The engine's ``Reuse.source`` for it."""
     label: str
     counters: tuple[str, ...]
-    """The cache counters that count it (SPEC §4 names)."""
+    """The cache counters that count it (docs/design.md §4 names)."""
     help: str
 
     @property
@@ -180,7 +180,7 @@ class HitAccount:
         }
 
     def counters(self) -> dict[str, int]:
-        """Lifetime counters (SPEC §4 names); ``bytes_*`` are the current usage."""
+        """Lifetime counters (docs/design.md §4 names); ``bytes_*`` are the current usage."""
         out = dict(self._store.counters())
         for name, saved in self._baseline.items():
             out[name] = out.get(name, 0) + saved

@@ -1,4 +1,4 @@
-"""What type-ahead reads of a draft (issue 25), without Qt.
+"""What type-ahead reads of a draft (docs/user-guide.md, type-ahead), without Qt.
 
 While a message is being written, the app reads the prompt it would send into the chat's
 sticky sequence (``Model.read_ahead``), so that on Enter only the last few tokens and the
@@ -40,7 +40,7 @@ NOTE: measured on SmolLM2's tokenizer, reading after every character typed of si
 margin 159 of 556 reads changed a token an earlier read had read (each a tail the engine must
 drop, and on a recurrent model a re-read from a checkpoint), with 1 token 26, with 2 none.
 Reading after each word instead: 1 of 106 with no margin, none with 1 or 2.
-Measured again (issue 25, SmolLM2, ``probe_of`` the draft as typed): reading at every
+Measured again (SmolLM2, ``probe_of`` the draft as typed): reading at every
 character typed of eleven texts (B11's messages, code with indentation and tabs, numbers,
 prices, a URL, runs of punctuation and of spaces and newlines), no margin changed 645 of
 1,894 reads, 1 token 75, 2 tokens 5; reading only where a space or newline was just typed,

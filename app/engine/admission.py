@@ -3,7 +3,7 @@
 Three paths (``AdmissionPath``):
 
 * ``STICKY`` — the request's session pins a seq: when its tokens are a prefix of the prompt,
-  prefill only the new tokens (SPEC §2); when the prompt diverges from them (regenerate,
+  prefill only the new tokens (docs/design.md §2); when the prompt diverges from them (regenerate,
   edit, branch), beyond the seed, keep the common prefix and prefill the rest — unless a live
   seq or the cache holds a longer head (``app.engine.reuse``);
 * ``CONTINUE`` — ``continue_session``: the session's seq plus the caller's suffix, no prefix

@@ -12,7 +12,7 @@ A tick's ops, built by ``app.engine.batch``:
 * ``DecodeOp(seq_id, sampler, pos, greedy)`` samples one token from the seq's current logits
   (with the request's sampler, or greedily when ``greedy``), then pushes that token at ``pos``
   in the same ``llama_decode``. So after every tick a seq's KV holds exactly the tokens the
-  scheduler has recorded for it (the cache-key invariant, SPEC §2) — plus, with speculative
+  scheduler has recorded for it (the cache-key invariant, docs/design.md §2) — plus, with speculative
   decoding, the draft tokens its last decode pushed after them (``DecodeOp.drafted``).
 
 Speculative decoding (``app.engine.speculation``) rides on the same two halves. A decode may
@@ -49,7 +49,7 @@ from typing import Any, Literal, Protocol
 
 @dataclass(frozen=True, slots=True)
 class SamplingParams:
-    """One request's sampler settings. The chain order is fixed by SPEC §1."""
+    """One request's sampler settings. The chain order is fixed by docs/design.md §1."""
 
     temperature: float = 0.0
     top_k: int = 0
@@ -130,7 +130,7 @@ MemoryKind = Literal["attention", "sliding_window", "recurrent", "hybrid"]
 
 @dataclass(frozen=True, slots=True)
 class MemoryCaps:
-    """What a loaded model's memory can do with one sequence's state (issue 28).
+    """What a loaded model's memory can do with one sequence's state (docs/design.md §8).
 
     llama.cpp keeps a sequence's past in one of four shapes, and reuse depends on which:
 

@@ -1,4 +1,4 @@
-"""One tick's plan: its op list under the batch budget (SPEC §2, the seed's ``step_tick``).
+"""One tick's plan: its op list under the batch budget (docs/design.md §2, the seed's ``step_tick``).
 
 Decode rows are kept whole; prefill rows are sliced head-first, each capped by
 ``prefill_chunk_size``, until the total fits ``n_batch``. If the decode rows alone do not
@@ -114,7 +114,7 @@ def decode_op(r: Request) -> DecodeOp:
 
 CELLS_PER_TOKEN_OF_WORK = 1000
 """A prompt token attending to this many cells costs about as much again as the token itself.
-NOTE: measured on the bare backend (SmolLM2, 2 threads, default q8_0 K+V, docs/benchmarks.md
+NOTE: measured on the bare backend (SmolLM2, 2 threads, default q8_0 K+V, docs/history/
 "KV"): prefill of 512 tokens 2.1 s, of 2,000 tokens 13.8 s, 20 tokens after 2,000 0.23 s,
 i.e. about 3.1 ms a token plus 3.8 ms per 1,000 cells it attends to (f16 K+V: 0.9 ms)."""
 

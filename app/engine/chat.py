@@ -5,7 +5,7 @@ KV holds the tokens the engine actually saw: the previous prompt plus the *sampl
 ids. Re-rendering the reply text can tokenize differently (same text, other merges), so the
 new prompt may not extend the held tokens id for id even though it extends them in text.
 ``continuation_suffix`` aligns the two by text and returns only the new tokens, for
-``Model.continue_session`` (SPEC §1: that call exists for exactly this).
+``Model.continue_session`` (docs/design.md §1: that call exists for exactly this).
 """
 
 from __future__ import annotations

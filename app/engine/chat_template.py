@@ -226,7 +226,7 @@ class WorkerPool:
         NOTE: B9's two clients re-send their conversations together right after a server
         restart: with one worker started at load, the second render started a worker of its
         own beside the first request's read, and that request was admitted ~550 ms after it
-        arrived (docs/benchmarks.md, 2026-12-04 16:50)."""
+        arrived (docs/history/benchmarks-2026-11-29-to-12-05.md, 2026-12-04 16:50)."""
         while True:
             with self._cond:
                 if len(self._idle) >= MAX_IDLE or self._closed or self._num_workers >= MAX_WORKERS:

@@ -1,5 +1,5 @@
 """Checkpoints: where a state that cannot be cut is saved whole, so that prompts coming back
-to that point restore it instead of reading everything again (issue 28).
+to that point restore it instead of reading everything again (docs/design.md §8).
 
 An attention model's saved row can be cut to any head it shares with a prompt, so its five
 saves serve every regenerate, edit and branch. A recurrent or hybrid state (Mamba, LFM2,
@@ -20,7 +20,7 @@ models save where prompts come back to:
 
 They are ordinary rows (reason ``cold``: a head of a prompt read before its reply), held to
 the tier quotas like any other; chunk dedupe does not apply to whole states, so each costs
-its full size (``docs/benchmarks.md``, "Checkpoints").
+its full size (``docs/history/benchmarks-2026-11-29-to-12-05.md``, "Every model family").
 """
 
 from __future__ import annotations

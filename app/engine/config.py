@@ -5,7 +5,7 @@ so it is a frozen dataclass: a different setting means a new ``ModelConfig`` (an
 never a field changed under a running model. Every bad value is an ``InvalidConfig``
 (code ``invalid_request``, also a ``ValueError``) naming the field.
 
-Context sizes: ``n_ctx`` (SPEC name; ``n_ctx_per_seq`` is the same number under a clearer
+Context sizes: ``n_ctx`` (the engine API's name; ``n_ctx_per_seq`` is the same number under a clearer
 name) is what ONE sequence holds. llama.cpp's own ``n_ctx`` is the total over all sequences,
 ``n_ctx_total = n_ctx × n_seq_max``, and is a ``uint32_t`` padded to 256 cells.
 """
@@ -72,7 +72,7 @@ class Markers:
 
 @dataclass(frozen=True, slots=True)
 class ModelConfig:
-    """How to load and schedule one model (SPEC §1). Frozen: build a new one to change it."""
+    """How to load and schedule one model (docs/design.md §1). Frozen: build a new one to change it."""
 
     path: str
     n_ctx: int = 4096
@@ -82,11 +82,11 @@ class ModelConfig:
     n_gpu_layers: int = 0
     n_threads: int | None = None
     n_threads_batch: int | None = None
-    """Beyond SPEC: llama.cpp's threads for a ubatch of more than one token (prefill, and a
+    """Beyond the core API: llama.cpp's threads for a ubatch of more than one token (prefill, and a
     tick of several sequences); ``None``: ``n_threads``. Not in ``ctx_params_hash``: the KV
     bytes and logits are the same for every thread count (``hearth bench --only KV``)."""
     n_threads_background: int | None = None
-    """Beyond SPEC: llama.cpp's threads for a tick that only reads ahead (type-ahead, issue 25,
+    """Beyond the core API: llama.cpp's threads for a tick that only reads ahead (type-ahead,
     ``app.engine.read_ahead``). Such a tick runs only while no request has anything to compute,
     so it may use the cores that requests leave to the rest of the machine; ``None``: every
     core (up to 8), never fewer than ``n_threads_batch``. Not in ``ctx_params_hash``: the thread
@@ -95,7 +95,7 @@ class ModelConfig:
     thread needs the other core when Enter is pressed), one thread read a pasted text at
     9-16 ms a token, too slow to read 1,900 tokens while a 12-word question is typed."""
     n_ubatch: int | None = None
-    """Beyond SPEC: llama.cpp's physical batch, the most rows one graph computes; ``None``:
+    """Beyond the core API: llama.cpp's physical batch, the most rows one graph computes; ``None``:
     ``min(n_batch, 512)``. Not in ``ctx_params_hash``: with the default KV types every ubatch
     shape gives the same KV bytes and logits (``hearth bench --only KV``)."""
     policy: CachePolicy | dict[str, Any] | None = None
@@ -106,7 +106,7 @@ class ModelConfig:
     prefill_seqs_per_tick: int | None = 1
     """Beyond the seed: while replies are streaming, how many prefilling requests get a slice
     in one tick, the shortest remaining prefill first (``None``: every prefilling request, the
-    seed's rule, SPEC §2). A burst of short prompts that arrives while nothing streams is
+    seed's rule, docs/design.md §2). A burst of short prompts that arrives while nothing streams is
     prefilled together, so its replies decode in full batches from the first tick; a burst
     whose tick would cost more than one chunk of a fresh prompt (follow-ups deep in long
     conversations) goes one at a time too (``app.engine.batch``).
@@ -127,18 +127,18 @@ class ModelConfig:
     """Beyond the seed: a prompt whose last slice shares a tick with decode rows is read in a
     ``llama_decode`` of its own, its first token sampled and streamed, and then the decode rows
     and that token go in a second one (``Scheduler._read_first``); ``False``: one
-    ``llama_decode`` per tick, the seed's rule (SPEC §2).
+    ``llama_decode`` per tick, the seed's rule (docs/design.md §2).
     NOTE: with a KV stream per sequence llama.cpp splits such a batch into two ubatches or
     more anyway (equal rows per sequence), so the two calls cost what the one did, and the
     first token no longer waits for the decode rows' ubatch. B2's follow-ups (17-21 tokens
     beside 3 decode rows), paired rounds: median TTFT 161 -> 136 ms, wall unchanged. B9's
     two-client trace: median 1.07 x, its clients' turns after the restart served in another
-    order (docs/benchmarks.md, 2026-12-04 10:12)."""
+    order (docs/history/benchmarks-2026-11-29-to-12-05.md, 2026-12-04 10:12)."""
     cache_enabled: bool = True
     flash_attn: bool = True
     """On by default: a quantized V cache needs it, the one-chunk path that keeps differing K/V
     types exact is its kernel's, and with it the KV rows of a state are cell-major
-    (``app.cache.seqstate`` can cut them). NOTE (issue 24): off, V is stored transposed and
+    (``app.cache.seqstate`` can cut them). NOTE (docs/design.md §3): off, V is stored transposed and
     attention is two matmuls whose kernel depends on the rows a sequence has in the ubatch:
     llamafile's tinyBLAS (q8_0 x q8_0 for K·Q, f16 x f16 for V·softmax) from two rows, ggml's
     vec_dot from one, and they accumulate in other orders. A prompt prefilled whole and the
@@ -148,7 +148,7 @@ class ModelConfig:
     (``ctx_params_hash``)."""
     type_k: str = DEFAULT_TYPE_K
     type_v: str = DEFAULT_TYPE_V
-    """KV cell types: q8_0 K + f16 V by default (issue 24). NOTE (SPEC §3): llama.cpp's CPU
+    """KV cell types: q8_0 K + f16 V by default. NOTE (docs/design.md §3): llama.cpp's CPU
     flash-attention kernel has three accumulation paths: 64-cell tiles for ubatches of >= 64
     query rows, split-KV for one-token ubatches over >= 512 cells, and one chunk per query row
     otherwise. The tiled and split-KV paths are taken only when K and V are both f16 (or both
@@ -158,7 +158,7 @@ class ModelConfig:
     own stream's cells in order, so every prefill chunking and batching gives bit-identical
     logits. q8_0 K + f16 V is the fastest such pair (no V dequantizing per cell: prefill of
     2,000 tokens 0.71x, a tick of 4 x 700-token streams 0.81x the time of q8_0 K+V, at 18,460
-    bytes a token on SmolLM2 instead of 12,813; docs/benchmarks.md, "KV cell types").
+    bytes a token on SmolLM2 instead of 12,813; docs/history/benchmarks-2026-11-29-to-12-05.md, "KV cell types").
     NOTE: an f16 V keeps the low bits of each token's V projection, so its exactness also
     rests on the model's weight kernels giving a row the same projection whatever the ubatch's
     row count. Quantized weights (Q4_0, Q4_1, Q8_0 tried on SmolLM2, Q8_0 on the tiny test
@@ -173,7 +173,7 @@ class ModelConfig:
     attended to everything (llama.cpp's ``swa_full``). On by default, for exactness: without it
     a windowed layer's cache is only ``n_swa + n_ubatch`` cells (padded to 256) that wrap
     around, so a sequence's cells leave position order, and the CPU flash-attention kernel
-    accumulates in cell order. NOTE (issue 28, tiny gemma3, window 16, 750-token prompt): off,
+    accumulates in cell order. NOTE (docs/design.md §8, tiny gemma3, window 16, 750-token prompt): off,
     a state restored from a save and decoded next to the original matched it in 19 of 40 steps
     (max |Δlogit| 0.06); on, 40 of 40. Every prefill chunking was bit-identical either way.
     The price is memory: Gemma 3 4B (34 layers, 28 windowed, window 1024) at 8,192 tokens ×
@@ -182,7 +182,7 @@ class ModelConfig:
     cache"; Hearth then still never trims a live sequence past what its window cache holds
     (``Backend.can_trim``)."""
     speculative: bool = True
-    """Beyond SPEC: speculative decoding without a draft model (``app.engine.speculation``):
+    """Beyond the core API: speculative decoding without a draft model (``app.engine.speculation``):
     a decoding sequence proposes the tokens that followed the latest earlier occurrence of
     its last few tokens, and one decode verifies them. Exact (greedy replies bit-identical on
     and off; sampled ones follow the same distribution, and the same seed gives the same
@@ -190,7 +190,7 @@ class ModelConfig:
     it is on by default; a request overrides it (``speculative=``). Off regardless for
     models whose memory cannot drop a tail of a sequence (recurrent, hybrid)."""
     draft_max: int = 16
-    """Beyond SPEC: the most draft tokens one decode row carries (0: no drafting). The
+    """Beyond the core API: the most draft tokens one decode row carries (0: no drafting). The
     adaptive length stays below it. NOTE: a row costs ~4 ms on SmolLM2 (2 threads), so 16
     rows pay only at ~95 % acceptance, which copied text reaches (``tick_costs``)."""
     thinking_signing_key: bytes | None = None

@@ -1,4 +1,4 @@
-"""A draft model for speculative decoding (issue 29): a smaller model with the target's
+"""A draft model for speculative decoding (docs/design.md §9): a smaller model with the target's
 vocabulary proposes the drafts, token by token, greedily; the target verifies them exactly
 as it verifies prompt-lookup drafts (``app.engine.speculation``), so the reply is the same
 with or without it — the draft model only changes how many tokens a tick gets.

@@ -83,7 +83,7 @@ class Engine:
 
     @property
     def cache(self) -> Any:
-        """The CacheStore (SPEC §4), opened on first use."""
+        """The CacheStore (docs/design.md §4), opened on first use."""
         with self._lock:
             if self._cache is None:
                 from app.cache.store import CacheStore

@@ -1,4 +1,4 @@
-"""Typed engine errors. Each carries a ``.code`` equal to the seed's error atom (SPEC §1)."""
+"""Typed engine errors. Each carries a ``.code`` equal to the seed's error atom (docs/design.md §1)."""
 
 from __future__ import annotations
 

@@ -23,7 +23,7 @@ class CacheDelta:
 
 @dataclass(frozen=True, slots=True)
 class Reuse:
-    """What a request reused at admission, and why (beyond SPEC: the "say why" record).
+    """What a request reused at admission, and why (beyond the core API: the "say why" record).
 
     ``tokens_reused`` prompt tokens came from ``source`` instead of being prefilled;
     ``tokens_shared`` is how many leading tokens the prompt shares with the best candidate
@@ -58,18 +58,18 @@ class Stats:
     cache_delta: CacheDelta = field(default_factory=CacheDelta)
     stop_sequence: str | None = None
     context_full: bool = False
-    """Beyond SPEC: the reply stopped because the sequence's context is full (its
+    """Beyond the core API: the reply stopped because the sequence's context is full (its
     ``finish_reason`` is ``length``), not because ``response_tokens`` was reached."""
     reuse: Reuse = field(default_factory=Reuse)
     drafted_tokens: int = 0
-    """Beyond SPEC: draft tokens speculative decoding pushed for this reply."""
+    """Beyond the core API: draft tokens speculative decoding pushed for this reply."""
     accepted_tokens: int = 0
-    """Beyond SPEC: of those, the ones the model agreed with (part of the reply)."""
+    """Beyond the core API: of those, the ones the model agreed with (part of the reply)."""
 
 
 @dataclass(frozen=True, slots=True)
 class PrefillProgress:
-    """Beyond SPEC: while a prompt is read, after each prefill slice (and once at admission):
+    """Beyond the core API: while a prompt is read, after each prefill slice (and once at admission):
     ``done`` of ``total`` prompt tokens are in the sequence's KV (restored ones included)."""
 
     done: int
@@ -220,7 +220,7 @@ class ReuseRecord:
 
 @dataclass(frozen=True, slots=True)
 class SchedulerSnapshot:
-    """Lock-free observability record, replaced whole after every tick (SPEC §2)."""
+    """Lock-free observability record, replaced whole after every tick (docs/design.md §2)."""
 
     phase: str = "idle"
     pending_len: int = 0
@@ -229,14 +229,14 @@ class SchedulerSnapshot:
     recent_ticks: tuple[TickInfo, ...] = ()
     num_tokens_generated: int = 0
     recent_reuse: tuple[ReuseRecord, ...] = ()
-    """The last requests' reuse records, newest last (beyond SPEC)."""
+    """The last requests' reuse records, newest last (beyond the core API)."""
     speculative: bool = False
     """Speculative decoding is on for this model (its setting, and its memory allows it)."""
     num_drafted: int = 0
     num_accepted: int = 0
-    """Draft tokens pushed and accepted since the model loaded (beyond SPEC)."""
+    """Draft tokens pushed and accepted since the model loaded (beyond the core API)."""
     draft_model: str | None = None
-    """The id of the attached draft model (``Model.use_draft``), if any (beyond SPEC)."""
+    """The id of the attached draft model (``Model.use_draft``), if any (beyond the core API)."""
     draft_max: int = 0
     """The most draft tokens a decode row carries unless a request says otherwise
-    (``ModelConfig.draft_max``; the adaptive length is at most this; beyond SPEC)."""
+    (``ModelConfig.draft_max``; the adaptive length is at most this; beyond the core API)."""

@@ -26,7 +26,7 @@ from app.engine.native_log import detail, native_errors
 
 _I32P = ctypes.POINTER(ctypes.c_int32)
 
-# llama_ftype → (name as SPEC §4 spells it, bits per weight of the dominant type).
+# llama_ftype → (name as docs/design.md §4 spells it, bits per weight of the dominant type).
 FTYPE_NAMES: dict[int, tuple[str, int]] = {
     0: ("f32", 32), 1: ("f16", 16), 2: ("q4_0", 4), 3: ("q4_1", 4), 7: ("q8_0", 8),
     8: ("q5_0", 5), 9: ("q5_1", 5), 10: ("q2_k", 2), 11: ("q3_k_s", 3), 12: ("q3_k_m", 3),

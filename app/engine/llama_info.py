@@ -3,7 +3,7 @@
 ``read_info`` builds the backend's ``BackendInfo`` (name, vocabulary size, quantization,
 chat template, special tokens, a rough VRAM estimate) from the model's metadata;
 ``ctx_params_hash`` is the cache-identity part that depends on how the context was made
-(SPEC §4). ``LlamaBackend`` calls both once, at load.
+(docs/design.md §4). ``LlamaBackend`` calls both once, at load.
 """
 
 from __future__ import annotations

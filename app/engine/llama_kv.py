@@ -2,7 +2,7 @@
 
 ``SeqKv`` is the part of ``LlamaBackend`` that implements the Backend's KV calls (``seq_rm``,
 ``can_trim``, ``seq_cp``, ``seq_pos_max``, ``kv_pack``, ``kv_unpack``; mixed into the backend
-class, whose context it uses); ``memory_caps`` says what the model's memory allows (issue 28). ``pack`` reads a seq's state as ONE-STREAM bytes (``app.cache.seqstate``'s
+class, whose context it uses); ``memory_caps`` says what the model's memory allows (docs/design.md §8). ``pack`` reads a seq's state as ONE-STREAM bytes (``app.cache.seqstate``'s
 format, loadable under any ``n_seq_max``) without copying it on the scheduler thread;
 ``unpack`` loads such bytes into a seq, rewriting the stream count for this context. Only
 the scheduler thread calls them.

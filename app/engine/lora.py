@@ -55,7 +55,7 @@ class LoraSet:
         ]
 
     def fingerprint(self, base: bytes) -> bytes:
-        """The effective fingerprint (SPEC §4) of ``base`` under the current adapters."""
+        """The effective fingerprint (docs/design.md §4) of ``base`` under the current adapters."""
         return effective_fingerprint(base, [(e.sha256, e.scale) for e in self.entries])
 
     # ------------------------------------------------------------------ scheduler thread

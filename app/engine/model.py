@@ -1,4 +1,4 @@
-"""The ``Model`` handle: a thread-safe API over one model's scheduler thread (SPEC §1).
+"""The ``Model`` handle: a thread-safe API over one model's scheduler thread (docs/design.md §1).
 
 Every method posts to the scheduler thread and waits (or returns a ``Stream``). Tokenizing
 reads only the vocabulary, which llama.cpp allows from any thread, so ``tokenize`` and
@@ -169,7 +169,7 @@ class Model:
 
     def prefill_only(self, tokens: Sequence[int], *, priority: str = "normal", **opts: Any) -> PrefillResult:
         """Read ``tokens`` into a seq, no sampling; blocks until read. ``priority="background"``
-        (beyond SPEC, needs ``session_id``): the lowest priority, for type-ahead — see
+        (beyond the core API, needs ``session_id``): the lowest priority, for type-ahead — see
         ``read_ahead``, its non-blocking form."""
         adm = self._admission(Mode.PREFILL_ONLY, tokens, opts, default_tokens=0, emit=lambda e: None, priority=priority)
         self._post_admit(adm)
@@ -179,7 +179,7 @@ class Model:
     def read_ahead(
         self, tokens: Sequence[int], *, session_id: str, on_event: Callable[[Event], None] | None = None, **opts: Any
     ) -> Stream:
-        """Type-ahead (beyond SPEC): ``prefill_only(tokens, priority="background")`` without
+        """Type-ahead (beyond the core API): ``prefill_only(tokens, priority="background")`` without
         waiting. The session's seq is brought to ``tokens`` (what it holds is reused, a tail
         that differs is dropped) at the lowest priority (``app.engine.read_ahead``); the
         stream gives ``PrefillProgress`` events, then ``Done`` (``cancelled`` when a real
@@ -205,7 +205,7 @@ class Model:
         self, tokens: Sequence[int], *, on_event: Callable[[Event], None] | None = None,
         on_reading: Callable[[], None] | None = None, **params: Any,
     ) -> Stream:
-        """SPEC's ``infer``. Beyond SPEC, ``on_reading`` is called (once, on the scheduler
+        """The core API's ``infer``. Beyond it, ``on_reading`` is called (once, on the scheduler
         thread; keep it short) right before the request's first batch goes to llama.cpp: the
         moment its prompt starts being read, with the GIL about to be free (what the GUI
         waits for after a send, ``EngineBridge.submit``). Not called for a request that ends
@@ -222,7 +222,7 @@ class Model:
         self, suffix_tokens: Sequence[int], *, session_id: str, on_event: Callable[[Event], None] | None = None,
         on_reading: Callable[[], None] | None = None, **params: Any,
     ) -> Stream:
-        """SPEC's ``continue_session``; ``on_reading`` as for ``infer``."""
+        """The core API's ``continue_session``; ``on_reading`` as for ``infer``."""
         ref = next(_refs)
         stream = Stream(ref, self.cancel, on_event)
         params = {**params, "session_id": session_id}
@@ -410,7 +410,7 @@ class Model:
         return accepted, "eos" if nxt is None else nxt
 
     def use_draft(self, draft_id: str | None) -> None:
-        """Beyond SPEC: draft with the loaded model ``draft_id`` for the requests that name it
+        """Beyond the core API: draft with the loaded model ``draft_id`` for the requests that name it
         (``draft_model=``; a request naming another one attaches that one instead); None
         detaches. The draft model gets a backend of its own (its weights, a KV stream per
         sequence of this model's size), loaded on the caller's thread; it must have this

@@ -1,4 +1,4 @@
-"""Type-ahead's side of the scheduler (issue 25): the background ``prefill_only``.
+"""Type-ahead's side of the scheduler (docs/engine-api.md, Type-ahead): the background ``prefill_only``.
 
 While a message is being written, the app reads the draft into its chat's sticky seq with
 ``Model.read_ahead`` (``prefill_only`` with ``priority="background"``), so that on Enter the

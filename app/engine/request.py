@@ -35,7 +35,7 @@ from app.engine.streaming import TextPipeline
 
 Outcome = CompletionResult | PrefillResult
 Priority = Literal["normal", "background"]
-"""``prefill_only``'s priority (beyond SPEC): ``background`` is type-ahead's lowest-priority
+"""``prefill_only``'s priority (beyond the core API): ``background`` is type-ahead's lowest-priority
 read of a draft (``app.engine.read_ahead``)."""
 
 
@@ -47,7 +47,7 @@ class Mode(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class RequestOptions:
-    """Validated request options (SPEC §1); they cross threads in an ``Admission``."""
+    """Validated request options (docs/design.md §1); they cross threads in an ``Admission``."""
 
     response_tokens: int
     sampling: SamplingParams
@@ -57,17 +57,17 @@ class RequestOptions:
     thinking_budget_tokens: int | None = None
     session_id: str | None = None
     ignore_eos: bool = False
-    """Beyond SPEC: keep generating past end-of-generation (benchmarks, like llama-server's)."""
+    """Beyond the core API: keep generating past end-of-generation (benchmarks, like llama-server's)."""
     priority: Priority = "normal"
-    """Beyond SPEC: ``background`` for a ``prefill_only`` that must never get in the way
+    """Beyond the core API: ``background`` for a ``prefill_only`` that must never get in the way
     (type-ahead, ``app.engine.read_ahead``)."""
     speculative: bool | None = None
-    """Beyond SPEC: draft and verify tokens (``app.engine.speculation``); None: the model's
+    """Beyond the core API: draft and verify tokens (``app.engine.speculation``); None: the model's
     setting (``ModelConfig.speculative``)."""
     draft_max: int | None = None
-    """Beyond SPEC: the most draft tokens one decode row may carry; None: the model's."""
+    """Beyond the core API: the most draft tokens one decode row may carry; None: the model's."""
     draft_model: str | None = None
-    """Beyond SPEC: the id of a loaded model with the same vocabulary that proposes the drafts
+    """Beyond the core API: the id of a loaded model with the same vocabulary that proposes the drafts
     (``app.engine.draft_model``; ``Model.use_draft`` attaches it); None: prompt lookup."""
 
 

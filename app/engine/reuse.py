@@ -1,4 +1,4 @@
-"""Where a new request's first tokens come from, and the record of why (issue 13).
+"""Where a new request's first tokens come from, and the record of why (docs/design.md §2).
 
 A request starts from the longest prefix of its prompt that is already computed anywhere:
 
@@ -155,7 +155,7 @@ def _lookup(cache: CacheHooks, req: Request, floor: int, *, whole_only: bool = F
     if need > len(req.prompt_tokens) - 1:
         # A seq already offers every token a restore could give (at most the prompt less its
         # last token is reused): a regenerate whose seq still holds its prompt reads nothing
-        # (it read and unpacked the whole row to keep the same cells; issue 24's profile).
+        # (it read and unpacked the whole row to keep the same cells, in a profile of B8's turns).
         return None
     return cache.lookup(req.meta, key_tokens, req.options.parent_key, req.options.session_id, min_tokens=need)
 
@@ -164,7 +164,7 @@ def _cold(cache: CacheHooks, req: Request, reuse: Reuse, *, defer: bool = False)
     """A cold prefill. The policy's cold save of the prompt's head is made once the first
     reply token is out (``defer``, a state that can be cut: the whole prompt's cells cut to
     the head), so its pack is not in the time to first token and the prefill is not split
-    at the head (issue 24, B8's first turn); a state that cannot be cut stops there."""
+    at the head (B8's first turn); a state that cannot be cut stops there."""
     cache.count_miss()
     req.cache.reuse = reuse
     prompt = req.prompt_tokens

@@ -1,6 +1,6 @@
 """Sampler chains: ``SamplingParams`` → one owned ``llama_sampler`` chain.
 
-The chain order is fixed by SPEC §1:
+The chain order is fixed by docs/design.md §1:
 
     grammar → repetition penalty → top-k → top-p → min-p → (temp → dist(seed) | greedy)
 
@@ -83,7 +83,7 @@ def validate(params: SamplingParams) -> None:
 
 
 def build_chain(vocab: Any, params: SamplingParams) -> SamplerChain:
-    """Build the SPEC-ordered chain for ``params``; ``GrammarFailed`` for a malformed grammar."""
+    """Build the chain in its fixed order (docs/design.md §1) for ``params``; ``GrammarFailed`` for a malformed grammar."""
     validate(params)
     chain_params = llama_cpp.llama_sampler_chain_default_params()
     chain_params.no_perf = True

@@ -1,4 +1,4 @@
-"""The scheduler's saves: pack a seq's KV and hand it to the cache writer (SPEC §4).
+"""The scheduler's saves: pack a seq's KV and hand it to the cache writer (docs/design.md §4).
 
 Five moments: ``cold`` (after the policy's trimmed prefix is prefilled, and the checkpoints
 of a state that cannot be cut: ``app.engine.checkpoints``), ``continued`` (every

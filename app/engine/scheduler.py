@@ -337,7 +337,7 @@ class Scheduler:
         149 ms). The decode rows' tokens reach their streams when they did (before both
         calls), and their next ones after the second call, as after the one call before.
         The new reply's second token comes a tick sooner too. Bit-identical: every row's
-        result is independent of what shares its batch (SPEC §3)."""
+        result is independent of what shares its batch (docs/design.md §3)."""
         plan_first, pushed_first = first
         plan_rest, pushed_rest = rest
         if self.decode(plan_first, pushed_first):

@@ -1,4 +1,4 @@
-"""Speculative decoding without a draft model (issue 29): prompt lookup drafts, the acceptance
+"""Speculative decoding without a draft model (docs/design.md §9): prompt lookup drafts, the acceptance
 rule, per-sequence draft lengths, and when a tick's draft rows pay for themselves.
 
 How a draft travels through the two-phase tick (``app.engine.backend``)::

@@ -1,4 +1,4 @@
-"""One request's text pipeline: generated tokens in, stream events out (SPEC §2).
+"""One request's text pipeline: generated tokens in, stream events out (docs/design.md §2).
 
 ``TextPipeline`` owns everything between a sampled token and the events a caller sees:
 UTF-8 decoding, the stop-string scan with its hold-back, the thinking and tool-call spans
@@ -97,7 +97,7 @@ class TextPipeline:
         """Route one generated (non end-of-generation) token.
 
         Raises ``InvalidRequest`` when the model opens a thinking span on a request that did
-        not opt in (SPEC §2); nothing of that span is emitted.
+        not opt in (docs/design.md §2); nothing of that span is emitted.
         """
         if self._spans is None:
             self._emit_text(self._piece(token))

@@ -3,7 +3,7 @@
 Everything a caller hands to a ``Model`` is checked here, on the caller's thread, before it
 reaches the scheduler thread or llama.cpp, so a bad request fails alone with an
 ``InvalidRequest`` (or ``AdapterLoadFailed`` for an adapter file) and never takes a sequence,
-fails a batch or poisons a cache key (SPEC §7). Each check returns the value in the one form
+fails a batch or poisons a cache key (docs/design.md §7). Each check returns the value in the one form
 the engine uses from then on (a fresh ``list[int]``, a ``float``, ``bytes``).
 
 Rules, in short:
@@ -234,7 +234,7 @@ def adapter_sha256(path: object) -> bytes:
 
 
 def parse_options(opts: dict[str, Any], default_tokens: int) -> RequestOptions:
-    """Validate SPEC §1 request options; bad values are ``InvalidRequest``."""
+    """Validate docs/design.md §1 request options; bad values are ``InvalidRequest``."""
     unknown = set(opts) - _OPTION_KEYS
     if unknown:
         raise InvalidRequest(f"unknown option(s): {', '.join(sorted(map(str, unknown)))}")

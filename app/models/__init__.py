@@ -1,1 +1,1 @@
-"""Model library, Hugging Face Hub downloads and LoRA adapter checks — no Qt (SPEC §5)."""
+"""Model library, Hugging Face Hub downloads and LoRA adapter checks — no Qt (docs/design.md §5)."""

@@ -1,6 +1,6 @@
 """LoRA adapter files: what is in one, and whether it fits a given base model.
 
-A LoRA GGUF as llama.cpp loads it (SPEC §3): ``general.type = "adapter"``,
+A LoRA GGUF as llama.cpp loads it (docs/design.md §3): ``general.type = "adapter"``,
 ``adapter.type = "lora"``, ``general.architecture`` of the base, ``adapter.lora.alpha``, and
 for each adapted base weight ``W`` (ggml shape ``[n_in, n_out]``) two tensors::
 
@@ -9,7 +9,7 @@ for each adapted base weight ``W`` (ggml shape ``[n_in, n_out]``) two tensors::
 ``check_adapter_matches`` compares those shapes with the base model's tensor table before the
 engine hands the file to llama.cpp, so a wrong adapter is a clear ``AdapterMismatch`` rather
 than a native load failure. Only headers are read (``library.read_gguf_header``); the sha256
-of the adapter file is what the effective fingerprint (SPEC §4) is built from.
+of the adapter file is what the effective fingerprint (docs/design.md §4) is built from.
 """
 
 from __future__ import annotations

@@ -437,7 +437,7 @@ def estimate_kv(entry: ModelEntry, n_ctx: int, n_seq_max: int = 1, *, type_k: st
                 type_v: str = DEFAULT_TYPE_V) -> int:  # fmt: skip
     """Bytes of the model's memory for ``n_seq_max`` sequences of ``n_ctx`` tokens, as llama.cpp
     allocates it: the attention KV (``n_ctx · n_seq_max`` cells — ``n_ctx`` is per sequence,
-    SPEC §1 — of each attention layer's ``n_head_kv · head_dim`` K and V values in their cell
+    docs/design.md §1 — of each attention layer's ``n_head_kv · head_dim`` K and V values in their cell
     types; sliding-window layers hold every cell too, ``swa_full``) plus each sequence's
     fixed recurrent state (recurrent and hybrid models)."""
     if n_ctx <= 0 or n_seq_max <= 0:

@@ -1,4 +1,4 @@
-"""The OpenAI-compatible HTTP server over Hearth's engine and KV cache (issue #16). No Qt.
+"""The OpenAI-compatible HTTP server over Hearth's engine and KV cache (docs/user-guide.md). No Qt.
 
 ``create_app(engine, ServerConfig(...))`` builds the FastAPI app; ``ServerThread`` runs it
 with uvicorn on its own thread and loop (``hearth serve`` and the app's "Local server"

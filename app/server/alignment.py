@@ -2,7 +2,7 @@
 
 Clients send text, and re-tokenizing a reply does not always give the ids the model sampled
 (the same text can split into other merges: " Paris" sampled as " Par" + "is"). The engine
-recognises a conversation by its tokens (longest common prefix, issue #13), so one
+recognises a conversation by its tokens (longest common prefix, docs/design.md §4), so one
 different id early in the reply would throw away everything after it. The server therefore
 remembers what it generated recently — prompt plus sampled ids, exactly what the engine's
 KV holds — and when a new prompt's *bytes* start with one of those sequences it reuses that

@@ -1,6 +1,6 @@
 """``ServerConfig``: where the server listens and what it accepts (validated at construction).
 
-Security defaults (issue #16): loopback only; any other address needs an API key; bodies
+Security defaults (docs/user-guide.md, the server): loopback only; any other address needs an API key; bodies
 and prompts have limits answered with 413; CORS is off unless origins are named.
 """
 

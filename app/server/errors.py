@@ -57,7 +57,7 @@ def model_not_found(model: str) -> ApiError:
     )
 
 
-# Engine error codes (SPEC §1) → HTTP status and OpenAI error code.
+# Engine error codes (docs/design.md §1) → HTTP status and OpenAI error code.
 _ENGINE_STATUS: dict[str, tuple[int, str]] = {
     "invalid_request": (400, "invalid_value"),
     "grammar_failed": (400, "invalid_grammar"),

@@ -28,8 +28,8 @@ Delta = dict[str, Any]
 
 
 def cached_tokens(stats: Stats) -> int:
-    """Prompt tokens the engine did not have to compute (its ``Reuse`` record once #13 fills
-    it in, else the warm prefix it restored or shared)."""
+    """Prompt tokens the engine did not have to compute (its ``Reuse`` record when the
+    engine fills it in, else the warm prefix it restored or shared)."""
     if stats.reuse.source != "none":
         return stats.reuse.tokens_reused
     return stats.cache_delta.read

@@ -78,7 +78,7 @@ def kinds_written(statement: str) -> frozenset[str] | None:
     """The cache kinds a statement that is not a SELECT can change; None: any.
 
     NOTE: a message written (every send, every reply) used to drop the settings read too,
-    and the send then read ~10 of them again from SQLite on the GUI thread (issue 25's trace).
+    and the send then read ~10 of them again from SQLite on the GUI thread (a trace of B11's typed turns).
     The settings table has no foreign key and no trigger: only a statement naming it changes
     it. The messages' cascade from conversations stays inside ``CHATS``."""
     m = _WRITE.match(statement)

@@ -8,7 +8,7 @@ from typing import Any
 
 @dataclass(frozen=True, slots=True)
 class SamplingSettings:
-    """One conversation's generation settings (SPEC §1 options, as the UI edits them)."""
+    """One conversation's generation settings (docs/design.md §1 options, as the UI edits them)."""
 
     temperature: float = 0.7
     top_k: int = 40

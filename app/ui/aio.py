@@ -1,4 +1,4 @@
-"""The app's asyncio loop: qasync's, on the GUI thread (SPEC §5), and how work reaches it.
+"""The app's asyncio loop: qasync's, on the GUI thread (docs/design.md §5), and how work reaches it.
 
 Background work in the UI — Hub searches and file listings, downloads, model loads and
 adapter changes, library scans — is written as coroutines that ``await`` a blocking call

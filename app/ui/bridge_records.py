@@ -26,7 +26,7 @@ __all__ = [
 ]
 
 Params = tuple[tuple[str, object], ...]
-"""Engine request options (SPEC §1 names) as a frozen tuple of pairs."""
+"""Engine request options (docs/design.md §1 names) as a frozen tuple of pairs."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,7 +53,7 @@ class GenerationRequest:
 
 @dataclass(frozen=True, slots=True)
 class ReadAheadRequest:
-    """Type-ahead (issue 25): read the prompt ``request`` would send with ``draft`` as its last
+    """Type-ahead (docs/engine-api.md): read the prompt ``request`` would send with ``draft`` as its last
     user message into the chat's sticky sequence, up to the draft's end less a few tokens
     (``app.conversation.type_ahead``). ``request.messages`` is the branch without the draft;
     ``generation`` counts the drafts of one chat, so an update of an older one is ignored."""

@@ -5,7 +5,7 @@ fake in ``tests/helpers/fake_engine.py``. Widgets and the bridge are typed again
 names instead of an untyped engine, so a reader sees exactly which engine calls the UI makes — and a
 change in the engine that breaks one of them fails mypy here, not at run time.
 
-Threading (SPEC §1): every ``ModelApi`` method is thread-safe, but the app calls the native
+Threading (docs/design.md §1): every ``ModelApi`` method is thread-safe, but the app calls the native
 ones (``apply_chat_template``, ``tokenize``, ``detokenize``, ``infer``…) only from a model's
 bridge thread (``app.ui.engine_bridge``), which is shut down before ``EngineApi.unload``
 frees the model. ``snapshot`` and ``model_info`` are plain reads, safe from the GUI thread.
@@ -76,7 +76,7 @@ class ModelApi(Protocol):
         on_event: EventCallback | None = None,
         **opts: object,
     ) -> StreamApi:
-        """Type-ahead (issue 25): a background ``prefill_only`` of a draft's prompt."""
+        """Type-ahead (docs/engine-api.md): a background ``prefill_only`` of a draft's prompt."""
         ...
 
     def end_session(self, session_id: str) -> None: ...
@@ -103,7 +103,7 @@ class EngineApi(Protocol):
 
     @property
     def cache(self) -> CacheStore:
-        """The KV cache store (SPEC §4); its counters feed ``app.conversation.accounting``."""
+        """The KV cache store (docs/design.md §4); its counters feed ``app.conversation.accounting``."""
         ...
 
     def load_model(self, model_id: str, config: ModelConfig) -> ModelApi: ...

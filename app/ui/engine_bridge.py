@@ -171,7 +171,7 @@ class _BridgeWorker(QObject):
         # and waiting for the next frame added 8 ms on average (B11). So is any token that
         # comes a frame or more after the last flush: decode ticks of several streams come
         # every ~50 ms on SmolLM2, and each waited for the frame timer (0-16 ms) before it
-        # could be painted (B6, issue 27). Flushes stay at most one a frame otherwise.
+        # could be painted (B6, docs/benchmarks.md). Flushes stay at most one a frame otherwise.
         # A late token is flushed WAKE_MS after it came, with whatever the same decode tick
         # brings for the other streams (they come one after the other).
         self._flushed_at = 0.0

@@ -1,4 +1,4 @@
-"""The GUI thread keeps off the core where llama.cpp reads a sent message (issue 25).
+"""The GUI thread keeps off the core where llama.cpp reads a sent message (type-ahead).
 
 Right after a send the GUI thread stores the message and redraws the chat (15-30 ms of its
 CPU) while llama.cpp reads the prompt's last tokens on the scheduler's thread. When llama.cpp

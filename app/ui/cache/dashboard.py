@@ -1,4 +1,4 @@
-"""``CacheDashboard``: the Cache work area (SPEC §5) — what is kept, why, and what it saves.
+"""``CacheDashboard``: the Cache work area (docs/design.md §5) — what is kept, why, and what it saves.
 
 Given only an ``Engine``, it shows the cache rows (live, from the store's notifications),
 tier usage and quotas, counters and their history, the prefix tree of one model's

@@ -102,7 +102,7 @@ class ModelMonitor(QFrame):
         head = QHBoxLayout()
         head.addWidget(self.title)
         head.addWidget(self.status, 1)
-        # What this model's memory lets the cache reuse (issue 28): "recurrent: reuse from
+        # What this model's memory lets the cache reuse (docs/design.md §8): "recurrent: reuse from
         # checkpoints at turn boundaries", read once (it does not change while loaded).
         info = model.model_info()
         self.memory = QLabel(f"Memory: {info.memory_reuse}" if info.memory_reuse else "")

@@ -134,7 +134,7 @@ class ChatPage(QWidget):
         controller.models.count_received.connect(self._on_count_received)
         self.model_picker.activated.connect(self._on_model_picked)
         self.composer.draft_changed.connect(self._on_draft_changed)
-        # Type-ahead (issue 25): the draft is read into the chat's sequence while it is written.
+        # Type-ahead (docs/user-guide.md): the draft is read into the chat's sequence while it is written.
         self.type_ahead = TypeAhead(controller)
         self.composer.input.textChanged.connect(
             lambda: self.type_ahead.edited(self.current_id, self.composer.input.toPlainText())

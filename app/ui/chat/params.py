@@ -1,4 +1,4 @@
-"""Conversation settings → engine request options (SPEC §1 names). No Qt here."""
+"""Conversation settings → engine request options (docs/design.md §1 names). No Qt here."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The chat-settings form: a system prompt and the sampling options (SPEC §1 names).
+"""The chat-settings form: a system prompt and the sampling options (docs/design.md §1 names).
 
 One widget serves the per-conversation panel and the Settings dialog's "new chats" page, so
 both edit the same fields the same way; ``edited`` fires on any change the user makes

@@ -1,4 +1,4 @@
-"""Type-ahead in the composer (issue 25), on the GUI thread: when a chat's draft is read ahead.
+"""Type-ahead in the composer (docs/user-guide.md), on the GUI thread: when a chat's draft is read ahead.
 
 When a word ends (a space or a newline typed), when typing pauses (``DEBOUNCE_MS``; only
 ``IDLE_PAUSE_MS`` when the engine has nothing else to do, and then the word being typed is

@@ -1,5 +1,5 @@
 """The Adapters page: LoRA adapters on a loaded model, a scale slider each, and the effective
-fingerprint (SPEC §4) recomputed on every slider move.
+fingerprint (docs/design.md §4) recomputed on every slider move.
 
 The fingerprint shown is computed here from the same inputs the engine uses
 (``app.cache.keys.effective_fingerprint`` of the base fingerprint and each adapter's

@@ -198,7 +198,7 @@ class LibraryPage(QWidget):
         self.memory_detail = caption("")
         v.addWidget(self.memory_detail)
         v.addWidget(section("What the cache can reuse"))
-        self.reuse_label = caption("")  # the model's memory type (issue 28)
+        self.reuse_label = caption("")  # the model's memory type (docs/design.md §8)
         self.reuse_label.setObjectName("reuseKinds")
         v.addWidget(self.reuse_label)
         v.addSpacing(6)

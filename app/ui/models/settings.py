@@ -22,7 +22,7 @@ class LoadSettings:
     """How one model file is loaded. ``n_threads`` 0 means llama.cpp's default;
     ``n_threads_background`` (type-ahead's reading while nothing else runs) 0 means every core;
     ``flash_attn`` False is the Library's "Faster prefill, not bit-identical" choice
-    (``ModelConfig.flash_attn``, issue 24)."""
+    (``ModelConfig.flash_attn``, docs/design.md §3)."""
 
     n_ctx: int = 4096
     n_seq_max: int = 4

@@ -99,7 +99,7 @@ def plan(request: GenerationRequest, n_ctx: int, max_tokens: int) -> tuple[Windo
 
 
 def chat_params(params: Params) -> dict[str, Any]:
-    """Engine options (SPEC §1 names) → OpenAI fields; llama.cpp's extensions (``top_k``,
+    """Engine options (docs/design.md §1 names) → OpenAI fields; llama.cpp's extensions (``top_k``,
     ``min_p``, ``repetition_penalty``, ``grammar``, also read by vLLM and Hearth) only when
     they change something, so a strict OpenAI server is not sent fields it would refuse."""
     p = dict(params)
