@@ -1,1 +1,1 @@
-"""The benchmark suite behind ``hearth bench`` (see ../shared/docs/BENCHMARKS.md)."""
+"""The benchmark suite behind ``hearth bench`` (docs/benchmarks.md: the scenarios, their goals, the latest results)."""
