@@ -42,15 +42,33 @@ def test_submit_flush_close() -> None:
     assert not writer.submit(5)
 
 
+def watch_the_hold(store: CacheStore) -> threading.Event:
+    """An event set once the writer thread waits at the store's hold (``hold_writes``): past
+    a job's grace, held back. Waiting for it, instead of sleeping, makes "not written yet"
+    mean "held", not "the writer has not run yet" (which a loaded machine gives for free)."""
+    held = threading.Event()
+
+    class Watched(threading.Condition):
+        def wait(self, timeout: float | None = None) -> bool:
+            held.set()
+            return super().wait(timeout)
+
+    store._hold_cond = Watched()  # noqa: SLF001 (before any hold, so nothing waits on the old one)
+    return held
+
+
 def test_a_held_store_writes_once_the_first_token_is_out(store: CacheStore, monkeypatch: pytest.MonkeyPatch) -> None:
     """While an engine says a request waits for its first token, a queued save stays in
     memory (found by lookups) and is written once the hold ends; ``flush`` does not wait
     for the hold, and no hold keeps a save back longer than ``WRITE_HOLD_MAX_S``.
-    (Seen failing with the gate left out of the writer: the row was written while held.)"""
+    (Seen failing with the gate left out of the writer: the row was written while held; and
+    it waits for the writer to hold, so it fails, not passes, when the writer never gets there.)"""
+    monkeypatch.setattr(store_module, "WRITE_HOLD_MAX_S", 3600.0)  # no slow machine outlasts it
+    held = watch_the_hold(store)
     holder = object()
     store.hold_writes(holder, True)
     save(store, [1, 2, 3, 4], flush=False)
-    time.sleep(store_module.WRITE_GRACE_S + 0.2)
+    assert held.wait(10), "the writer never waited at the hold"  # past its grace, holding
     row = store.lookup_exact(META, [1, 2, 3, 4])
     assert row is not None and store.get(row.key) is None  # queued, not written
     assert store.longest_prefix(META, [1, 2, 3, 4, 5]) is not None  # lookups see it meanwhile
@@ -60,8 +78,7 @@ def test_a_held_store_writes_once_the_first_token_is_out(store: CacheStore, monk
         time.sleep(0.01)
     assert store.get(row.key) is not None
 
-    monkeypatch.setattr(store_module, "WRITE_HOLD_MAX_S", 3600.0)  # a hold that outlasts the test
-    store.hold_writes(holder, True)
+    store.hold_writes(holder, True)  # a hold that outlasts the test
     save(store, [5, 6, 7, 8], flush=False)
     assert store.flush(timeout=60)  # flush hurries: written at once although held
     assert store.get(META.key(encode_tokens([5, 6, 7, 8]))) is not None
@@ -84,11 +101,12 @@ def test_a_restore_records_its_use_after_the_first_token(store: CacheStore, monk
     save(store, [1, 2, 3, 4])
     row = store.lookup_exact(META, [1, 2, 3, 4])
     assert row is not None
+    held = watch_the_hold(store)
     holder = object()
     store.hold_writes(holder, True)
     try:
         assert store.load(row) is not None
-        time.sleep(store_module.WRITE_GRACE_S + 0.2)
+        assert held.wait(10), "the writer never waited at the hold"  # the hit's write is held
         assert store.get(row.key).hits == 1  # the catalog knows at once
         assert [r["hits"] for r in store._db.all_rows()] == [0]  # noqa: SLF001 (the database itself)
     finally:
