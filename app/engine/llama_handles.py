@@ -21,6 +21,7 @@ from typing import Any
 import llama_cpp
 import numpy as np
 
+from app.engine import native_probe
 from app.engine.errors import InvalidRequest, ModelLoadFailed
 from app.engine.native_log import detail, native_errors
 
@@ -62,6 +63,8 @@ def load_model(path: str, n_gpu_layers: int) -> Any:
     check_gguf(path, "model file", ModelLoadFailed)
     mparams = llama_cpp.llama_model_default_params()
     mparams.n_gpu_layers = 999 if n_gpu_layers < 0 else n_gpu_layers
+    # Off where llama.cpp's probe child died with them on (app.engine.native_probe).
+    mparams.use_extra_bufts = native_probe.active().use_extra_bufts
     with native_errors() as errors:
         model = llama_cpp.llama_model_load_from_file(path.encode(), mparams)
     if not model:

@@ -88,7 +88,8 @@ def read_info(
 
 
 def ctx_params_hash(
-    type_k: str, type_v: str, flash_attn: bool, kv_unified: bool = False, swa_full: bool = True
+    type_k: str, type_v: str, flash_attn: bool, kv_unified: bool = False, swa_full: bool = True,
+    extra_bufts: bool = True,
 ) -> bytes:
     """sha256 of the context settings that change KV contents or the state format.
 
@@ -113,5 +114,10 @@ def ctx_params_hash(
         "yarn_ext_factor": -1.0,
         "swa_full": bool(swa_full),
     }
+    if not extra_bufts:
+        # Weights not repacked (app.engine.native_probe's fallback) take other kernels, whose
+        # sums can differ in the last bits for some weight types. Only added when off, so the
+        # rows of every cache made with the default keep their key.
+        canonical["extra_bufts"] = False
     blob = json.dumps(canonical, sort_keys=True, separators=(",", ":")).encode()
     return hashlib.sha256(blob).digest()

@@ -95,6 +95,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     engine = Engine(base)
     try:
         engine.load_model(model_id, model_config(str(path), args))
+        if engine.native_notice:  # llama.cpp crashed in the probe; a safer setting runs
+            print(f"hearth serve: {engine.native_notice}", file=sys.stderr, flush=True)
         server = ServerThread(create_app(engine, config), config, log_level="warning")
         try:
             server.start()

@@ -90,7 +90,11 @@ class ModelLoading(QObject):
             self.finished.emit(self.model_id, text)
             return
         self._show_done()
-        self.window.banner.dismiss()
+        notice = self.engine.native_notice  # llama.cpp crashed in the probe: what runs instead
+        if notice:
+            self.window.banner.show_message(notice, kind="info")
+        else:
+            self.window.banner.dismiss()
         self.window.attach_model(self.model_id)
         self.finished.emit(self.model_id, "")
 
