@@ -18,6 +18,7 @@ from app.engine.config import ModelConfig
 from app.engine.errors import EngineError
 from app.engine.loop import SchedulerLoop
 from tests.helpers.stub_backend import StubBackend
+from tests.helpers.waiting import wait_until
 from tests.unit.engine.harness import make
 
 
@@ -29,12 +30,16 @@ class Target:
         self.admitted: list[str] = []
         self.ticks: list[list[str]] = []
         self.ticked = threading.Event()
+        self.asked_while_arriving: list[float] = []  # when the loop asked, and heard "some"
 
     def is_busy(self) -> bool:
         return bool(self.admitted)
 
     def num_arriving(self) -> int:
-        return self.arrivals.num_unsettled
+        n = self.arrivals.num_unsettled
+        if n:
+            self.asked_while_arriving.append(time.perf_counter())
+        return n
 
     def tick(self) -> None:
         self.ticks.append(list(self.admitted))
@@ -76,7 +81,13 @@ def test_a_burst_waits_for_a_request_still_being_prepared(monkeypatch: pytest.Mo
             a = threading.Thread(target=lambda: _admit(loop, target, target.arrivals.arriving(), "long"))
             a.start()
             a.join(10)  # admitted; the loop now gathers its burst
-            time.sleep(0.05)  # the render takes a while (BURST_GAP_S is 0.5 ms, BURST_MAX_S 5 ms)
+            # The render takes a while: wait until the loop has asked twice, past its burst
+            # deadline (BURST_MAX_S after the burst began, which was before the join), and
+            # heard that a request is on its way. A loop that ignored the answer would tick
+            # after the first such ask and never ask again (it idles once "long" has run).
+            past = time.perf_counter() + loop_module.BURST_MAX_S
+            wait_until(lambda: sum(t >= past for t in target.asked_while_arriving) >= 2,
+                       what="the loop waiting for the request on its way")  # fmt: skip
             assert not target.ticked.is_set(), "ticked while a request was on its way"
             loop.call(lambda: target.admitted.append("short"))
             target.arrivals.settle(_outer(target))
