@@ -15,7 +15,7 @@ from app.ui.qt_models.cache_tree import CacheTreeModel
 from app.ui.state.previews import PreviewCache
 from app.ui.state.row_state import CacheRowState
 from app.ui.state.titles import ConversationTitles
-from tests.ui.cache.conftest import fake_row, fill_index
+from tests.ui.cache.conftest import FAKE_META, fake_row, fill_index
 
 
 def _rows() -> list[Any]:
@@ -98,19 +98,23 @@ def test_twenty_thousand_rows(engine: Any, make_dashboard: Any, qtbot: Any, reco
     timings["clear filters"] = (time.perf_counter() - t0) * 1000
     assert panel.proxy.rowCount() == 20_000
 
-    # live changes at this size: one save appears, one eviction disappears, no reset
+    # live changes at this size: one save appears, one deletion disappears, no reset. The
+    # save goes the way a model's does (submit_save → the writer → published), so the row
+    # shows only if the real publish path notifies.
     resets: list[int] = []
     dash.rows_model.modelReset.connect(lambda: resets.append(1))
-    row = fake_row(list(range(40)), model_id="alpha")
+    tokens = list(range(40))
     t0 = time.perf_counter()
-    with engine.cache._lock:
-        engine.cache._index.put(row)
-    engine.cache._emit("published", row)
-    qtbot.waitUntil(lambda: panel.proxy.rowCount() == 20_001, timeout=1000)
+    key = engine.cache.submit_save(model_id="alpha", meta=FAKE_META, tokens=tokens,
+                                   payload=bytes(len(tokens) * 64), reason="finish", tier="ram")  # fmt: skip
+    assert key == FAKE_META.key(tokens)
+    qtbot.waitUntil(lambda: panel.proxy.rowCount() == 20_001, timeout=10_000)  # a hang guard
     timings["live insert"] = (time.perf_counter() - t0) * 1000
+    shown = [dash.state.row(i) for i in range(len(dash.state))]
+    assert [r.n_tokens for r in shown if r.key == key] == [40]
     t0 = time.perf_counter()
-    assert engine.cache.delete(row.key)
-    qtbot.waitUntil(lambda: panel.proxy.rowCount() == 20_000, timeout=1000)
+    assert engine.cache.delete(key)
+    qtbot.waitUntil(lambda: panel.proxy.rowCount() == 20_000, timeout=10_000)
     timings["live remove"] = (time.perf_counter() - t0) * 1000
     assert not resets
 
