@@ -6,15 +6,52 @@ import random
 import statistics
 import time
 from dataclasses import replace
+from typing import Any
 
 import pytest
 
-from app.cache.index import Row
+from app.cache import catalog as catalog_module
+from app.cache.index import Row, RowIndex
 from app.cache.keys import KeyMeta, encode_tokens
 from app.cache.store import COUNTER_NAMES, CacheStore
 from tests.unit.cache.conftest import META, OTHER_META, Gate, payload_for, save
 
 PROMPT = list(range(100, 140))
+
+
+class Work:
+    """What one longest-prefix lookup does, counted: the digests it takes and the token bytes
+    it hashes (through ``prefix_keys``), and whether it walks the rows (``RowIndex.values``)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.digests = self.hashed = self.scans = 0
+        real = catalog_module.prefix_keys
+        work = self
+
+        class Counting:
+            def __init__(self, hasher: Any) -> None:
+                self.hasher = hasher
+
+            def update(self, data: Any) -> None:
+                work.hashed += len(data)
+                self.hasher.update(data)
+
+            def copy(self) -> Any:
+                work.digests += 1
+                return self.hasher.copy()
+
+        def prefix_keys(hasher: Any, token_bytes: bytes, lengths: Any) -> list[bytes]:
+            return real(Counting(hasher), token_bytes, lengths)
+
+        def values(index: RowIndex) -> Any:
+            work.scans += 1
+            return iter(list(index._rows.values()))  # noqa: SLF001
+
+        monkeypatch.setattr(catalog_module, "prefix_keys", prefix_keys)
+        monkeypatch.setattr(RowIndex, "values", values)
+
+    def reset(self) -> None:
+        self.digests = self.hashed = self.scans = 0
 
 
 def test_counter_names_are_the_spec_names(store: CacheStore) -> None:
@@ -126,7 +163,11 @@ def test_longest_prefix_ignores_removed_rows(store: CacheStore) -> None:
     assert found is not None and found.n_tokens == 4
 
 
-def test_longest_prefix_timing_10k_rows_8k_prompt(store: CacheStore) -> None:
+def test_longest_prefix_10k_rows_8k_prompt_takes_a_handful_of_digests(store: CacheStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    """B5's case: no scan over the rows, one hash pass over the prompt, and a digest only at
+    lengths where some row ends in the prompt's token (3 real prefixes here, against ~5,000
+    distinct row lengths without the (length, last token) filter). The time is printed;
+    ``hearth bench`` measures it."""
     rng = random.Random(7)
     prompt = [rng.randrange(50_000) for _ in range(8000)]
     fp, ctx = META.fingerprint.hex(), META.ctx_params_hash.hex()
@@ -145,6 +186,12 @@ def test_longest_prefix_timing_10k_rows_8k_prompt(store: CacheStore) -> None:
     for n in real:
         store._index.put(row(META.key(prompt[:n]), encode_tokens(prompt[:n]), n))
 
+    work = Work(monkeypatch)
+    found = store.longest_prefix(META, prompt)
+    assert found is not None and found.n_tokens == 5003
+    assert work.scans == 0
+    assert 3 <= work.digests <= 10  # the 3 real prefixes, and any row that ends alike by chance
+    assert work.hashed <= 4 * 5003 + 4 * 8000  # at most one pass per index (published, pending)
     times = []
     for _ in range(5):
         t0 = time.perf_counter()
@@ -153,7 +200,7 @@ def test_longest_prefix_timing_10k_rows_8k_prompt(store: CacheStore) -> None:
         assert found is not None and found.n_tokens == 5003
     median_ms = statistics.median(times) * 1000
     print(f"\nlongest_prefix, 10k rows, 8000-token prompt: median {median_ms:.2f} ms")
-    # NOTE: printed, not asserted (issue 15 item 13: no timing assertions in tests); B5 of
+    # NOTE: the work is asserted, the time only printed (no test asserts a duration); B5 of
     # `hearth bench` measures the lookup time.
     found = store.longest_prefix(META, prompt, max_len=5002)
     assert found is not None and found.n_tokens == 777
@@ -174,8 +221,10 @@ def test_keymeta_with_other_quant_is_another_namespace(store: CacheStore) -> Non
     assert store.lookup_exact(q8, PROMPT[:8]) is None
 
 
-def test_longest_prefix_timing_when_every_length_matches(store: CacheStore) -> None:
-    """Worst case for the tail filter: rows at 4000 lengths are all prefixes of the prompt."""
+def test_longest_prefix_when_every_length_matches_hashes_the_prompt_once(store: CacheStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Worst case for the tail filter: rows at 3,500 lengths are all prefixes of the prompt.
+    Still one incremental pass: each token's bytes hashed once (hashing every candidate
+    prefix afresh would be ~12 million tokens), a digest per candidate length, no scan."""
     prompt = list(range(1, 8001))
     fp, ctx = META.fingerprint.hex(), META.ctx_params_hash.hex()
     hasher = META.hasher()
@@ -199,6 +248,12 @@ def test_longest_prefix_timing_when_every_length_matches(store: CacheStore) -> N
                     last_used=0.0,
                 )  # fmt: skip
             )
+    work = Work(monkeypatch)
+    found = store.longest_prefix(META, prompt)
+    assert found is not None and found.n_tokens == 6999
+    assert work.scans == 0
+    assert work.digests == 3500  # every candidate length, once
+    assert work.hashed == 4 * 6999  # the prompt up to the longest candidate, once
     times = []
     for _ in range(3):
         t0 = time.perf_counter()
@@ -207,5 +262,5 @@ def test_longest_prefix_timing_when_every_length_matches(store: CacheStore) -> N
         assert found is not None and found.n_tokens == 6999
     median_ms = statistics.median(times) * 1000
     print(f"\nlongest_prefix, 3500 matching lengths, 8000-token prompt: {median_ms:.2f} ms")
-    # NOTE: printed, not asserted (issue 15 item 13: no timing assertions in tests); B5 of
+    # NOTE: the work is asserted, the time only printed (no test asserts a duration); B5 of
     # `hearth bench` measures the lookup time.
