@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from app.engine.speculation import NgramDrafter
 from app.storage import SamplingSettings
 from app.ui.chat.params import infer_params
 from tests.helpers.forced_drafts import always_draft
@@ -18,15 +19,49 @@ def forced(monkeypatch: pytest.MonkeyPatch) -> None:
     always_draft(monkeypatch)  # the tiny model's replies would rarely pay for a draft
 
 
-def test_the_reply_line_shows_drafted_and_accepted_tokens(make_window, qtbot):
+class ReplyOracle:
+    """Drafts that are the reply itself. The first run drafts as ``always_draft`` does (the
+    tiny model rejects nearly all of it) and remembers the longest token list it saw (prompt
+    and reply); once ``known``, a sequence that holds a head of those tokens is offered what
+    followed it, which a greedy reply of the same prompt accepts."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.seen: list[int] = []
+        self.known = False
+        forced = NgramDrafter.propose  # always_draft's
+        oracle = self
+
+        def propose(drafter: NgramDrafter, k: int) -> tuple[int, ...]:
+            tokens = drafter._tokens  # noqa: SLF001 (what the sequence holds, from _start)
+            if not oracle.known:
+                if len(tokens) > len(oracle.seen):
+                    oracle.seen = list(tokens)
+                return forced(drafter, k)
+            n = len(tokens)
+            if drafter._start == 0 and oracle.seen[:n] == tokens:  # noqa: SLF001
+                return tuple(oracle.seen[n : n + k])
+            return ()
+
+        monkeypatch.setattr(NgramDrafter, "propose", propose)
+
+
+def test_the_reply_line_shows_drafted_and_accepted_tokens(make_window, qtbot, monkeypatch):
+    oracle = ReplyOracle(monkeypatch)
     window = make_window()
     type_and_send(qtbot, window, "say it again and again and again")
-    cid = current_id(window)
+    wait_idle(qtbot, window, current_id(window))
+    first = window.controller.branch(current_id(window))[-1]
+    assert first.role == "assistant" and first.stats is not None and first.stats.drafted_tokens > 0
+    # The same message in a new chat, drafted by the first reply: accepted drafts must show.
+    oracle.known = True
+    cid = window.chat_page.new_conversation()
+    type_and_send(qtbot, window, "say it again and again and again")
     wait_idle(qtbot, window, cid)
     reply = window.controller.branch(cid)[-1]
     assert reply.role == "assistant" and reply.stats is not None
+    assert reply.content == first.content  # greedy: the drafts change no token
     stats = reply.stats
-    assert stats.drafted_tokens > 0 and 0 <= stats.accepted_tokens <= stats.drafted_tokens
+    assert 0 < stats.accepted_tokens <= stats.drafted_tokens
     line = chat_view(window).message_widgets()[-1].meta.text()
     assert f"drafted {stats.drafted_tokens:,}, accepted {stats.accepted_tokens:,}" in line
     screenshot(window, "chat-speculation-line")
