@@ -35,10 +35,12 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import app
+from app.chat_formats import CHATML, FORMATS, NO_FORMAT, choose_format
 from app.engine.errors import InvalidRequest
 from app.jinja_sandbox import FRAME, MAX_RENDER_SECONDS, READY
 
@@ -60,12 +62,14 @@ MAX_WORKERS = 4
 
 MAX_IDLE = 2
 
-# Used when a GGUF carries no chat template.
-CHATML_TEMPLATE = (
-    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + "
-    "message['content'] + '<|im_end|>\n' }}{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
-)
+CHATML_TEMPLATE = CHATML.template
+"""ChatML (``app.chat_formats``). A GGUF without a template gets the format its architecture
+and vocabulary call for (``resolve_chat_format``), ChatML only when its vocabulary has ChatML's
+tokens."""
+
+NO_FORMAT_TEMPLATE = "{{ raise_exception('this model has no chat format: choose one in Models, Library') }}"
+"""What a model with no usable chat format renders with: ``render_chat_template`` refuses it
+with ``NO_FORMAT``'s words, without a render."""
 
 
 def worker_command() -> list[str]:
@@ -268,6 +272,8 @@ def render_chat_template(
 ) -> str:
     """Render a GGUF chat template in a worker, bounded in time and memory (see the module
     docstring). Every failure of the template is ``InvalidRequest``."""
+    if source == NO_FORMAT_TEMPLATE:
+        raise InvalidRequest(NO_FORMAT)
     request = {
         "source": source, "messages": messages, "bos_token": bos_token, "eos_token": eos_token,
         "add_generation_prompt": add_generation_prompt, "tools": tools,
@@ -277,3 +283,21 @@ def render_chat_template(
     except (TypeError, ValueError) as exc:
         raise InvalidRequest(f"chat messages must be JSON values: {exc}") from None
     return _POOL.render(data)
+
+
+def resolve_chat_format(
+    gguf_template: str | None, override: str | None, architecture: str | None, has_token: Callable[[str], bool]
+) -> tuple[str, str | None]:
+    """``(template source, format)`` a model renders its chats with, and what that is:
+    ``override`` (``ModelConfig.chat_template``, format ``"custom"`` unless it is a built-in
+    format's template) first, then the GGUF's own (``"file"``), then the built-in format its
+    architecture and vocabulary call for (``app.chat_formats.choose_format``); else
+    ``NO_FORMAT_TEMPLATE`` and None: the model cannot chat."""
+    if override:
+        return override, next((f.name for f in FORMATS.values() if f.template == override), "custom")
+    if gguf_template:
+        return gguf_template, "file"
+    chosen = choose_format(architecture, has_token)
+    if chosen is None:
+        return NO_FORMAT_TEMPLATE, None
+    return FORMATS[chosen].template, chosen

@@ -194,6 +194,11 @@ class ModelConfig:
     adaptive length stays below it. NOTE: a row costs ~4 ms on SmolLM2 (2 threads), so 16
     rows pay only at ~95 % acceptance, which copied text reaches (``tick_costs``)."""
     thinking_signing_key: bytes | None = None
+    chat_template: str | None = None
+    """Beyond the core API: the chat template to render chats with instead of the GGUF's (a built-in
+    format's, ``app.chat_formats``, or one the user pasted); ``None``: the GGUF's own, else a
+    format chosen by the model's architecture and vocabulary, else none (chats are refused
+    with words, ``app.engine.chat_template.resolve_chat_format``)."""
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:

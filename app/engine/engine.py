@@ -12,8 +12,9 @@ from typing import Any
 
 from app.cache.keys import FingerprintCache, KeyMeta
 from app.engine import native_probe
-from app.engine.backend import Backend
+from app.engine.backend import Backend, BackendInfo
 from app.engine.cache_hooks import CacheHooks, NullCache, QuietCache, StoreCache
+from app.engine.chat_template import resolve_chat_format
 from app.engine.config import Markers, ModelConfig
 from app.engine.draft_model import CATCH_UP_TOKENS, DraftCache
 from app.engine.errors import EngineError, InvalidRequest, NBatchTooSmall, NotFound
@@ -132,7 +133,7 @@ class Engine:
         return model
 
     def _build_model(self, model_id: str, config: ModelConfig, backend: Backend) -> Model:
-        info = backend.info
+        backend.info = info = _with_chat_format(backend, config)
         policy = config.cache_policy
         hooks: CacheHooks = NullCache(policy)
         meta = None
@@ -253,6 +254,22 @@ def _probe_model(path: str) -> str:
         return str(default_model_path())
     except DefaultModelMissing:
         return path
+
+
+def _with_chat_format(backend: Backend, config: ModelConfig) -> BackendInfo:
+    """The backend's info with the chat template its chats render with (the config's, the
+    GGUF's, or a built-in format chosen by the architecture and vocabulary) in
+    ``chat_template`` and what it is in ``extra["chat_format"]``: "file", "custom", a built-in
+    format's name, or None (no format: ``render_chat_template`` refuses its chats with words)."""
+    info = backend.info
+
+    def has_token(text: str) -> bool:
+        tokens = backend.tokenize(text, add_special=False, parse_special=True)
+        return len(tokens) == 1 and backend.token_piece(tokens[0]) == text.encode()
+
+    arch = str(info.extra.get("architecture") or "")
+    source, name = resolve_chat_format(info.chat_template, config.chat_template, arch, has_token)
+    return replace(info, chat_template=source, extra={**info.extra, "chat_format": name})
 
 
 def _marker_tokens(

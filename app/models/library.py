@@ -28,6 +28,8 @@ from typing import Any
 
 import gguf
 
+from app.chat_formats import MARKERS, choose_format
+
 log = logging.getLogger(__name__)
 
 # Arrays with more elements than this are skipped (vocabularies, merges, scores).
@@ -76,6 +78,9 @@ class GGUFHeader:
     tensors: tuple[TensorInfo, ...]
     data_offset: int  # absolute file offset of the tensor data section
     file_size: int
+    marker_tokens: frozenset[str] = frozenset()
+    """The chat formats' control tokens (``app.chat_formats.MARKERS``) that are tokens of the
+    vocabulary: found in ``tokenizer.ggml.tokens`` even though that array is skipped."""
 
     def tensor_map(self) -> dict[str, TensorInfo]:
         return {t.name: t for t in self.tensors}
@@ -190,9 +195,13 @@ def _parse(buf: mmap.mmap, file_size: int) -> GGUFHeader:
     if n_tensors > _MAX_TENSORS or n_kv > _MAX_KVS:
         raise GGUFFormatError("corrupt header (implausible tensor or key count)")
     metadata: dict[str, Any] = {}
+    markers: frozenset[str] = frozenset()
     for _ in range(n_kv):
         key = cur.string()
+        start = cur.pos
         metadata[key] = cur.value(cur.unpack("I"))
+        if key == "tokenizer.ggml.tokens":
+            markers = _markers_in(buf, start, cur.pos, endian)
     tensors = []
     for _ in range(n_tensors):
         name = cur.string()
@@ -214,7 +223,18 @@ def _parse(buf: mmap.mmap, file_size: int) -> GGUFHeader:
         raise GGUFFormatError(
             f"truncated: the file has {file_size} bytes but its tensors need {needed}"
         )
-    return GGUFHeader(version, metadata, tuple(tensors), data_offset, file_size)
+    return GGUFHeader(version, metadata, tuple(tensors), data_offset, file_size, markers)
+
+
+def _markers_in(buf: mmap.mmap, start: int, end: int, endian: str) -> frozenset[str]:
+    """The chat formats' control tokens among the token strings stored in ``buf[start:end]``
+    (each stored as its length, then its bytes: a match must be a whole token)."""
+    found = set()
+    for marker in MARKERS:
+        raw = marker.encode()
+        if buf.find(struct.pack(endian + "Q", len(raw)) + raw, start, end) >= 0:
+            found.add(marker)
+    return frozenset(found)
 
 
 # -- quantisation names -------------------------------------------------------------------
@@ -283,6 +303,9 @@ class ModelEntry:
     context_length: int | None = None  # <arch>.context_length (trained)
     size_bytes: int = 0
     has_chat_template: bool = False
+    chat_format: str | None = None
+    """For a file without a chat template: the built-in format chosen by its architecture and
+    vocabulary (``app.chat_formats``), None when none fits (it cannot chat as it is)."""
     is_adapter: bool = False  # general.type == "adapter" (a LoRA, not a model)
     is_default: bool = False  # the bundled SmolLM2 model
     n_layer: int | None = None
@@ -388,6 +411,8 @@ def entry_from_header(path: Path, header: GGUFHeader, *, is_default: bool = Fals
     head_dim = n_embd // n_head if n_embd and n_head else None
     general_name = md.get("general.name")
     kv_heads = _kv_heads_per_layer(arch, md, arch_int("block_count"), n_head_kv)
+    has_template = isinstance(md.get("tokenizer.chat_template"), str)
+    chat_format = None if has_template else choose_format(arch, header.marker_tokens.__contains__)
     return ModelEntry(
         path=path,
         name=path.stem,
@@ -398,7 +423,8 @@ def entry_from_header(path: Path, header: GGUFHeader, *, is_default: bool = Fals
         quant=quant,
         context_length=arch_int("context_length"),
         size_bytes=header.file_size,
-        has_chat_template=isinstance(md.get("tokenizer.chat_template"), str),
+        has_chat_template=has_template,
+        chat_format=chat_format,
         is_adapter=md.get("general.type") == "adapter",
         is_default=is_default,
         n_layer=arch_int("block_count"),

@@ -10,12 +10,15 @@ from PySide6.QtCore import QItemSelection, Qt, Signal
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QComboBox,
+    QDialog,
+    QDialogButtonBox,
     QFileDialog,
     QFormLayout,
     QFrame,
     QHBoxLayout,
     QHeaderView,
     QLabel,
+    QPlainTextEdit,
     QProgressBar,
     QSpinBox,
     QTableView,
@@ -23,11 +26,14 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.chat_formats import CUSTOM, FORMATS, NO_FORMAT, format_label
 from app.engine.backend import REUSE_WORDS
+from app.engine.chat_template import render_chat_template
+from app.engine.errors import InvalidRequest
 from app.models.library import ModelEntry, ModelLibrary, estimate_memory, memory_words
 from app.ui.models.settings import LoadSettings, load_settings_for, save_settings_for
 from app.ui.models.widgets import MessageCard, beside_card, button, caption, section, side_card
-from app.ui.qt_models.model_library import COL_NAME, LibraryTableModel
+from app.ui.qt_models.model_library import COL_NAME, LibraryTableModel, chat_format_words
 from app.ui.state.library_catalog import LibraryCatalog, LibraryRow
 from app.ui.widgets.elided import ElidedLabel
 from app.units import human_bytes
@@ -79,7 +85,9 @@ class LibraryPage(QWidget):
         self.catalog = catalog
         self.settings = settings
         self._loading_form = False
-        self.table_model = LibraryTableModel(catalog)
+        self._chat_template: str | None = None  # the pasted template, once checked
+        self.table_model = LibraryTableModel(
+            catalog, lambda row: load_settings_for(settings, row.path, row.entry.context_length).chat_format)
 
         top = QHBoxLayout()
         top.addWidget(caption(
@@ -169,6 +177,7 @@ class LibraryPage(QWidget):
             self.attention.addItem(text, flash_attn)
         self.attention.setToolTip(ATTENTION_TIP)
         self.attention.currentIndexChanged.connect(self._on_setting_changed)
+        self._build_chat_format()
         for label, w, tip in (
             ("Context", self.n_ctx, "Tokens one conversation can hold (per sequence)."),
             ("Parallel", self.n_seq_max, "Conversations that can generate at the same time."),
@@ -184,7 +193,10 @@ class LibraryPage(QWidget):
             w.valueChanged.connect(self._on_setting_changed)
         form.addRow(QLabel("Attention"))
         form.addRow(self.attention)  # the whole width: its choices are long
+        form.addRow(QLabel("Chat format"))
+        form.addRow(self.chat_format)  # the whole width, as Attention
         v.addLayout(form)
+        v.addWidget(self.chat_format_note)
         self.attention_note = caption(INEXACT_NOTE)
         self.attention_note.setObjectName("attentionNote")
         self.attention_note.setWordWrap(True)
@@ -222,6 +234,22 @@ class LibraryPage(QWidget):
         self.unload_button.clicked.connect(self._on_unload_clicked)
         return card
 
+    def _build_chat_format(self) -> None:
+        """Chat format: automatic (the file's template, else the format the model's architecture
+        and vocabulary call for), a built-in format, or a pasted template (``TemplateDialog``,
+        checked in the template sandbox before it is kept)."""
+        self.chat_format = QComboBox()
+        self.chat_format.setObjectName("chatFormatCombo")
+        self.chat_format.addItem("Automatic", "")
+        for fmt in FORMATS.values():
+            self.chat_format.addItem(fmt.label, fmt.name)
+        self.chat_format.addItem("Paste a template…", CUSTOM)
+        self.chat_format.activated.connect(self._on_chat_format_activated)
+        self.chat_format_note = caption("")
+        self.chat_format_note.setObjectName("chatFormatNote")
+        self.chat_format_note.setWordWrap(True)
+        self.template_dialog: TemplateDialog | None = None
+
     def _build_attach_box(self) -> QWidget:
         """For a LoRA adapter: attach it to a loaded model, right from the list."""
         self.attach_box = QWidget()
@@ -258,11 +286,16 @@ class LibraryPage(QWidget):
         return True
 
     def form_settings(self) -> LoadSettings:
+        choice = str(self.chat_format.currentData() or "")
+        if choice == CUSTOM and self._chat_template is None:
+            choice = ""  # nothing checked yet: automatic until a template is
         return LoadSettings(n_ctx=self.n_ctx.value(), n_seq_max=self.n_seq_max.value(),
                             n_batch=self.n_batch.value(), n_gpu_layers=self.n_gpu_layers.value(),
                             n_threads=self.n_threads.value(),
                             n_threads_background=self.n_threads_background.value(),
-                            flash_attn=self.attention.currentData() is not False)
+                            flash_attn=self.attention.currentData() is not False,
+                            chat_format=choice,
+                            chat_template=self._chat_template or "" if choice == CUSTOM else "")
 
     def set_form_settings(self, s: LoadSettings) -> None:
         """Fill the form (and remember the values for the selected model)."""
@@ -299,6 +332,40 @@ class LibraryPage(QWidget):
         if row is not None and not row.entry.is_broken and not row.entry.is_adapter:
             save_settings_for(self.settings, row.path, self.form_settings())
         self._refresh_memory(row)
+
+    def _on_chat_format_activated(self, _index: int) -> None:
+        if self.chat_format.currentData() == CUSTOM:
+            self._open_template_dialog()
+            return
+        self._chat_format_chosen()
+
+    def _chat_format_chosen(self) -> None:
+        self._on_setting_changed()
+        row = self.selected_row()
+        if row is not None:
+            self.table_model.chat_choice_changed(row.path)
+        self._refresh_chat_format_note(row)
+
+    def _open_template_dialog(self) -> None:
+        """Paste a template: kept once it renders a sample chat in the sandbox; Cancel goes
+        back to the previous choice."""
+        row = self.selected_row()
+        if row is None:
+            return
+        previous = load_settings_for(self.settings, row.path, row.entry.context_length)
+        dialog = TemplateDialog(row.entry.name, previous.chat_template, self)
+        self.template_dialog = dialog
+
+        def done(result: int) -> None:
+            self.template_dialog = None
+            if result == QDialog.DialogCode.Accepted:
+                self._chat_template = dialog.template
+                self._chat_format_chosen()
+            else:
+                self._set_form(previous)
+
+        dialog.finished.connect(done)
+        dialog.open()
 
     def _on_load_clicked(self) -> None:
         row = self.selected_row()
@@ -339,6 +406,8 @@ class LibraryPage(QWidget):
             self.n_threads.setValue(s.n_threads)
             self.n_threads_background.setValue(s.n_threads_background)
             self.attention.setCurrentIndex(max(0, self.attention.findData(s.flash_attn)))
+            self.chat_format.setCurrentIndex(max(0, self.chat_format.findData(s.chat_format)))
+            self._chat_template = s.chat_template if s.chat_format == CUSTOM else None
         finally:
             self._loading_form = False
 
@@ -364,7 +433,7 @@ class LibraryPage(QWidget):
         self.details_sub.setText(_subtitle(e, row))
         editable = not (e.is_broken or e.is_adapter or row.is_loaded or row.busy)
         form = (self.n_ctx, self.n_seq_max, self.n_batch, self.n_gpu_layers, self.n_threads,
-                self.n_threads_background, self.attention)
+                self.n_threads_background, self.attention, self.chat_format)
         for w in form:
             w.setEnabled(editable)
         self.load_button.setEnabled(row.can_load and not busy)
@@ -373,6 +442,30 @@ class LibraryPage(QWidget):
         if row.error and not self.error_card.isVisible():
             self.error_card.show_text(row.error)
         self._refresh_memory(row)
+        self._refresh_chat_format_note(row)
+
+    def _refresh_chat_format_note(self, row: LibraryRow | None) -> None:
+        """The automatic choice's words in the combo's first item; a note under the form when
+        the model cannot chat as it is."""
+        if row is None or row.entry.is_broken or row.entry.is_adapter:
+            return
+        e = row.entry
+        if e.has_chat_template:
+            auto = "Automatic: the file's template"
+        elif e.chat_format:
+            auto = f"Automatic: {format_label(e.chat_format)}"
+        else:
+            auto = "Automatic: none fits"
+        self.chat_format.setItemText(0, auto)
+        words = chat_format_words(e, str(self.chat_format.currentData() or ""))
+        self.chat_format.setToolTip(words[1])
+        note = ""
+        if not self.chat_format.currentData() and not e.has_chat_template and not e.chat_format:
+            note = ("No chat template in the file and no known format in its vocabulary: choose "
+                    "a format or paste a template, else it cannot chat.")
+        self.chat_format_note.setText(note)
+        self.chat_format_note.setToolTip(NO_FORMAT if note else "")
+        self.chat_format_note.setVisible(bool(note))
 
     def _refresh_attach(self) -> None:
         loaded = [r.model_id for r in self.catalog.rows() if r.model_id is not None]
@@ -407,6 +500,71 @@ class LibraryPage(QWidget):
         self.memory_detail.setText(
             f"{human_bytes(e.size_bytes)} of weights + {human_bytes(total - e.size_bytes)} of "
             f"{memory_words(e, s.n_ctx, s.n_seq_max)}; compute buffers come on top.")
+
+
+class TemplateDialog(QDialog):
+    """Paste a chat template for one model: "Check and use" renders a sample chat with it in
+    the template sandbox and keeps it only when every message's words are in the result."""
+
+    def __init__(self, model_name: str, text: str, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("templateDialog")
+        self.setWindowTitle(f"Chat template for {model_name}")
+        self.template = ""
+        v = QVBoxLayout(self)
+        intro = caption("A Jinja chat template, as in a model's tokenizer_config.json (Hugging Face "
+                        "conventions: messages, bos_token, eos_token, add_generation_prompt). It "
+                        "runs in the same sandbox as a GGUF's own template.")
+        intro.setWordWrap(True)
+        v.addWidget(intro)
+        self.edit = QPlainTextEdit(text)
+        self.edit.setObjectName("chatTemplateEdit")
+        self.edit.setMinimumSize(460, 180)
+        v.addWidget(self.edit)
+        self.note = caption("")
+        self.note.setObjectName("templateNote")
+        self.note.setWordWrap(True)
+        v.addWidget(self.note)
+        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Cancel)
+        self.use_button = buttons.addButton("Check and use", QDialogButtonBox.ButtonRole.ActionRole)
+        self.use_button.setObjectName("useTemplateButton")
+        self.use_button.setDefault(True)
+        buttons.rejected.connect(self.reject)
+        self.use_button.clicked.connect(self._on_use_clicked)
+        v.addWidget(buttons)
+
+    def _on_use_clicked(self) -> None:
+        text = self.edit.toPlainText()
+        problem = check_pasted_template(text)
+        if problem:
+            self.note.setText(problem)
+            return
+        self.template = text
+        self.accept()
+
+
+SAMPLE_CHAT = [
+    {"role": "system", "content": "Sample system words"},
+    {"role": "user", "content": "Sample question words"},
+    {"role": "assistant", "content": "Sample answer words"},
+    {"role": "user", "content": "Sample follow-up words"},
+]
+
+
+def check_pasted_template(text: str) -> str | None:
+    """Why a pasted chat template cannot be used, or None: it must render a sample chat in the
+    template sandbox (``app.engine.chat_template``, bounded as a GGUF's own template is) with
+    each message's words in the result."""
+    if not text.strip():
+        return "Paste a template first."
+    try:
+        rendered = render_chat_template(text, SAMPLE_CHAT, bos_token="", eos_token="")
+    except InvalidRequest as e:
+        return f"Not used: {e}"
+    missing = [m["role"] for m in SAMPLE_CHAT if m["content"] not in rendered]
+    if missing:
+        return f"Not used: a sample chat rendered without its {', '.join(dict.fromkeys(missing))} message."
+    return None
 
 
 def _subtitle(e: ModelEntry, row: LibraryRow) -> str:

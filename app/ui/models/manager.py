@@ -57,7 +57,7 @@ def default_config_factory(path: str, s: LoadSettings) -> ModelConfig:
     return ModelConfig(path=path, n_ctx=s.n_ctx, n_seq_max=s.n_seq_max, n_batch=s.n_batch,
                        n_gpu_layers=s.n_gpu_layers, n_threads=s.n_threads or None,
                        n_threads_background=s.n_threads_background or None, flash_attn=s.flash_attn,
-                       policy=DESKTOP_POLICY, tier="disk")
+                       policy=DESKTOP_POLICY, tier="disk", chat_template=s.chat_template_override())
 
 
 class ModelManager(QWidget):

@@ -1,4 +1,4 @@
-"""Per-model load settings (n_ctx, n_seq_max, n_batch, n_gpu_layers, threads, attention), remembered by
+"""Per-model load settings (n_ctx, n_seq_max, n_batch, n_gpu_layers, threads, attention, chat format), remembered by
 model path in any dict-like store; ``JsonSettingsStore`` is the default, a JSON file in the
 data dir. No Qt here.
 """
@@ -11,6 +11,8 @@ import os
 from collections.abc import Iterator, MutableMapping
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
+
+from app.chat_formats import CUSTOM, FORMATS
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +33,11 @@ class LoadSettings:
     n_threads: int = 0
     n_threads_background: int = 0
     flash_attn: bool = True
+    chat_format: str = ""
+    """The chat format chosen in the Library: "" automatic (the file's template, else the format
+    its architecture and vocabulary call for), a built-in format's name (``app.chat_formats``)
+    or "custom" (``chat_template``, a pasted template, checked in the template sandbox)."""
+    chat_template: str = ""
 
     @classmethod
     def from_mapping(cls, raw: object, default: LoadSettings | None = None) -> LoadSettings:
@@ -49,10 +56,21 @@ class LoadSettings:
     def fits(self, name: str, value: object) -> bool:
         """Does ``value`` have field ``name``'s type: a flag for a flag, a whole number for a
         number (Python's ``bool`` is an ``int``, so each is checked both ways)?"""
+        if isinstance(getattr(self, name), str):
+            return isinstance(value, str)
         return isinstance(value, int) and isinstance(value, bool) == isinstance(getattr(self, name), bool)
 
-    def to_mapping(self) -> dict[str, int | bool]:
+    def to_mapping(self) -> dict[str, int | bool | str]:
         return asdict(self)
+
+    def chat_template_override(self) -> str | None:
+        """``ModelConfig.chat_template`` for this choice (None: automatic)."""
+        fmt = FORMATS.get(self.chat_format)
+        if fmt is not None:
+            return fmt.template
+        if self.chat_format == CUSTOM and self.chat_template.strip():
+            return self.chat_template
+        return None
 
 
 def settings_key(path: Path | str) -> str:

@@ -3,11 +3,14 @@ signals come from :class:`~app.ui.qt_models.adapter.ListAdapter`)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor, QPainter, QPixmap
 
+from app.chat_formats import CUSTOM, FORMATS, NO_FORMAT, format_label
+from app.models.library import ModelEntry
 from app.ui.qt_models.adapter import ListAdapter
 from app.ui.qt_models.flat_table import FlatTableModel, Index
 from app.ui.state.library_catalog import LibraryCatalog, LibraryRow
@@ -16,7 +19,7 @@ from app.units import human_bytes
 ROW_ROLE = Qt.ItemDataRole.UserRole + 1  # the LibraryRow
 PATH_ROLE = Qt.ItemDataRole.UserRole + 2  # str path of the file
 
-COLUMNS = ("Name", "Architecture", "Params", "Quant", "Context", "Size", "Template", "Status")
+COLUMNS = ("Name", "Architecture", "Params", "Quant", "Context", "Size", "Chat format", "Status")
 COL_NAME, COL_ARCH, COL_PARAMS, COL_QUANT, COL_CTX, COL_SIZE, COL_TEMPLATE, COL_STATUS = range(8)
 
 _STATUS_COLORS = {"loaded": "#16a34a", "broken": "#dc2626", "busy": "#f59e0b",
@@ -26,10 +29,20 @@ _STATUS_COLORS = {"loaded": "#16a34a", "broken": "#dc2626", "busy": "#f59e0b",
 class LibraryTableModel(ListAdapter[LibraryRow, Path], FlatTableModel):
     columns = COLUMNS
 
-    def __init__(self, catalog: LibraryCatalog) -> None:
+    def __init__(self, catalog: LibraryCatalog, chat_choice: Callable[[LibraryRow], str] | None = None) -> None:
+        """``chat_choice(row)``: the chat format the user chose for the row's file ("":
+        automatic; ``LoadSettings.chat_format``)."""
         super().__init__()
         self._catalog = catalog
+        self._chat_choice = chat_choice or (lambda _row: "")
         self.observe(catalog)
+
+    def chat_choice_changed(self, path: Path) -> None:
+        """The user chose another chat format for ``path``: its cell reads it again."""
+        row = self._catalog.row_of(path)
+        if row >= 0:
+            cell = self.index(row, COL_TEMPLATE)
+            self.dataChanged.emit(cell, cell)
 
     # -- QAbstractTableModel ----------------------------------------------------------------
 
@@ -41,6 +54,9 @@ class LibraryTableModel(ListAdapter[LibraryRow, Path], FlatTableModel):
             return None
         row = self._catalog.row(index.row())
         col = index.column()
+        if col == COL_TEMPLATE and role in (Qt.ItemDataRole.DisplayRole, Qt.ItemDataRole.ToolTipRole):
+            words = chat_format_words(row.entry, self._chat_choice(row))
+            return words[0] if role == Qt.ItemDataRole.DisplayRole else words[1]
         if role == Qt.ItemDataRole.DisplayRole:
             return _display(row, col)
         if role == Qt.ItemDataRole.ToolTipRole:
@@ -104,10 +120,6 @@ def _display(row: LibraryRow, col: int) -> str:
         return f"{e.context_length:,}" if e.context_length else "–"
     if col == COL_SIZE:
         return human_bytes(e.size_bytes)
-    if col == COL_TEMPLATE:
-        if e.is_broken or e.is_adapter:
-            return "–"
-        return "Yes" if e.has_chat_template else "No"
     if col == COL_STATUS:
         return row.status
     return ""
@@ -129,8 +141,29 @@ def _tooltip(row: LibraryRow, col: int) -> str | None:
         return str(e.path)
     if col == COL_PARAMS and e.num_params:
         return f"{e.num_params:,} parameters"
-    if col == COL_TEMPLATE and not e.has_chat_template and not e.is_broken:
-        return "No chat template in the file: chat prompts use a generic format."
-    if col == COL_TEMPLATE and e.has_chat_template:
-        return "The file carries its own chat template."
     return None
+
+
+def chat_format_words(e: ModelEntry, choice: str) -> tuple[str, str]:
+    """(cell text, tooltip) of the Chat format column: what a chat with the file is rendered
+    with — the user's choice, the file's own template, or the format chosen by the model's
+    architecture and vocabulary when the file has none (``app.chat_formats``)."""
+    if e.is_broken or e.is_adapter:
+        return "–", ""
+    if choice in FORMATS:
+        return (f"{FORMATS[choice].label} (your choice)",
+                f"Chats with this model use the {FORMATS[choice].label} format: your choice "
+                "(Chat format, in the panel on the right).")
+    if choice == CUSTOM:
+        return ("Your template", "Chats with this model use the template you pasted "
+                                 "(Chat format, in the panel on the right).")
+    if e.has_chat_template:
+        return "From the file", "The file carries its own chat template: chats use it."
+    if e.chat_format:
+        label = format_label(e.chat_format)
+        return (f"{label} (no template)",
+                f"The file has no chat template. Its architecture ({e.architecture or 'unknown'}) and "
+                f"vocabulary (it has {label}'s turn tokens) call for the {label} format, so chats "
+                "use it and a reply ends at the model's own end-of-turn token. You can choose "
+                "another format or paste a template in the panel on the right.")
+    return ("None: choose one", NO_FORMAT)

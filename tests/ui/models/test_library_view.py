@@ -50,7 +50,7 @@ def test_table_lists_models_adapters_and_broken_files(
 
     assert _cell(mm, tiny, COL_NAME) == "tiny-chat-Q8_0"
     assert _cell(mm, tiny, COL_ARCH) == "llama"
-    assert _cell(mm, tiny, COL_TEMPLATE) == "Yes"
+    assert _cell(mm, tiny, COL_TEMPLATE) == "From the file"
     assert _cell(mm, tiny, COL_CTX) not in ("", "–")
     assert _cell(mm, tiny, COL_STATUS) == "Available"
     assert _cell(mm, lora, COL_STATUS) == "Adapter"
