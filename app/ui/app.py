@@ -22,7 +22,7 @@ from app.engine.events import Reuse, ReuseRecord
 from app.remote.registry import RemoteRegistry
 from app.storage import SamplingSettings, Storage, StorageError, database_path
 from app.storage import data_dir as resolve_data_dir
-from app.ui import gui_gc
+from app.ui import gui_gc, wheel_guard
 from app.ui.aio import gui_loop
 from app.ui.bridges import ModelBridges
 from app.ui.chat.controller import ChatController
@@ -105,6 +105,7 @@ def create_window(
     app = QApplication.instance() or QApplication(sys.argv[:1])
     assert isinstance(app, QApplication)
     gui_gc.install(app)  # cycles holding Qt objects are freed on this thread only
+    wheel_guard.install(app)  # the wheel scrolls panels; it changes only a focused field
     base = resolve_data_dir(data_dir)
     log_path = log_file.install(base) if log_to_file else None
     errors: list[str] = []
