@@ -5,6 +5,8 @@ replies may be never. Tests of the verify path (exactness, cells left behind, sa
 ``always_draft`` so that every decoding seq carries ``draft_max`` draft rows every tick: the
 prompt-lookup proposal when there is one, else the seq's own last tokens, which the model
 nearly always rejects. So both accepted drafts and rejected tails happen all the time.
+``ReplyOracle`` makes acceptance certain: a second run of the same greedy prompt is drafted
+with the first run's own tokens.
 """
 
 from __future__ import annotations
@@ -40,3 +42,29 @@ def always_draft(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr(Speculator, "_choose", choose)
     monkeypatch.setattr(NgramDrafter, "propose", propose)
+
+
+class ReplyOracle:
+    """Drafts that are the reply itself (install it after ``always_draft``). The first run
+    drafts as ``always_draft`` does (the tiny model rejects nearly all of it) and remembers the longest token list it saw (prompt
+    and reply); once ``known``, a sequence that holds a head of those tokens is offered what
+    followed it, which a greedy reply of the same prompt accepts."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.seen: list[int] = []
+        self.known = False
+        forced = NgramDrafter.propose  # always_draft's
+        oracle = self
+
+        def propose(drafter: NgramDrafter, k: int) -> tuple[int, ...]:
+            tokens = drafter._tokens  # noqa: SLF001 (what the sequence holds, from _start)
+            if not oracle.known:
+                if len(tokens) > len(oracle.seen):
+                    oracle.seen = list(tokens)
+                return forced(drafter, k)
+            n = len(tokens)
+            if drafter._start == 0 and oracle.seen[:n] == tokens:  # noqa: SLF001
+                return tuple(oracle.seen[n : n + k])
+            return ()
+
+        monkeypatch.setattr(NgramDrafter, "propose", propose)

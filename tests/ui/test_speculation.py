@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from app.engine.speculation import NgramDrafter
 from app.storage import SamplingSettings
 from app.ui.chat.params import infer_params
-from tests.helpers.forced_drafts import always_draft
+from tests.helpers.forced_drafts import ReplyOracle, always_draft
 from tests.ui.helpers import chat_view, current_id, type_and_send, wait_idle
 from tests.ui.screens import screenshot
 
@@ -17,32 +16,6 @@ from tests.ui.screens import screenshot
 @pytest.fixture(autouse=True)
 def forced(monkeypatch: pytest.MonkeyPatch) -> None:
     always_draft(monkeypatch)  # the tiny model's replies would rarely pay for a draft
-
-
-class ReplyOracle:
-    """Drafts that are the reply itself. The first run drafts as ``always_draft`` does (the
-    tiny model rejects nearly all of it) and remembers the longest token list it saw (prompt
-    and reply); once ``known``, a sequence that holds a head of those tokens is offered what
-    followed it, which a greedy reply of the same prompt accepts."""
-
-    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.seen: list[int] = []
-        self.known = False
-        forced = NgramDrafter.propose  # always_draft's
-        oracle = self
-
-        def propose(drafter: NgramDrafter, k: int) -> tuple[int, ...]:
-            tokens = drafter._tokens  # noqa: SLF001 (what the sequence holds, from _start)
-            if not oracle.known:
-                if len(tokens) > len(oracle.seen):
-                    oracle.seen = list(tokens)
-                return forced(drafter, k)
-            n = len(tokens)
-            if drafter._start == 0 and oracle.seen[:n] == tokens:  # noqa: SLF001
-                return tuple(oracle.seen[n : n + k])
-            return ()
-
-        monkeypatch.setattr(NgramDrafter, "propose", propose)
 
 
 def test_the_reply_line_shows_drafted_and_accepted_tokens(make_window, qtbot, monkeypatch):

@@ -16,7 +16,7 @@ from app.engine import Engine, ModelConfig
 from app.server.app import create_app
 from app.server.config import ServerConfig
 from app.server.thread import ServerThread
-from tests.helpers.forced_drafts import always_draft
+from tests.helpers.forced_drafts import ReplyOracle, always_draft
 
 
 @pytest.fixture
@@ -57,23 +57,33 @@ def test_status_names_the_draft_model_a_model_drafts_with(server: ServerThread, 
     assert set(models) == {"tiny"} and models["tiny"]["speculation"]["draft_model"] is None
 
 
-def test_status_reports_drafted_and_accepted_tokens(server: ServerThread) -> None:
+def test_status_reports_drafted_and_accepted_tokens(server: ServerThread, monkeypatch: pytest.MonkeyPatch) -> None:
+    oracle = ReplyOracle(monkeypatch)
     client = openai.OpenAI(base_url=server.base_url, api_key="x", max_retries=0, timeout=120)
-    reply = client.chat.completions.create(
-        model="tiny", messages=[{"role": "user", "content": "Repeat: one two three, one two three."}], max_tokens=40,
-    )
-    assert reply.usage is not None and reply.usage.completion_tokens > 0
+
+    def ask() -> str:
+        reply = client.chat.completions.create(
+            model="tiny", messages=[{"role": "user", "content": "Repeat: one two three, one two three."}],
+            max_tokens=40, temperature=0.0,
+        )
+        assert reply.usage is not None and reply.usage.completion_tokens > 0
+        return reply.choices[0].message.content or ""
+
+    first = ask()  # the forced drafts: nearly all rejected
+    oracle.known = True
+    assert ask() == first  # drafted with the first reply's own tokens: accepted, same reply
     doc = status(server)
     models = {m["id"]: m for m in doc["models"]}
     spec = models["tiny"]["speculation"]
     assert spec["enabled"] is True
-    assert spec["drafted"] > 0 and 0 <= spec["accepted"] <= spec["drafted"]
+    records = [r for r in doc["recent"] if r["model"] == "tiny"][-2:]
+    assert len(records) == 2 and records[-1]["accepted_tokens"] > 0
+    assert spec["drafted"] == sum(r["drafted_tokens"] for r in records)
+    assert 0 < spec["accepted"] == sum(r["accepted_tokens"] for r in records) <= spec["drafted"]
     assert models["plain"]["speculation"] == {
         "enabled": False, "drafted": 0, "accepted": 0, "draft_max": 0, "draft_model": None,
     }  # fmt: skip
     assert spec["draft_model"] is None and spec["draft_max"] == 16  # the setting: ModelConfig's default
-    record = doc["recent"][-1]
-    assert (record["drafted_tokens"], record["accepted_tokens"]) == (spec["drafted"], spec["accepted"])
     assert all({"num_drafted", "num_accepted", "draft_length"} <= set(slot) for slot in models["tiny"]["slots"])
 
 
