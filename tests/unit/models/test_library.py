@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import gguf
 import pytest
@@ -75,16 +76,28 @@ def test_broken_files_are_listed_with_a_reason(library_dir: Path) -> None:
     assert entries["cut-weights.gguf"].size_bytes == len(data) - 10
 
 
-def test_unreadable_file_is_broken_not_an_exception(library_dir: Path) -> None:
-    path = write_base_model(library_dir / "locked.gguf")
-    path.chmod(0)
-    try:
-        entry = read_entry(path)
-    finally:
-        path.chmod(0o644)
-    if entry.broken is None:  # running as root: permissions do not apply
-        pytest.skip("file permissions are not enforced for this user")
-    assert "unreadable" in entry.broken
+def _symlink_loop(path: Path) -> Path:
+    path.symlink_to(path.name)  # opening it fails with ELOOP, for root too
+    return path
+
+
+def _directory(path: Path) -> Path:
+    path.mkdir()  # EISDIR
+    return path
+
+
+def _under_a_file(path: Path) -> Path:
+    parent = write_base_model(path.parent / "a-file.gguf")
+    return parent / path.name  # ENOTDIR: its "directory" is a file
+
+
+@pytest.mark.parametrize("make", [_symlink_loop, _directory, _under_a_file])
+def test_unreadable_file_is_broken_not_an_exception(library_dir: Path, make: Any) -> None:
+    """An OSError while reading is a broken entry that says "unreadable", never an exception.
+    Made in ways root meets too: CI runs as root, and root reads a ``chmod 0`` file (the
+    permission error takes the same path, ``read_entry``'s OSError branch)."""
+    entry = read_entry(make(library_dir / "locked.gguf"))
+    assert entry.broken is not None and "unreadable" in entry.broken
 
 
 def test_header_reader_agrees_with_gguf_reader(tmp_path: Path) -> None:
