@@ -20,6 +20,9 @@ EXTRA_COUNTERS = (
     # Start-up: database rows and chunks whose values were damaged (dropped, their files
     # registered again); chunked rows none of whose chunks is left (dropped).
     "rows_dropped_damaged", "chunks_dropped_damaged", "rows_dropped_no_chunks",
+    # Start-up: entries under a cache file's name that are not regular files (a directory,
+    # a symlink, a FIFO), moved to the tier's set-aside folder instead of stopping the start.
+    "stray_files_set_aside",
     "hits_live",  # a request started from another live seq's cells
     # Prompt tokens of the requests counted as a hit or a miss, and how many of them were
     # reused instead of prefilled: the token-weighted hit rate (app.conversation.accounting).

@@ -1,4 +1,5 @@
-"""Opening a cache directory: remove what interrupted writes left, then apply the plan
+"""Opening a cache directory: set aside what is not a cache file under a cache file's name
+(``FileTier.set_aside_strays``), remove what interrupted writes left, then apply the plan
 ``reconcile`` makes — index the chunks (a chunk another one extends is superseded on the
 way), index the rows and attach each chunked row to its chain (laid over the indexed chunks
 as a save lays it, ``ChunkIndex.plan``), delete the files and
@@ -43,10 +44,14 @@ def open_files(
     counters: Counters,
 ) -> None:
     for tier in tiers.values():
+        tier.set_aside_strays()  # before anything reads or deletes files by name
         counters.add("temp_files_removed", tier.remove_temp_files())
     plan = reconcile(tiers, db)
     for tier_name, name in plan.delete_files:
-        tiers[tier_name].remove(name)
+        try:
+            tiers[tier_name].remove(name)
+        except OSError as exc:  # a file that cannot be deleted is not listed; never a failed start
+            log.error("could not delete cache file %s: %s", name, exc)
     gone: list[Chunk] = []
     with catalog.lock:
         for chunk in plan.chunks.values():
@@ -79,3 +84,4 @@ def open_files(
         log.warning("dropping cache row %s: none of its chunks is left", row.key.hex())
         evictor.remove(row)
         counters.add("rows_dropped_no_chunks")
+    counters.add("stray_files_set_aside", sum(tier.set_aside for tier in tiers.values()))

@@ -40,6 +40,10 @@ PERSISTENCE = {TIER_RAM: 0, TIER_RAM_FILE: 1, TIER_DISK: 2}  # what outlives wha
 
 BLOB_SUFFIX = ".kvc"
 TEMP_SUFFIX = ".kvc-tmp"
+CACHE_SUFFIXES = (BLOB_SUFFIX, ".kvr", ".kvch", TEMP_SUFFIX)
+"""Every name the cache writes ends in one of these (v1 blobs, v2 manifests and chunks, temps)."""
+SET_ASIDE_DIR = "set-aside"
+"""Where a file tier moves what it finds under a cache file's name and cannot be one."""
 
 Buffer = bytes | memoryview
 FileParts = tuple[str, Sequence[Buffer]]  # (name, parts whose concatenation is the file)
@@ -182,11 +186,22 @@ def _write_all(fd: int, data: Buffer) -> None:
 
 
 class FileTier:
-    """Files in one directory."""
+    """Files in one directory.
+
+    Only regular files are the tier's: anything else under a cache file's name (a
+    directory, a symlink, a FIFO — what a hand or another program put there) is moved to
+    ``SET_ASIDE_DIR`` at start-up (``set_aside_strays``) and never listed, read or deleted.
+    NOTE: a directory named like a ``.kvr`` stopped every start with ``IsADirectoryError``
+    (reconciling tried to delete it as an unreadable file), until someone removed it by hand.
+    """
 
     def __init__(self, name: str, directory: Path) -> None:
         self.name = name
         self.dir = directory
+        self.set_aside = 0
+        """Entries this tier moved away (the store counts them as ``stray_files_set_aside``).
+        A tier directory that is itself a file is left alone: the tier takes no saves
+        (``probe_writable``), the start goes on."""
         try:
             self.dir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:  # reported again by every write; the store keeps running
@@ -254,11 +269,46 @@ class FileTier:
             return f.read(n), os.fstat(f.fileno()).st_size
 
     def remove(self, name: str) -> None:
-        with contextlib.suppress(FileNotFoundError):
+        try:
             (self.dir / name).unlink()
+        except FileNotFoundError:
+            pass
+        except IsADirectoryError:  # not a file of ours: set aside, never fatal
+            self._set_aside(name)
 
     def has(self, name: str) -> bool:
         return (self.dir / name).is_file()
+
+    def _set_aside(self, name: str) -> bool:
+        """Move ``name`` into ``SET_ASIDE_DIR`` (under a fresh name); False if it cannot be."""
+        aside = self.dir / SET_ASIDE_DIR
+        try:
+            aside.mkdir(exist_ok=True)
+            os.rename(self.dir / name, aside / f"{name}.{secrets.token_hex(4)}")
+        except OSError as exc:
+            log.error("cache tier %s: cannot set %s aside: %s", self.name, name, exc)
+            return False
+        self.set_aside += 1
+        log.warning("cache tier %s: %s is not a cache file; moved to %s", self.name, name, aside)
+        return True
+
+    def set_aside_strays(self) -> int:
+        """Start-up: move every entry named like a cache file that is not a regular file
+        (a directory, a symlink, a FIFO, a socket, a device) into ``SET_ASIDE_DIR``; returns
+        how many were moved. One that cannot be moved is left where it is: ``names`` never
+        lists it, so nothing reads or deletes it."""
+        moved = 0
+        for entry in self._entries():
+            if entry.name.endswith(CACHE_SUFFIXES) and not _is_regular(entry):
+                moved += self._set_aside(entry.name)
+        return moved
+
+    def _entries(self) -> list[os.DirEntry[str]]:
+        try:
+            with os.scandir(self.dir) as it:
+                return list(it)
+        except OSError:
+            return []
 
     def size_of(self, name: str) -> int | None:
         try:
@@ -268,11 +318,8 @@ class FileTier:
         return st.st_size if os.path.isfile(self.dir / name) else None
 
     def names(self, suffix: str) -> list[str]:
-        try:
-            names = os.listdir(self.dir)
-        except OSError:
-            return []
-        return [n for n in names if n.endswith(suffix) and len(n) == 64 + len(suffix)]
+        return [e.name for e in self._entries()
+                if e.name.endswith(suffix) and len(e.name) == 64 + len(suffix) and _is_regular(e)]
 
     def patch(self, name: str, offset: int, data: bytes) -> None:
         # NOTE: header fields outside every CRC and key, patched in place without fsync:
@@ -363,6 +410,14 @@ def blob_keys(tier: Tier) -> Iterator[bytes]:
         key = name_key(name)
         if key is not None:
             yield key
+
+
+def _is_regular(entry: os.DirEntry[str]) -> bool:
+    """A regular file itself (a symlink is not, whatever it points to)."""
+    try:
+        return entry.is_file(follow_symlinks=False)
+    except OSError:
+        return False
 
 
 def _writer_alive(temp_name: str) -> bool:
