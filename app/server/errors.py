@@ -37,7 +37,20 @@ class ApiError(Exception):
 
 def error_body(message: str, *, type_: str = "invalid_request_error", param: str | None = None,
                code: str | None = None) -> dict[str, Any]:
-    return {"error": {"message": message, "type": type_, "param": param, "code": code}}
+    return {"error": {"message": _sendable(message), "type": type_, "param": _sendable(param), "code": code}}
+
+
+def _sendable(text: str | None) -> str | None:
+    """``text`` with lone surrogates written as ``\\udXXX`` escapes. A message or a param
+    names what the client sent — a key like ``"\\ud800"`` too — and must still encode as
+    UTF-8 (NOTE: naming such a key was a ``UnicodeEncodeError``: a 500)."""
+    if text is None:
+        return None
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
 
 
 def unsupported(param: str, why: str = "") -> ApiError:

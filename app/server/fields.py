@@ -89,3 +89,42 @@ def get_stop(body: Mapping[str, Any]) -> tuple[str, ...]:
     if len(stops) > 16:
         raise invalid("stop", f"at most 16 stop sequences, got {len(stops)}")
     return tuple(stops)
+
+
+MAX_JSON_DEPTH = 64
+"""Arrays and objects nested deeper than this are refused (a JSON Schema needs a few levels).
+NOTE: 100,000 nested arrays raised RecursionError out of ``json.loads``: a 500."""
+
+
+def too_deep(param: str | None = None) -> ApiError:
+    if param is None:
+        return ApiError(400, f"The JSON body nests deeper than {MAX_JSON_DEPTH} levels.", code="invalid_json")
+    return invalid(param, f"the JSON in it nests deeper than {MAX_JSON_DEPTH} levels")
+
+
+def check_json(value: Any, *, surrogates: bool, param: str | None = None) -> None:
+    """Depth everywhere; lone surrogates only when asked (a body without a \\ud escape has
+    none). ``param``: the field that carried this JSON as a string (None: the body)."""
+    stack: list[tuple[Any, str, int]] = [(value, param or "", 0)]
+    while stack:
+        node, where, depth = stack.pop()
+        if isinstance(node, dict | list):
+            if depth >= MAX_JSON_DEPTH:
+                raise too_deep(param)
+            items = node.items() if isinstance(node, dict) else enumerate(node)
+            for key, item in items:
+                path = f"{where}.{key}" if isinstance(node, dict) else f"{where}[{key}]"
+                if surrogates and isinstance(key, str):
+                    check_text(key, path.lstrip("."))
+                stack.append((item, path, depth + 1))
+        elif surrogates and isinstance(node, str):
+            check_text(node, where.lstrip("."))
+
+
+def check_text(text: str, param: str) -> None:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ApiError(400, f"Invalid value for '{param}': it holds a lone surrogate "
+                       f"(\\u{ord(text[exc.start]):04x} at {exc.start}), which is not valid Unicode.",
+                       param=param or None, code="invalid_value") from None

@@ -3,56 +3,299 @@
 Schemas are converted with llama-cpp-python's port of llama.cpp's ``json_schema_to_grammar``
 (``llama_cpp.llama_grammar.SchemaConverter``). A request never makes the server read a file
 or fetch a URL: only local ``$ref``s (``#/...``) are accepted, checked before conversion.
+
+A schema is a client's (and later an MCP server's): untrusted. Before anything is built,
+``check_schema`` walks it once and refuses, with a 400 naming the field, what the converter
+would choke on or turn into a grammar that does not parse — nesting past
+``MAX_SCHEMA_DEPTH``, a non-local ``$ref``, a count (``minItems``, ``maxItems``,
+``minLength``, ``maxLength``, …) that is not a non-negative integer or is below its minimum,
+an empty ``enum``/``anyOf``/``oneOf``/``type`` (no value could match). While converting,
+``BoundedConverter`` prices each repetition *before* the converter builds it (the converter
+writes ``maxItems: 1000000000`` out as a billion copies of the item's rule) and keeps a
+running total of the grammar's size: past ``MAX_GRAMMAR_CHARS`` (the engine's own limit)
+it stops with a 400 naming the field that would have crossed it. It also escapes literals
+fully (a property name or enum value with ``"`` or ``\\`` used to produce a grammar that
+does not parse), never lets a nested rule take the name ``root``, and builds an object's
+optional properties in linear time (the converter's recursion was quadratic, and deeper
+than Python's stack past ~1,000 optional properties).
+
+NOTE: before, ``{"type": "array", "items": {"type": "integer"}, "maxItems": 1000000000}``
+grew ``hearth serve`` to 23.6 GB until the OOM killer ended it, and ``"minLength":
+1000000000000`` was a ``MemoryError`` 500.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import contextlib
+import json
+import re
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from llama_cpp import llama_grammar
 
-from app.server.errors import invalid
+from app.engine.grammar_check import MAX_GRAMMAR_CHARS
+from app.server.errors import ApiError, invalid
 from app.server.messages import ToolSpec
 
 MAX_SCHEMA_DEPTH = 64
+
+COUNT_PAIRS = (("minItems", "maxItems"), ("minLength", "maxLength"), ("minProperties", "maxProperties"),
+               ("minContains", "maxContains"))
+"""Counts a schema may carry: each a non-negative integer, the maximum not below the minimum."""
+
+_QUANTIFIER = re.compile(r"\{\s*(\d*)\s*(?:,\s*(\d*)\s*)?\}")
+_HUGE = 10**15
+"""A count with more digits than this is priced as this (it is refused either way)."""
 
 JSON_OBJECT_GRAMMAR = llama_grammar.JSON_GBNF
 """Any JSON object (OpenAI's ``json_object`` mode), with bounded whitespace."""
 
 
-def _check_refs(node: Any, param: str, depth: int = 0) -> None:
-    if depth > MAX_SCHEMA_DEPTH:
-        raise invalid(param, f"the schema nests deeper than {MAX_SCHEMA_DEPTH} levels")
-    if isinstance(node, dict):
-        ref = node.get("$ref")
-        if ref is not None and (not isinstance(ref, str) or not ref.startswith("#")):
-            raise invalid(param, f"only local references ('#/...') are allowed, got $ref {ref!r}")
-        for value in node.values():
-            _check_refs(value, param, depth + 1)
-    elif isinstance(node, list):
-        for value in node:
-            _check_refs(value, param, depth + 1)
+def _join(where: str, key: str | int) -> str:
+    return f"{where}[{key}]" if isinstance(key, int) else f"{where}.{key}"
 
 
-def _convert(schemas: Sequence[tuple[str, Mapping[str, Any]]], param: str) -> str:
-    """Rules for each ``(rule_name, schema)``; the caller adds ``root``."""
-    converter: Any = llama_grammar.SchemaConverter(  # type: ignore[no-untyped-call]
-        prop_order={}, allow_fetch=False, dotall=False, raw_pattern=False
-    )
-    for name, schema in schemas:
-        _check_refs(schema, param)
+def check_schema(schema: Any, param: str, paths: dict[int, str] | None = None) -> dict[int, str]:
+    """Refuse what no grammar should be built from (module docstring). Returns ``paths``
+    with the path of every object in the schema added, by ``id`` (for naming a field later);
+    an object already in it is not walked again."""
+    paths = {} if paths is None else paths
+    stack: list[tuple[Any, str, int]] = [(schema, param, 0)]
+    while stack:
+        node, where, depth = stack.pop()
+        if depth > MAX_SCHEMA_DEPTH:
+            raise invalid(param, f"the schema nests deeper than {MAX_SCHEMA_DEPTH} levels")
+        if isinstance(node, list):
+            stack.extend((v, _join(where, i), depth + 1) for i, v in enumerate(node))
+            continue
+        if not isinstance(node, dict) or (id(node) in paths and depth > 0):
+            continue
+        paths[id(node)] = where
+        _check_node(node, where)
+        stack.extend((v, _join(where, k), depth + 1) for k, v in node.items())
+    return paths
+
+
+def _check_node(node: dict[str, Any], where: str) -> None:
+    ref = node.get("$ref")
+    if ref is not None and (not isinstance(ref, str) or not ref.startswith("#")):
+        raise invalid(_join(where, "$ref"), f"only local references ('#/...') are allowed, got {ref!r}")
+    for low, high in COUNT_PAIRS:
+        for key in (low, high):
+            value = node.get(key)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+                raise invalid(_join(where, key), f"expected a non-negative integer, got {value!r}")
+        lo, hi = node.get(low), node.get(high)
+        if lo is not None and hi is not None and hi < lo:
+            raise invalid(_join(where, high), f"{hi} is below {low} ({lo}): no value could match")
+    for key in ("enum", "anyOf", "oneOf", "allOf", "prefixItems"):
+        value = node.get(key)
+        if value is not None and not isinstance(value, list):
+            raise invalid(_join(where, key), f"expected a list, got {type(value).__name__}")
+        if key in ("enum", "anyOf", "oneOf") and value == []:
+            raise invalid(_join(where, key), "an empty list allows no value")
+    if node.get("type") == []:
+        raise invalid(_join(where, "type"), "an empty list of types allows no value")
+    for key in ("properties", "$defs", "definitions"):
+        value = node.get(key)
+        if value is not None and not isinstance(value, dict):
+            raise invalid(_join(where, key), f"expected an object, got {type(value).__name__}")
+    pattern = node.get("pattern")
+    if pattern is not None and not isinstance(pattern, str):
+        raise invalid(_join(where, "pattern"), f"expected a string, got {type(pattern).__name__}")
+
+
+def _count(digits: str) -> int:
+    return _HUGE if len(digits) > 15 else int(digits or 0)
+
+
+def _literal_size(value: Any) -> int:
+    """An upper bound on the length of ``value`` as JSON text written as a GBNF literal
+    (``json.dumps`` escapes a code point as up to 12 characters, the literal doubles its
+    backslashes), counted without building it."""
+    total, stack = 0, [value]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, str):
+            total += 14 * len(node) + 4
+        elif isinstance(node, dict):
+            total += 4 + 4 * len(node)
+            stack.extend(node.keys())
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            total += 4 + 4 * len(node)
+            stack.extend(node)
+        else:
+            total += 32  # numbers (at most 4,300 digits parse: a 400 before this), true, null
+            if isinstance(node, int) and not isinstance(node, bool) and abs(node) >= 10**24:
+                total += len(str(node))
+    return total
+
+
+def _escape_literal(text: str) -> str:
+    escaped = text.replace("\\", "\\\\").replace('"', '\\"').replace("\r", "\\r").replace("\n", "\\n")
+    return f'"{escaped}"'
+
+
+class GrammarTooLarge(Exception):
+    """Raised inside the converter; turned into the 400 naming ``param``."""
+
+    def __init__(self, param: str, message: str) -> None:
+        super().__init__(message)
+        self.param = param
+        self.message = message
+
+
+class BoundedConverter(llama_grammar.SchemaConverter):
+    """``SchemaConverter`` that prices every repetition before building it, keeps a running
+    total of the grammar it wrote, escapes literals fully, never names a nested rule
+    ``root`` and builds objects in linear time (module docstring)."""
+
+    def __init__(self, paths: dict[int, str], param: str, budget: int = MAX_GRAMMAR_CHARS) -> None:
+        super().__init__(prop_order={}, allow_fetch=False, dotall=False, raw_pattern=False)  # type: ignore[no-untyped-call]
+        self.paths = paths
+        self.budget = budget
+        self.size = 0
+        self._where = [param]
+        self._next_suffix: dict[str, int] = {}
+
+    # -- the size of what is built --------------------------------------------------------
+
+    def _spend(self, where: str, field: str, cost: int, what: str) -> None:
+        if self.size + cost > self.budget:
+            raise GrammarTooLarge(
+                _join(where, field) if field else where,
+                f"{what} would make a grammar of about {self.size + cost:,} characters; this server takes "
+                f"grammars of up to {self.budget:,}" + (f" (leave '{field}' out for no limit)"
+                                                        if field.startswith("max") else ""),
+            )
+
+    def _price(self, schema: Mapping[str, Any], name: str, where: str) -> None:
+        """Refuse a repetition the converter would write out past the budget, before it does."""
+        rule = len(name) + 24  # an item's rule name (``<name>-item`` and a suffix) and its separator
+        for low, high, unit in (("minItems", "maxItems", rule), ("minLength", "maxLength", 8)):
+            lo, hi = schema.get(low), schema.get(high)
+            for field, count in ((high, hi), (low, lo)):
+                if isinstance(count, int) and count > 0:
+                    self._spend(where, field, count * unit, f"{field} {count:,}")
+        pattern = schema.get("pattern")
+        if isinstance(pattern, str):
+            for m in _QUANTIFIER.finditer(pattern):
+                count = max(_count(m.group(1)), _count(m.group(2) or ""))
+                self._spend(where, "pattern", count * (len(pattern) + len(name) + 16),
+                            f"the repetition {m.group(0)[:40]} in the pattern")
+        for field in ("enum", "const"):
+            if field in schema:
+                self._spend(where, field, _literal_size(schema[field]), f"the '{field}' value")
+
+    def visit(self, schema: Any, name: str) -> str:
+        where = self.paths.get(id(schema), self._where[-1])
+        nested = len(self._where) > 1
+        if nested and name == "":
+            name = "root"  # becomes ``root-``: only the top rule is ``root``
+        if isinstance(schema, Mapping):
+            self._price(schema, name, where)
+        self._where.append(where)
         try:
-            resolved = converter.resolve_refs(dict(schema), "request")
-            converter.visit(resolved, name)
-        except (AssertionError, ValueError, KeyError, TypeError, IndexError, RecursionError) as exc:
-            raise invalid(param, f"cannot turn this JSON Schema into a grammar: {exc}") from exc
-    return str(converter.format_grammar())
+            key: str = super().visit(schema, name)  # type: ignore[no-untyped-call]
+        finally:
+            self._where.pop()
+        return key
+
+    def _add_rule(self, name: str, rule: str) -> str:
+        esc = llama_grammar.INVALID_RULE_CHARS_RE.sub("-", name)
+        if esc == "root" and len(self._where) > 2:  # [param, the top schema's path, …]
+            esc = "root-"
+        rules: dict[str, str] = self._rules
+        if esc in rules and rules[esc] != rule:
+            i = self._next_suffix.get(esc, 0)  # NOTE: the converter counted from 0 each time: quadratic
+            while f"{esc}{i}" in rules and rules[f"{esc}{i}"] != rule:
+                i += 1
+            self._next_suffix[esc] = i
+            esc = f"{esc}{i}"
+        if rules.get(esc) != rule:
+            self._spend(self._where[-1], "", len(esc) + len(rule) + 5, "this schema")
+            self.size += len(esc) + len(rule) + 5
+        rules[esc] = rule
+        return esc
+
+    def _format_literal(self, literal: str) -> str:
+        return _escape_literal(literal)
+
+    # -- objects, in linear time ----------------------------------------------------------
+
+    def _build_object_rule(self, properties: list[tuple[str, Any]], required: set[str], name: str,
+                           additional_properties: Any) -> str:
+        prefix = f"{name}-" if name else ""
+        kv: dict[str, str] = {}
+        for prop_name, prop_schema in properties:
+            value_rule = self.visit(prop_schema, f"{prefix}{prop_name}")
+            literal = self._format_literal(json.dumps(prop_name))
+            kv[prop_name] = self._add_rule(f"{prefix}{prop_name}-kv", f'{literal} space ":" space {value_rule}')
+        names = [p for p, _ in properties]
+        required_props = [k for k in names if k in required]
+        optional_props = [k for k in names if k not in required]
+        if additional_properties is True or isinstance(additional_properties, dict):
+            sub = f"{prefix}additional"
+            value_rule = self.visit({} if additional_properties is True else additional_properties, f"{sub}-value")
+            string = self._add_primitive("string", llama_grammar.PRIMITIVE_RULES["string"])
+            kv["*"] = self._add_rule(f"{sub}-kv", f'{string} ":" space {value_rule}')
+            optional_props.append("*")
+        rule = '"{" space ' + ' "," space '.join(kv[k] for k in required_props)
+        if optional_props:
+            # The converter's ``get_recursive_refs``: alternative i is property i, then an
+            # optional tail of the ones after it, each tail one ``<name>-<prop>-rest`` rule.
+            rest: list[str | None] = [None] * len(optional_props)
+            for i in range(len(optional_props) - 1, 0, -1):
+                tail = self._optional_head(optional_props[i], kv, prefix, first=False)
+                if rest[i] is not None:
+                    tail += " " + str(rest[i])
+                rest[i - 1] = self._add_rule(f"{prefix}{optional_props[i - 1]}-rest", tail)
+            alternatives = []
+            for i, k in enumerate(optional_props):
+                head = self._optional_head(k, kv, prefix, first=True)
+                alternatives.append(head if rest[i] is None else f"{head} {rest[i]}")
+            rule += " (" + (' "," space ( ' if required_props else "")
+            rule += " | ".join(alternatives) + (" )" if required_props else "") + " )?"
+        return rule + ' "}" space'
+
+    def _optional_head(self, k: str, kv: dict[str, str], prefix: str, *, first: bool) -> str:
+        if k == "*":
+            return str(self._add_rule(f"{prefix}additional-kvs", f'{kv[k]} ( "," space {kv[k]} )*'))
+        return kv[k] if first else f'( "," space {kv[k]} )?'
 
 
-def json_schema_grammar(schema: Mapping[str, Any]) -> str:
+@contextlib.contextmanager
+def _refusals(where: str) -> Iterator[None]:
+    """The converter's failures, as 400s: past the budget naming the field, else ``where``."""
+    try:
+        yield
+    except GrammarTooLarge as exc:
+        raise ApiError(400, f"Invalid value for '{exc.param}': {exc.message}", param=exc.param,
+                       code="invalid_value") from None
+    except (AssertionError, ValueError, KeyError, TypeError, IndexError, AttributeError, RecursionError) as exc:
+        raise invalid(where, f"cannot turn this JSON Schema into a grammar: {exc}") from exc
+
+
+def _resolved(converter: BoundedConverter, schema: Mapping[str, Any], where: str, url: str) -> dict[str, Any]:
+    """``schema`` checked (named ``where``) and its local ``$ref``s resolved against itself."""
+    check_schema(schema, where, converter.paths)
+    copy = dict(schema)
+    converter.paths[id(copy)] = where
+    with _refusals(where):
+        resolved: dict[str, Any] = converter.resolve_refs(copy, url)
+    return resolved
+
+
+def json_schema_grammar(schema: Mapping[str, Any], param: str = "response_format.json_schema.schema") -> str:
     """Output that validates against ``schema`` (OpenAI's ``json_schema`` mode)."""
-    return _convert([("", schema)], "response_format.json_schema.schema")
+    converter = BoundedConverter({}, param)
+    resolved = _resolved(converter, schema, param, "request")
+    with _refusals(param):
+        top = converter.visit(resolved, "")
+    rules = str(converter.format_grammar())  # type: ignore[no-untyped-call]
+    return rules if top == "root" else f"root ::= {top}\n{rules}"
 
 
 TOOL_OPEN, TOOL_CLOSE = "<tool_call>", "</tool_call>"
@@ -61,21 +304,28 @@ TOOL_OPEN, TOOL_CLOSE = "<tool_call>", "</tool_call>"
 def tool_call_grammar(tools: Sequence[ToolSpec], only: str | None = None,
                       markers: tuple[str, str] = (TOOL_OPEN, TOOL_CLOSE)) -> str:
     """Exactly one ``<tool_call>{"name": …, "arguments": {…}}</tool_call>``, the arguments
-    matching the chosen function's parameter schema (``only``: that function, else any)."""
-    chosen = [t for t in tools if only is None or t.name == only]
+    matching the chosen function's parameter schema (``only``: that function, else any).
+    Each function's schema is checked under its own name (``tools[i].function.parameters``)
+    and its ``$ref``s point into itself (``#/$defs/…``, as pydantic writes them)."""
+    converter = BoundedConverter({}, "tools")
     calls = [
         {
             "type": "object",
-            "properties": {"name": {"const": t.name}, "arguments": t.parameters},
+            "properties": {
+                "name": {"const": t.name},
+                "arguments": _resolved(converter, t.parameters, f"tools[{i}].function.parameters", f"tools{i}"),
+            },
             "required": ["name", "arguments"],
             "additionalProperties": False,
         }
-        for t in chosen
+        for i, t in enumerate(tools) if only is None or t.name == only
     ]
-    schema: Mapping[str, Any] = calls[0] if len(calls) == 1 else {"anyOf": calls}
-    rules = _convert([("call", schema)], "tools")
+    schema: dict[str, Any] = calls[0] if len(calls) == 1 else {"anyOf": calls}
+    converter.paths[id(schema)] = "tools"
+    with _refusals("tools"):
+        top = converter.visit(schema, "call")
     open_, close = (_literal(m) for m in markers)
-    return f'root ::= {open_} "\\n" call "\\n" {close}\n{rules}'
+    return f'root ::= {open_} "\\n" {top} "\\n" {close}\n{converter.format_grammar()}'  # type: ignore[no-untyped-call]
 
 
 def _literal(text: str) -> str:

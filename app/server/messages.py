@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.server.errors import ApiError, invalid, unsupported
-from app.server.fields import reject_unknown, require_object
+from app.server.fields import check_json, reject_unknown, require_object, too_deep
 
 MAX_MESSAGES = 10_000
 MAX_TOOLS = 128
@@ -135,8 +135,23 @@ def _tool_calls(raw: Any, where: str) -> tuple[ToolCall, ...]:
             raise invalid(f"{where}[{j}].function.name", "expected the function's name")
         if not isinstance(args, str):
             raise invalid(f"{where}[{j}].function.arguments", "expected the arguments as a JSON string")
+        _check_arguments(args, f"{where}[{j}].function.arguments")
         calls.append(ToolCall(str(call_id), name, args))
     return tuple(calls)
+
+
+def _check_arguments(text: str, param: str) -> None:
+    """Arguments that are JSON get the body's bounds (depth, no lone surrogate): the prompt
+    parses them for the template. Text that is not JSON is kept as text.
+    NOTE: JSON nested 1,000 deep here was a ``RecursionError`` (a 500): the body's depth
+    limit did not reach JSON carried inside a string."""
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        raise too_deep(param) from None
+    except ValueError:
+        return
+    check_json(value, surrogates=True, param=param)
 
 
 def parse_tools(raw: Any) -> tuple[ToolSpec, ...]:

@@ -23,6 +23,7 @@ from app.server.activity import Activity, RequestRecord
 from app.server.alignment import TokenMemo
 from app.server.config import ServerConfig
 from app.server.errors import ApiError, model_not_found
+from app.server.fields import check_json, too_deep
 
 
 class ModelProvider(Protocol):
@@ -115,11 +116,6 @@ class ServerState:
         return self.activity.start(record)
 
 
-MAX_JSON_DEPTH = 64
-"""Arrays and objects nested deeper than this are refused (a JSON Schema needs a few levels).
-NOTE: 100,000 nested arrays raised RecursionError out of ``json.loads``: a 500."""
-
-
 async def read_json(request: Request) -> Any:
     """The body as JSON: a 400 in OpenAI's shape when it does not parse, nests deeper than
     ``MAX_JSON_DEPTH`` or holds a lone surrogate (``"\ud800"`` parses, but is no text any
@@ -128,39 +124,8 @@ async def read_json(request: Request) -> Any:
     try:
         value = json.loads(body)
     except RecursionError:
-        raise _too_deep() from None
+        raise too_deep() from None
     except ValueError:
         raise ApiError(400, "We could not parse the JSON body of your request.", code="invalid_json") from None
-    _check_json(value, surrogates=b"\\ud" in body or b"\\uD" in body)
+    check_json(value, surrogates=b"\\ud" in body or b"\\uD" in body)
     return value
-
-
-def _too_deep() -> ApiError:
-    return ApiError(400, f"The JSON body nests deeper than {MAX_JSON_DEPTH} levels.", code="invalid_json")
-
-
-def _check_json(value: Any, *, surrogates: bool) -> None:
-    """Depth everywhere; lone surrogates only when the body has a \\ud escape (else none can be)."""
-    stack: list[tuple[Any, str, int]] = [(value, "", 0)]
-    while stack:
-        node, where, depth = stack.pop()
-        if isinstance(node, dict | list):
-            if depth >= MAX_JSON_DEPTH:
-                raise _too_deep()
-            items = node.items() if isinstance(node, dict) else enumerate(node)
-            for key, item in items:
-                path = f"{where}.{key}" if isinstance(node, dict) else f"{where}[{key}]"
-                if surrogates and isinstance(key, str):
-                    _check_text(key, path.lstrip("."))
-                stack.append((item, path, depth + 1))
-        elif surrogates and isinstance(node, str):
-            _check_text(node, where.lstrip("."))
-
-
-def _check_text(text: str, param: str) -> None:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise ApiError(400, f"Invalid value for '{param}': it holds a lone surrogate "
-                       f"(\\u{ord(text[exc.start]):04x} at {exc.start}), which is not valid Unicode.",
-                       param=param or None, code="invalid_value") from None

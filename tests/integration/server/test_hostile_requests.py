@@ -257,3 +257,119 @@ def hostile_served(tiny_model_path: Path, tmp_path_factory: pytest.TempPathFacto
     finally:
         log = server.stop()
         assert "Traceback" not in log, log[-4000:]
+
+
+# --------------------------------------------------------------------------- issue 51: schemas' sizes
+
+HUGE_ARRAY = {"type": "array", "items": {"type": "integer"}, "maxItems": 1_000_000_000}
+SCHEMA = "response_format.json_schema.schema"
+ARGS = "tools[0].function.parameters"
+
+
+def _named_tool(parameters: dict[str, Any]) -> dict[str, Any]:
+    return {"tools": [{"type": "function", "function": {"name": "f", "parameters": parameters}}],
+            "tool_choice": {"type": "function", "function": {"name": "f"}}}
+
+
+SIZED_SCHEMAS: list[tuple[str, dict[str, Any], str]] = [
+    ("maxItems 10^9 (grew the server to 23.6 GB)", _schema(HUGE_ARRAY), f"{SCHEMA}.maxItems"),
+    ("minLength 10^12 (a MemoryError 500)", _schema({"type": "string", "minLength": 10**12}), f"{SCHEMA}.minLength"),
+    ("a pattern's {10^9}", _schema({"type": "string", "pattern": "^a{1000000000}$"}), f"{SCHEMA}.pattern"),
+    ("maxItems 10^7 (refused after 1.3 s of building)", _schema({**HUGE_ARRAY, "maxItems": 10**7}),
+     f"{SCHEMA}.maxItems"),
+    ("a nested maxLength", _schema({"type": "object", "properties": {"a": {"type": "string", "maxLength": 10**12}}}),
+     f"{SCHEMA}.properties.a.maxLength"),
+    ("tool_choice required", _tool({"type": "object", "properties": {"x": HUGE_ARRAY}}),
+     f"{ARGS}.properties.x.maxItems"),
+    ("a named function", _named_tool({"type": "object", "properties": {"x": HUGE_ARRAY}}),
+     f"{ARGS}.properties.x.maxItems"),
+    ("a count that is not a count", _schema({"type": "array", "items": {}, "maxItems": -1}), f"{SCHEMA}.maxItems"),
+    ("enum: [] (a grammar that did not parse)", _schema({"type": "object", "properties": {"a": {"enum": []}}}),
+     f"{SCHEMA}.properties.a.enum"),
+]  # fmt: skip
+
+
+def _rss_kib(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as status:
+        line = next(x for x in status if x.startswith("VmHWM:"))  # the peak resident set
+    return int(line.split()[1])
+
+
+@pytest.mark.parametrize(("case", "kw", "param"), SIZED_SCHEMAS, ids=[c for c, _, _ in SIZED_SCHEMAS])
+def test_a_schema_whose_counts_would_eat_memory_is_a_400_naming_the_field(
+        hostile_served: Served, case: str, kw: dict[str, Any], param: str) -> None:
+    """Before: the first grew ``hearth serve`` until the OOM killer took it; the second was a
+    500 (``MemoryError``); ``tools`` took the same road."""
+    import time
+
+    before = _rss_kib(hostile_served.proc.pid)
+    t0 = time.monotonic()
+    with pytest.raises(openai.BadRequestError) as err:
+        hostile_served.client().chat.completions.create(model=hostile_served.model_id, messages=USER, max_tokens=4,
+                                                        **kw)
+    body = err.value.body
+    assert isinstance(body, dict) and body["param"] == param and body["type"] == "invalid_request_error", body
+    assert time.monotonic() - t0 < 30  # a deadline (it answers in milliseconds), not a timing check
+    # The peak resident set grew by less than 64 MiB: nothing the size of the count was built.
+    assert _rss_kib(hostile_served.proc.pid) - before < 64 * 1024, case
+    _alive(hostile_served)
+
+
+def test_schemas_that_used_to_make_a_grammar_that_did_not_parse_run(hostile_served: Served) -> None:
+    """A property name with ``"`` or ``\\``, an enum value with them, an empty property name:
+    the converter's output did not parse (a 400 saying "the grammar does not parse"), or
+    its root was the empty-named property's rule. Now they run, and the reply follows the schema."""
+    schema = {"type": "object", "properties": {'say "hi"': {"enum": ['a"b', "c\\d"]}, "": {"type": "boolean"}},
+              "required": ['say "hi"', ""], "additionalProperties": False}
+    reply = hostile_served.client().chat.completions.create(
+        model=hostile_served.model_id, messages=USER, max_tokens=40, temperature=0, **_schema(schema))
+    text = reply.choices[0].message.content
+    assert text is not None and reply.choices[0].finish_reason == "stop", reply
+    value = json.loads(text)
+    assert set(value) == {'say "hi"', ""} and value['say "hi"'] in ('a"b', "c\\d") and isinstance(value[""], bool)
+
+
+# --------------------------------------------------------------------------- issue 51: two 500s
+
+
+def _call_history(arguments: str) -> list[dict[str, Any]]:
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": arguments}}
+    return [*USER, {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": "c1", "content": "ok"}]
+
+
+DEEP_ARGUMENTS = '{"a": ' + "[" * 1000 + "]" * 1000 + "}"
+
+FORMER_500S: list[tuple[str, bytes, str | None]] = [
+    ("a lone surrogate in an unknown top-level key",
+     b'{"model": "M", "messages": [{"role": "user", "content": "Hi"}], "\\ud800": 1}', "\\ud800"),
+    ("a lone surrogate in an unknown message key",
+     b'{"model": "M", "messages": [{"role": "user", "content": "Hi", "x\\udfff": 1}]}', "messages[0].x\\udfff"),
+    ("JSON 1,000 deep in a tool call's arguments", json.dumps(_chat(messages=_call_history(DEEP_ARGUMENTS))).encode(),
+     "messages[1].tool_calls[0].function.arguments"),
+    ("JSON 65 deep in a tool call's arguments",
+     json.dumps(_chat(messages=_call_history("[" * 65 + "]" * 65))).encode(),
+     "messages[1].tool_calls[0].function.arguments"),
+    ("a lone surrogate escaped in a tool call's arguments",
+     json.dumps(_chat(messages=_call_history('{"a": "\\ud800"}'))).encode(),
+     "messages[1].tool_calls[0].function.arguments.a"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("case", "body", "param"), FORMER_500S, ids=[c for c, _, _ in FORMER_500S])
+def test_former_500s_are_openai_shaped_400s(hostile_served: Served, case: str, body: bytes, param: str | None) -> None:
+    """Before: ``UnicodeEncodeError`` while naming the key, ``RecursionError`` reading the
+    arguments (the body's depth limit did not reach JSON carried in a string)."""
+    data = body.replace(b'"M"', json.dumps(hostile_served.model_id).encode())
+    status, reply = _post(hostile_served, "/v1/chat/completions", data, {"Content-Type": "application/json"})
+    assert status == 400, (status, reply)
+    assert set(reply) == {"error"} and set(reply["error"]) == {"message", "type", "param", "code"}, reply
+    assert reply["error"]["type"] == "invalid_request_error" and reply["error"]["param"] == param, reply
+    _alive(hostile_served)
+
+
+def test_arguments_that_are_not_json_are_still_taken_as_text(hostile_served: Served) -> None:
+    data = json.dumps(_chat(messages=_call_history("not json {"), max_tokens=2)).encode()
+    data = data.replace(b'"M"', json.dumps(hostile_served.model_id).encode())
+    status, reply = _post(hostile_served, "/v1/chat/completions", data, {"Content-Type": "application/json"})
+    assert status == 200, reply

@@ -92,7 +92,7 @@ def test_json_schema_with_a_remote_ref_is_refused(served: Served) -> None:
     with pytest.raises(openai.BadRequestError) as err:
         _chat(served, [{"role": "user", "content": "x"}],
               response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": schema}})
-    assert err.value.body["param"] == "response_format.json_schema.schema"  # type: ignore[index]
+    assert err.value.body["param"] == "response_format.json_schema.schema.$ref"  # type: ignore[index]
     assert "local references" in err.value.body["message"]  # type: ignore[index]
 
 
