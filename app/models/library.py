@@ -21,7 +21,7 @@ import mmap
 import re
 import struct
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -511,7 +511,7 @@ def _default_model_path() -> Path | None:
 
 
 class ModelLibrary:
-    """The catalogue: ``models_dir`` plus user-added folders plus the bundled default model.
+    """The catalogue: ``models_dir`` plus user-added folders and files plus the bundled default model.
 
     ``scan()`` re-reads the folders; entries are cached by (path, size, mtime) so a rescan only
     reads headers of files that changed. Safe to call from a worker thread.
@@ -523,33 +523,83 @@ class ModelLibrary:
         extra_dirs: Iterable[Path | str] = (),
         *,
         include_default: bool = True,
+        extra_files: Iterable[Path | str] = (),
+        on_change: Callable[[ModelLibrary], None] | None = None,
     ) -> None:
+        """``extra_dirs`` / ``extra_files``: the folders and single files the user added
+        (``add_dir``, ``add_file``); ``on_change(library)`` runs after each addition or removal,
+        so the app can remember them across restarts."""
         self.models_dir = Path(models_dir)
         self._extra_dirs: list[Path] = []
+        self._extra_files: list[Path] = []
         self._include_default = include_default
         self._lock = threading.Lock()
         self._cache: dict[Path, tuple[int, int, ModelEntry]] = {}
+        self._on_change: Callable[[ModelLibrary], None] | None = None
         for d in extra_dirs:
             self.add_dir(d)
+        for f in extra_files:
+            self.add_file(f)
+        self._on_change = on_change
 
     @property
     def dirs(self) -> list[Path]:
         with self._lock:
             return [self.models_dir, *self._extra_dirs]
 
+    @property
+    def added_dirs(self) -> list[Path]:
+        """The folders the user added (not the models dir)."""
+        with self._lock:
+            return list(self._extra_dirs)
+
+    @property
+    def added_files(self) -> list[Path]:
+        """The single files the user added."""
+        with self._lock:
+            return list(self._extra_files)
+
     def add_dir(self, directory: Path | str) -> None:
         """Add a folder to look in (idempotent)."""
-        d = Path(directory).expanduser()
+        d = Path(directory).expanduser().absolute()
         with self._lock:
-            if d != self.models_dir and d not in self._extra_dirs:
-                self._extra_dirs.append(d)
+            if d == self.models_dir.absolute() or d in self._extra_dirs:
+                return
+            self._extra_dirs.append(d)
+        self._changed()
 
     def remove_dir(self, directory: Path | str) -> None:
         """Stop looking in a user-added folder (idempotent; the models dir stays)."""
-        d = Path(directory).expanduser()
+        d = Path(directory).expanduser().absolute()
         with self._lock:
-            if d in self._extra_dirs:
-                self._extra_dirs.remove(d)
+            if d not in self._extra_dirs:
+                return
+            self._extra_dirs.remove(d)
+        self._changed()
+
+    def add_file(self, path: Path | str) -> None:
+        """Add one GGUF file, wherever it is (idempotent)."""
+        f = Path(path).expanduser().absolute()
+        with self._lock:
+            if f in self._extra_files:
+                return
+            self._extra_files.append(f)
+        self._changed()
+
+    def remove_file(self, path: Path | str) -> None:
+        f = Path(path).expanduser().absolute()
+        with self._lock:
+            if f not in self._extra_files:
+                return
+            self._extra_files.remove(f)
+        self._changed()
+
+    def _changed(self) -> None:
+        if self._on_change is not None:
+            try:
+                self._on_change(self)
+            except Exception:  # remembering is worth a log line, never a lost folder
+                log.exception("could not remember the library's folders")
 
     def scan(self) -> list[ModelEntry]:
         """Every GGUF file in the library, the default model first, then by path."""
@@ -576,6 +626,7 @@ class ModelLibrary:
         return self._entry(p, is_default=default is not None and p.resolve() == default.resolve())
 
     def _iter_files(self) -> Iterator[Path]:
+        yield from (f for f in self.added_files if f.is_file())
         for d in self.dirs:
             if not d.is_dir():
                 continue

@@ -4,13 +4,14 @@ without running an event loop; ``main`` runs it under qasync."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import sys
 from collections.abc import Callable, MutableMapping
 from dataclasses import fields, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from PySide6.QtWidgets import QApplication, QWidget
 
@@ -19,6 +20,7 @@ from app.conversation.accounting import source_of
 from app.engine.config import ModelConfig
 from app.engine.errors import EngineError
 from app.engine.events import Reuse, ReuseRecord
+from app.remote.endpoint import is_remote_id
 from app.remote.registry import RemoteRegistry
 from app.storage import SamplingSettings, Storage, StorageError, database_path
 from app.storage import data_dir as resolve_data_dir
@@ -38,7 +40,11 @@ from app.ui.models.settings import (
     save_settings_for,
 )
 from app.ui.startup import ModelLoading
+from app.ui.state.library_memory import ModelFiles, remembered_library
 from app.ui.theme import apply_theme
+
+if TYPE_CHECKING:
+    from app.ui.models import ModelManager
 
 log = logging.getLogger(__name__)
 
@@ -124,6 +130,14 @@ def create_window(
         log.exception("could not start the engine")
         errors.append(f"Could not start the engine: {exc}")
     models = ModelBridges(engine)
+    model_files = ModelFiles(storage)  # where each local model was loaded from, across restarts
+
+    def remember_file(model_id: str) -> None:
+        if engine is not None and not is_remote_id(model_id):
+            with contextlib.suppress(EngineError):  # unloaded again meanwhile
+                model_files.remember(model_id, engine.get_model(model_id).config.path)
+
+    models.opened.connect(remember_file)
     loaded_id = ""
     pending: tuple[str, Callable[[], ModelConfig], str] | None = None  # id, config, label
     if engine is not None:
@@ -166,8 +180,10 @@ def create_window(
 
     model_manager = cache_dashboard = None
     if work_areas and engine is not None:
-        model_manager = _build_model_manager(engine, base, load_settings, models, errors, remote_models)
+        model_manager = _build_model_manager(engine, base, load_settings, models, errors, remote_models, storage)
         cache_dashboard = _build_cache_dashboard(engine, storage, errors)
+    if model_manager is not None and engine is not None:
+        _load_files_for_chats(controller, model_manager, engine, model_files)
 
     window = MainWindow(
         storage,
@@ -197,10 +213,10 @@ def _build_model_manager(
     models: ModelBridges,
     errors: list[str],
     remote_models: RemoteRegistry,
-) -> QWidget | None:
+    storage: Storage,
+) -> ModelManager | None:
     try:
         from app.models.hub import HubClient
-        from app.models.library import ModelLibrary
         from app.ui.models import ModelManager
         from app.ui.remote.panel import RemoteModelsPanel
 
@@ -208,7 +224,7 @@ def _build_model_manager(
         models_dir.mkdir(parents=True, exist_ok=True)
         manager = ModelManager(
             engine,
-            ModelLibrary(models_dir),
+            remembered_library(storage, models_dir),  # with the folders and files added before
             HubClient(models_dir=models_dir),
             settings=load_settings,
             before_unload=models.release,
@@ -220,6 +236,31 @@ def _build_model_manager(
         return None
     manager.model_loaded.connect(models.open)
     return manager
+
+
+def _load_files_for_chats(
+    controller: ChatController, manager: ModelManager, engine: EngineApi, model_files: ModelFiles
+) -> None:
+    """A chat's "Load …" / "Locate…": load that file through the Library, and once it is
+    loaded, the chat replies with it (a located file may load under another id)."""
+    controller.model_files = model_files
+    waiting: dict[Path, str] = {}  # the file → the chat that asked for it
+
+    def requested(cid: str, path: str) -> None:
+        waiting[Path(path).resolve()] = cid
+        manager.load_file(path)
+
+    def loaded(model_id: str) -> None:
+        try:
+            path = Path(engine.get_model(model_id).config.path).resolve()
+        except EngineError:
+            return
+        cid = waiting.pop(path, None)
+        if cid is not None and controller.model_of(cid) != model_id:
+            controller.set_model(cid, model_id)
+
+    controller.model_file_requested.connect(requested)
+    manager.model_loaded.connect(loaded)
 
 
 def _build_cache_dashboard(engine: EngineApi, storage: Storage, errors: list[str]) -> QWidget | None:

@@ -13,10 +13,12 @@ it are no longer seen (or are seen as a summary).
 from __future__ import annotations
 
 from collections import OrderedDict
+from pathlib import Path
 
 from PySide6.QtCore import QEvent, QPoint, Qt, QTimer
 from PySide6.QtWidgets import (
     QApplication,
+    QFileDialog,
     QFrame,
     QHBoxLayout,
     QLabel,
@@ -397,8 +399,34 @@ class ConversationPage(QScrollArea):
         retry.setProperty("class", "secondary")
         retry.clicked.connect(self._on_retry_clicked)
         layout.addWidget(text, 1)
+        path = self._controller.model_file(self.conversation_id)
+        if path is not None:  # its model is not loaded: load it again, or find its file
+            gone = not path.is_file()
+            if gone:
+                text.setText(f"{text.text()} Its file was at {path}, which is gone.")
+            button = QPushButton("Locate…" if gone else f"Load {self._controller.model_of(self.conversation_id)}")
+            button.setObjectName("locateModelButton" if gone else "loadModelButton")
+            button.setToolTip(f"Find {path.name} (or another model) and load it for this chat."
+                              if gone else f"Load {path} for this chat.")
+            button.setProperty("class", "secondary")
+            button.clicked.connect(lambda: self._on_model_file_clicked(path, gone))
+            layout.addWidget(button)
         layout.addWidget(retry)
         return card
+
+    def _on_model_file_clicked(self, path: Path, gone: bool) -> None:
+        cid = self.conversation_id
+        if not cid:
+            return
+        if gone:
+            start = next((str(p) for p in (path.parent, Path.home()) if p.is_dir()), "")
+            chosen, _filter = QFileDialog.getOpenFileName(
+                self, f"Where is {path.name}?", start, "GGUF models (*.gguf);;All files (*)"
+            )
+            if not chosen:
+                return
+            path = Path(chosen)
+        self._controller.model_file_requested.emit(cid, str(path))
 
     def _on_retry_clicked(self) -> None:
         if self.conversation_id:

@@ -36,6 +36,7 @@ from app.storage.text import check_text
 from app.ui.bridges import ModelBridges
 from app.ui.chat.replies import ContextUse, LiveReply, ReplyRunner
 from app.ui.state.conversation_catalog import ConversationCatalog, ConversationEntry
+from app.ui.state.library_memory import ModelFiles
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +54,7 @@ class ChatController(QObject):
     error_raised = Signal(str)  # the app's (storage, export): not tied to one chat
     chat_error = Signal(str, str)  # conversation id, why its reply failed
     failure_cleared = Signal(str)  # that error no longer holds
+    model_file_requested = Signal(str, str)  # conversation id, a GGUF to load for it
 
     def __init__(
         self,
@@ -71,6 +73,9 @@ class ChatController(QObject):
         self.default_system_prompt = default_system_prompt
         self.catalog = ConversationCatalog()
         self.replies = ReplyRunner(storage, models)
+        self.model_files: ModelFiles | None = None
+        """Where each local model was loaded from (set when a Library can load files): a chat
+        whose model is not loaded offers to load it again, or to locate a file that is gone."""
         self.query = ""
         r = self.replies
         r.changed.connect(self.conversation_changed)
@@ -119,6 +124,16 @@ class ChatController(QObject):
         """The model a conversation replies with (its own, else the default for new chats)."""
         conv = self.conversation(cid) if cid else None
         return conv.model_id if conv is not None and conv.model_id else self.default_model_id
+
+    def model_file(self, cid: str | None) -> Path | None:
+        """The file this chat's model was last loaded from, when the chat failed because that
+        model is not loaded (None otherwise, and for remote models)."""
+        if not cid or self.model_files is None or cid not in self.replies.not_loaded:
+            return None
+        model_id = self.model_of(cid)
+        if not model_id or is_remote_id(model_id):
+            return None
+        return self.model_files.get(model_id)
 
     def set_model(self, cid: str, model_id: str) -> None:
         """Let the conversation reply with ``model_id`` from now on (also the new default)."""

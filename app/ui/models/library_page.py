@@ -86,6 +86,7 @@ class LibraryPage(QWidget):
         self.settings = settings
         self._loading_form = False
         self._chat_template: str | None = None  # the pasted template, once checked
+        self._select_after_rescan: Path | None = None  # a file just added
         self.table_model = LibraryTableModel(
             catalog, lambda row: load_settings_for(settings, row.path, row.entry.context_length).chat_format)
 
@@ -94,8 +95,10 @@ class LibraryPage(QWidget):
             "GGUF files in your models folders, read from their headers — nothing is loaded "
             "until you press Load. Hover a status for details."), 1)
         self.add_folder_button = button("Add folder…", "addFolderButton")
+        self.add_file_button = button("Add file…", "addFileButton")
         self.rescan_button = button("Rescan", "rescanButton")
         top.addWidget(self.add_folder_button)
+        top.addWidget(self.add_file_button)
         top.addWidget(self.rescan_button)
 
         self.table = QTableView()
@@ -127,6 +130,7 @@ class LibraryPage(QWidget):
         beside_card(layout, left, self._build_details())
 
         self.add_folder_button.clicked.connect(self._on_add_folder_clicked)
+        self.add_file_button.clicked.connect(self._on_add_file_clicked)
         self.rescan_button.clicked.connect(self.rescan_requested)
         self.table.selectionModel().selectionChanged.connect(self._on_selection_changed)
         self.table.doubleClicked.connect(lambda _i: self._on_load_clicked())
@@ -313,6 +317,18 @@ class LibraryPage(QWidget):
         self.library.add_dir(folder)
         self.rescan_requested.emit()
 
+    def _on_add_file_clicked(self) -> None:
+        path, _filter = QFileDialog.getOpenFileName(self, "Add a model file", "",
+                                                    "GGUF models (*.gguf);;All files (*)")
+        if path:
+            self.add_file(path)
+
+    def add_file(self, path: str | Path) -> None:
+        """One GGUF file, wherever it is; the Library remembers it."""
+        self.library.add_file(path)
+        self._select_after_rescan = Path(path)
+        self.rescan_requested.emit()
+
     def _on_selection_changed(self, _sel: QItemSelection, _desel: QItemSelection) -> None:
         self.error_card.clear()
         row = self.selected_row()
@@ -321,7 +337,10 @@ class LibraryPage(QWidget):
         self._refresh_details()
 
     def _on_rows_reset(self) -> None:
-        if self.selected_row() is None and len(self.catalog):
+        target, self._select_after_rescan = self._select_after_rescan, None
+        if target is not None and self.select_path(target):
+            pass
+        elif self.selected_row() is None and len(self.catalog):
             self.table.selectRow(0)
         self._refresh_details()
 

@@ -102,6 +102,7 @@ class ModelManager(QWidget):
         self._config_factory = config_factory or default_config_factory
         self._before_unload = before_unload
         self._select_after_scan: Path | None = None
+        self._load_after_scan: Path | None = None
         self._scan_again = False
         self._scanning = False
         self._theme = ""
@@ -203,6 +204,17 @@ class ModelManager(QWidget):
             settings = load_settings_for(self.settings, row.path, row.entry.context_length)
         self._on_load_requested(str(row.path), settings)
 
+    def load_file(self, path: str | Path) -> None:
+        """Load a GGUF file, adding it to the Library first when no folder of it lists it (the
+        Library remembers it): a chat's "Load …" and "Locate…"."""
+        if self.catalog.find(path) is not None:
+            self.load_model(path)
+            return
+        self.library.add_file(path)
+        self._load_after_scan = Path(path)
+        self._select_after_scan = Path(path)
+        self.rescan()
+
     def unload_model(self, model_id: str) -> None:
         if self._before_unload is not None:
             self._before_unload(model_id)
@@ -299,6 +311,10 @@ class ModelManager(QWidget):
         target = self._select_after_scan
         if target is not None and self.library_page.select_path(target):
             self._select_after_scan = None
+        load = self._load_after_scan
+        if load is not None and (self.catalog.find(load) is not None or not self._scan_again):
+            self._load_after_scan = None  # a scan that started before the file was added lacks it
+            self.load_model(load)
         self.library_refreshed.emit()
         if self._scan_again:
             self._scan_again = False
