@@ -147,6 +147,8 @@ class ChatPage(QWidget):
         self.settings_panel.overflow.policy_edited.connect(self._on_policy_edited)
         self.settings_panel.overflow.default_policy_edited.connect(controller.set_default_policy)
         self._draft_tokens: tuple[str, int] = ("", 0)
+        """(the draft's text, its tokens) as last counted."""
+        self._counting = ""
         self._drafts: dict[str, str] = {}
         """Chat id → its unsent draft while another chat is open (this session only)."""
         self.setStyleSheet(chat_extras_qss())
@@ -301,12 +303,33 @@ class ChatPage(QWidget):
             self._draft_tokens = (text, 0)
             self._update_meter()
             return
+        self._counting = text
         bridge.count_tokens(self.current_id or "", text)
 
     def _on_count_received(self, key: str, n: int) -> None:
         if key == (self.current_id or ""):
-            self._draft_tokens = (key, n)
+            self._draft_tokens = (self._counting, n)  # the text last sent to be counted
             self._update_meter()
+
+    def _over_the_limit(self, cid: str, text: str) -> str:
+        """Why ``text`` is not sent: under "stop at the limit", the chat's view and the draft
+        (as the meter counts them, for this very text) need more than a prompt may use; ""
+        when it may be sent (an uncounted draft is sent, and refused after with these words
+        if it does not fit)."""
+        if self.controller.policy(cid) is not OverflowPolicy.STOP:
+            return ""
+        use = self.controller.context_use(cid)
+        counted, draft = self._draft_tokens
+        if use is None or counted.strip() != text:
+            return ""
+        need = use.used + draft
+        if need <= use.limit:
+            return ""
+        return (f"Not sent: with this message the chat needs about {need:,} tokens, more than the "
+                f"{use.limit:,} a prompt may use of the model's {use.n_ctx:,}-token context "
+                f"({use.n_ctx - use.limit:,} are kept for the reply), and its policy is “stop at the "
+                "limit”. Your message stays here: choose another policy in the chat settings, or "
+                "start a new chat.")
 
     def _update_meter(self) -> None:
         cid = self.current_id
@@ -333,6 +356,10 @@ class ChatPage(QWidget):
             return
         if self.controller.unanswered(cid):  # no second user turn in a row
             self.composer.show_note(UNANSWERED_NOTE)
+            return
+        over = self._over_the_limit(cid, text)
+        if over:  # the meter is red: say so now rather than fail after sending
+            self.composer.show_note(over)
             return
         self.type_ahead.sending(cid)
         if self.controller.send(cid, text):

@@ -519,6 +519,7 @@ def _overflow_text(report: WindowReport) -> str:
         return (f"the message is too long for this model: the prompt needs {report.num_tokens:,} "
                 f"tokens, and at most {report.limit:,} of the {report.n_ctx:,}-token context "
                 "can be prompt (the rest is kept for the reply).")
-    return (f"this chat has reached the model's context ({report.num_tokens:,} of "
-            f"{report.limit:,} prompt tokens) and its overflow policy is “stop at the limit”. "
-            "Choose another policy in the chat settings, or start a new chat.")
+    return (f"this chat has reached the model's context: its prompt would be {report.num_tokens:,} "
+            f"tokens, and a prompt may use at most {report.limit:,} of the {report.n_ctx:,}-token "
+            f"context ({report.n_ctx - report.limit:,} are kept for the reply). Its overflow policy is "
+            "“stop at the limit”: choose another policy in the chat settings, or start a new chat.")
