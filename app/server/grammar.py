@@ -10,14 +10,15 @@ would choke on or turn into a grammar that does not parse — nesting past
 ``MAX_SCHEMA_DEPTH``, a non-local ``$ref``, a count (``minItems``, ``maxItems``,
 ``minLength``, ``maxLength``, …) that is not a non-negative integer or is below its minimum,
 an empty ``enum``/``anyOf``/``oneOf``/``type`` (no value could match). While converting,
-``BoundedConverter`` prices each repetition *before* the converter builds it (the converter
-writes ``maxItems: 1000000000`` out as a billion copies of the item's rule) and keeps a
-running total of the grammar's size: past ``MAX_GRAMMAR_CHARS`` (the engine's own limit)
-it stops with a 400 naming the field that would have crossed it. It also escapes literals
-fully (a property name or enum value with ``"`` or ``\\`` used to produce a grammar that
-does not parse), never lets a nested rule take the name ``root``, and builds an object's
-optional properties in linear time (the converter's recursion was quadratic, and deeper
-than Python's stack past ~1,000 optional properties).
+``BoundedConverter`` prices each repetition *before* it is written: one repetition holds at
+most ``MAX_REPEAT`` items (llama.cpp's own limit), all of them together ``MAX_COPIES``, and
+the grammar's text, kept as a running total, at most ``MAX_GRAMMAR_CHARS`` (the engine's
+limit); past any of them it stops with a 400 naming the field. Repetitions are written with
+GBNF's ``{m,n}`` (the converter nested one optional group per item, which no parser takes
+past 100 levels). It also escapes literals fully (a property name or enum value with ``"``
+or ``\\`` made a grammar that does not parse), never lets a nested rule take the name
+``root``, and builds an object's optional properties in linear time (the converter's
+recursion was quadratic, and deeper than Python's stack past ~1,000 optional properties).
 
 NOTE: before, ``{"type": "array", "items": {"type": "integer"}, "maxItems": 1000000000}``
 grew ``hearth serve`` to 23.6 GB until the OOM killer ended it, and ``"minLength":
@@ -29,11 +30,13 @@ from __future__ import annotations
 import contextlib
 import json
 import re
+import types
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from llama_cpp import llama_grammar
 
+from app.engine.gbnf import MAX_REPETITION_THRESHOLD as MAX_REPEAT
 from app.engine.grammar_check import MAX_GRAMMAR_CHARS
 from app.server.errors import ApiError, invalid
 from app.server.messages import ToolSpec
@@ -43,6 +46,10 @@ MAX_SCHEMA_DEPTH = 64
 COUNT_PAIRS = (("minItems", "maxItems"), ("minLength", "maxLength"), ("minProperties", "maxProperties"),
                ("minContains", "maxContains"))
 """Counts a schema may carry: each a non-negative integer, the maximum not below the minimum."""
+
+MAX_COPIES = 20_000
+"""Repeated items in one grammar, all repetitions together: llama.cpp makes each optional copy
+a rule, and the engine takes at most 50,000 rules (``app.engine.gbnf.MAX_RULES``)."""
 
 _QUANTIFIER = re.compile(r"\{\s*(\d*)\s*(?:,\s*(\d*)\s*)?\}")
 _HUGE = 10**15
@@ -56,29 +63,46 @@ def _join(where: str, key: str | int) -> str:
     return f"{where}[{key}]" if isinstance(key, int) else f"{where}.{key}"
 
 
+SUBSCHEMA = ("items", "additionalProperties", "not", "if", "then", "else", "contains", "propertyNames",
+             "additionalItems", "unevaluatedItems", "unevaluatedProperties")
+SUBSCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems", "items")
+SUBSCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
+"""Where a schema holds schemas; everything else in it (``enum``, ``const``, ``default``, a
+property's *name*) is data, walked only for its depth."""
+
+
 def check_schema(schema: Any, param: str, paths: dict[int, str] | None = None) -> dict[int, str]:
     """Refuse what no grammar should be built from (module docstring). Returns ``paths``
-    with the path of every object in the schema added, by ``id`` (for naming a field later);
-    an object already in it is not walked again."""
+    with the path of every schema in ``schema`` added, by ``id`` (for naming a field later);
+    a schema already in it is not walked again."""
     paths = {} if paths is None else paths
-    stack: list[tuple[Any, str, int]] = [(schema, param, 0)]
+    stack: list[tuple[Any, str, int, bool]] = [(schema, param, 0, True)]
     while stack:
-        node, where, depth = stack.pop()
+        node, where, depth, is_schema = stack.pop()
         if depth > MAX_SCHEMA_DEPTH:
             raise invalid(param, f"the schema nests deeper than {MAX_SCHEMA_DEPTH} levels")
-        if isinstance(node, list):
-            stack.extend((v, _join(where, i), depth + 1) for i, v in enumerate(node))
+        if not is_schema or not isinstance(node, dict):
+            if isinstance(node, dict | list):
+                items = node.items() if isinstance(node, dict) else enumerate(node)
+                stack.extend((v, _join(where, k), depth + 1, False) for k, v in items)
             continue
-        if not isinstance(node, dict) or (id(node) in paths and depth > 0):
+        if id(node) in paths and depth > 0:
             continue
         paths[id(node)] = where
         _check_node(node, where)
-        stack.extend((v, _join(where, k), depth + 1) for k, v in node.items())
+        for key, value in node.items():
+            at = _join(where, key)
+            if key in SUBSCHEMA_MAPS and isinstance(value, dict):
+                stack.extend((v, _join(at, k), depth + 2, True) for k, v in value.items())
+            elif key in SUBSCHEMA_LISTS and isinstance(value, list):
+                stack.extend((v, _join(at, i), depth + 2, True) for i, v in enumerate(value))
+            else:
+                stack.append((value, at, depth + 1, key in SUBSCHEMA))
     return paths
 
 
-def _check_node(node: dict[str, Any], where: str) -> None:
-    ref = node.get("$ref")
+def _check_node(node: Mapping[str, Any], where: str, *, refs: bool = True) -> None:
+    ref = node.get("$ref") if refs else None
     if ref is not None and (not isinstance(ref, str) or not ref.startswith("#")):
         raise invalid(_join(where, "$ref"), f"only local references ('#/...') are allowed, got {ref!r}")
     for low, high in COUNT_PAIRS:
@@ -138,6 +162,57 @@ def _escape_literal(text: str) -> str:
     return f'"{escaped}"'
 
 
+def _leave_out(field: str) -> str:
+    return f" (leave '{field}' out for no limit)" if field.startswith("max") else ""
+
+
+def _times(group: str, low: int, high: int | None) -> str:
+    """``group`` repeated ``low`` to ``high`` times (None: no limit), in GBNF."""
+    if high == 0:
+        return ""
+    if (low, high) == (1, 1):
+        return group
+    short = {(0, 1): "?", (0, None): "*", (1, None): "+"}.get((low, high))
+    if short is not None:
+        return group + short
+    if high is None:
+        return f"{group}{{{low},}}"
+    return f"{group}{{{low}}}" if low == high else f"{group}{{{low},{high}}}"
+
+
+def _repetition(item_rule: str, min_items: int, max_items: int | None, separator_rule: str | None = None,
+                item_rule_is_literal: bool = False) -> str:
+    """The converter's ``_build_repetition`` written with GBNF's ``{m,n}``.
+
+    NOTE: the converter writes ``maxItems: 200`` out as 200 nested optional groups
+    (``(x (x (x …)?)?)?``), which no grammar parser takes past 100 levels: ``maxItems`` or
+    ``maxLength`` above ~100 made a grammar that does not parse. ``{m,n}`` is what llama.cpp
+    expands into the same rules, one level deep (``MAX_REPEAT`` at most, priced first).
+    """
+    if max(min_items, max_items or 0) > MAX_REPEAT:
+        raise ValueError(f"more than {MAX_REPEAT:,} repetitions")
+    if not separator_rule:
+        item = f"({item_rule})" if " " in item_rule and not item_rule_is_literal else item_rule
+        return _times(item, min_items, max_items)
+    more = _times(f"({separator_rule} {item_rule})", max(min_items - 1, 0),
+                  None if max_items is None else max_items - 1)
+    if max_items == 0:
+        return ""
+    both = f"{item_rule} {more}".rstrip()
+    return both if min_items > 0 else f"({both})?"
+
+
+def _with_repetition(method: Any) -> Any:
+    """``method`` of the converter calling ``_repetition`` where it called ``_build_repetition``
+    (the same code, given a copy of its module's globals with that one name changed)."""
+    scope = {**vars(llama_grammar), "_build_repetition": _repetition}
+    return types.FunctionType(method.__code__, scope, method.__name__, method.__defaults__, method.__closure__)
+
+
+_visit = _with_repetition(llama_grammar.SchemaConverter.visit)
+_visit_pattern = _with_repetition(llama_grammar.SchemaConverter._visit_pattern)
+
+
 class GrammarTooLarge(Exception):
     """Raised inside the converter; turned into the 400 naming ``param``."""
 
@@ -157,6 +232,8 @@ class BoundedConverter(llama_grammar.SchemaConverter):
         self.paths = paths
         self.budget = budget
         self.size = 0
+        self.copies = 0
+        """Repeated items so far (``{m,n}`` makes up to n copies when llama.cpp reads it)."""
         self._where = [param]
         self._next_suffix: dict[str, int] = {}
 
@@ -167,27 +244,43 @@ class BoundedConverter(llama_grammar.SchemaConverter):
             raise GrammarTooLarge(
                 _join(where, field) if field else where,
                 f"{what} would make a grammar of about {self.size + cost:,} characters; this server takes "
-                f"grammars of up to {self.budget:,}" + (f" (leave '{field}' out for no limit)"
-                                                        if field.startswith("max") else ""),
+                f"grammars of up to {self.budget:,}" + _leave_out(field),
             )
 
     def _price(self, schema: Mapping[str, Any], name: str, where: str) -> None:
-        """Refuse a repetition the converter would write out past the budget, before it does."""
-        rule = len(name) + 24  # an item's rule name (``<name>-item`` and a suffix) and its separator
-        for low, high, unit in (("minItems", "maxItems", rule), ("minLength", "maxLength", 8)):
+        """Refuse a repetition llama.cpp cannot take or that would take the grammar past its
+        limits, before the converter writes it."""
+        for low, high in (("minItems", "maxItems"), ("minLength", "maxLength")):
             lo, hi = schema.get(low), schema.get(high)
             for field, count in ((high, hi), (low, lo)):
-                if isinstance(count, int) and count > 0:
-                    self._spend(where, field, count * unit, f"{field} {count:,}")
+                if isinstance(count, int) and count > MAX_REPEAT:
+                    raise GrammarTooLarge(_join(where, field), f"{count:,} is more repetitions than a grammar can "
+                                          f"hold ({MAX_REPEAT:,}, llama.cpp's limit)" + _leave_out(field))
+            copies = max(c for c in (lo, hi, 0) if isinstance(c, int))
+            self._copies(where, high if isinstance(hi, int) and hi else low, copies)
         pattern = schema.get("pattern")
         if isinstance(pattern, str):
             for m in _QUANTIFIER.finditer(pattern):
-                count = max(_count(m.group(1)), _count(m.group(2) or ""))
-                self._spend(where, "pattern", count * (len(pattern) + len(name) + 16),
+                least, most = _count(m.group(1)), _count(m.group(2) or "")
+                count = max(least, most)
+                if m.group(2) and most < least:
+                    raise GrammarTooLarge(_join(where, "pattern"), f"the repetition {m.group(0)[:40]} has its maximum "
+                                          "below its minimum")
+                if count > MAX_REPEAT:
+                    raise GrammarTooLarge(_join(where, "pattern"), f"the repetition {m.group(0)[:40]} is more than a "
+                                          f"grammar can hold ({MAX_REPEAT:,}, llama.cpp's limit)")
+                self._copies(where, "pattern", count)
+                self._spend(where, "pattern", count * (len(pattern) + 16),
                             f"the repetition {m.group(0)[:40]} in the pattern")
         for field in ("enum", "const"):
             if field in schema:
                 self._spend(where, field, _literal_size(schema[field]), f"the '{field}' value")
+
+    def _copies(self, where: str, field: str, copies: int) -> None:
+        if self.copies + copies > MAX_COPIES:
+            raise GrammarTooLarge(_join(where, field), f"the schema's repetitions add up to more than {MAX_COPIES:,} "
+                                  "copies of their items, more than a grammar can hold")
+        self.copies += copies
 
     def visit(self, schema: Any, name: str) -> str:
         where = self.paths.get(id(schema), self._where[-1])
@@ -195,10 +288,15 @@ class BoundedConverter(llama_grammar.SchemaConverter):
         if nested and name == "":
             name = "root"  # becomes ``root-``: only the top rule is ``root``
         if isinstance(schema, Mapping):
+            _check_node(schema, where, refs=False)  # again: a ``$ref`` may point anywhere, data too
             self._price(schema, name, where)
+            if schema.get("items") == {} and "prefixItems" not in schema:
+                # NOTE: ``items: {}`` was a KeyError (the converter tests ``items`` for
+                # truth); ``{}`` is what the converter makes an object of anywhere else.
+                schema = {**schema, "items": {"type": "object"}}
         self._where.append(where)
         try:
-            key: str = super().visit(schema, name)  # type: ignore[no-untyped-call]
+            key: str = _visit(self, schema, name)
         finally:
             self._where.pop()
         return key
@@ -222,6 +320,8 @@ class BoundedConverter(llama_grammar.SchemaConverter):
 
     def _format_literal(self, literal: str) -> str:
         return _escape_literal(literal)
+
+    _visit_pattern = _visit_pattern
 
     # -- objects, in linear time ----------------------------------------------------------
 

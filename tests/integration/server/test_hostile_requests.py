@@ -329,6 +329,19 @@ def test_schemas_that_used_to_make_a_grammar_that_did_not_parse_run(hostile_serv
     assert set(value) == {'say "hi"', ""} and value['say "hi"'] in ('a"b', "c\\d") and isinstance(value[""], bool)
 
 
+def test_counts_above_a_hundred_make_a_grammar_that_parses(hostile_served: Served) -> None:
+    """The converter wrote ``maxItems: 150`` as 150 nested optional groups, past the 100
+    levels a grammar parser takes: "the grammar does not parse" for any count above ~100."""
+    schema = {"type": "object", "properties": {
+        "tags": {"type": "array", "items": {"type": "integer"}, "maxItems": 150},
+        "name": {"type": "string", "minLength": 1, "maxLength": 300},
+        "code": {"type": "string", "pattern": "^[a-z]{1,500}$"}}, "required": ["tags", "name", "code"]}
+    reply = hostile_served.client().chat.completions.create(
+        model=hostile_served.model_id, messages=USER, max_tokens=8, temperature=0, **_schema(schema))
+    assert reply.choices[0].finish_reason in ("stop", "length"), reply
+    assert (reply.choices[0].message.content or "").startswith("{"), reply
+
+
 # --------------------------------------------------------------------------- issue 51: two 500s
 
 
