@@ -28,6 +28,7 @@ from app.ui import gui_gc, wheel_guard
 from app.ui.aio import gui_loop
 from app.ui.bridges import ModelBridges
 from app.ui.chat.controller import ChatController
+from app.ui.confirm import confirm_stop, writing_words
 from app.ui.engine_api import EngineApi, ServedEngine
 from app.ui.engine_bridge import qthread_starter
 from app.ui.main_window import MainWindow
@@ -184,6 +185,7 @@ def create_window(
         cache_dashboard = _build_cache_dashboard(engine, storage, errors)
     if model_manager is not None and engine is not None:
         _load_files_for_chats(controller, model_manager, engine, model_files)
+        model_manager.confirm_unload = lambda model_id: _unload_is_ok(controller, model_manager, model_id)
 
     window = MainWindow(
         storage,
@@ -236,6 +238,19 @@ def _build_model_manager(
         return None
     manager.model_loaded.connect(models.open)
     return manager
+
+
+def _unload_is_ok(controller: ChatController, parent: QWidget, model_id: str) -> bool:
+    """Nothing is being written by ``model_id``, or the user agreed to stop it."""
+    cids = controller.replies.writing(model_id)
+    if not cids:
+        return True
+    titles = [controller.title_of(cid) or "a chat" for cid in cids]
+    return confirm_stop(
+        parent, f"Unload {model_id}?",
+        f"{model_id} is still writing a reply in {writing_words(titles)}. Unloading stops it: what it "
+        "wrote so far is kept, marked interrupted, with Continue once a model is loaded.", "Unload",
+    )  # fmt: skip
 
 
 def _load_files_for_chats(

@@ -54,6 +54,7 @@ class ActionsWindow(Protocol):
     def log_file(self) -> Path | None: ...
     def show_error(self, text: str) -> None: ...
     def apply_scheme(self, scheme: str) -> None: ...
+    def request_quit(self) -> None: ...
 
 
 class AppActions(QObject):
@@ -105,7 +106,7 @@ class AppActions(QObject):
         app_menu.addSeparator()
         self._add(app_menu, "settings", self.open_settings, text="Settings…")
         app_menu.addSeparator()
-        self._add(app_menu, "quit", self.widget.close)
+        self._add(app_menu, "quit", self.window.request_quit)
 
         view = bar.addMenu("&View")
         for name, area in zip(("go_chat", "go_models", "go_cache"), AREAS, strict=True):

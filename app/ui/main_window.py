@@ -32,6 +32,7 @@ from app.ui.app_actions import install_app_actions
 from app.ui.bridge_records import StatusSnapshot
 from app.ui.chat.chat_page import ChatPage
 from app.ui.chat.controller import ChatController
+from app.ui.confirm import confirm_stop, writing_words
 from app.ui.engine_api import ServedEngine
 from app.ui.placeholders import PlaceholderArea
 from app.ui.server import LocalServer
@@ -43,6 +44,8 @@ from app.ui.widgets.banner import NotificationBanner
 log = logging.getLogger(__name__)
 
 UNDO_MS = 10_000
+DRAFTS_KEY = "chat_drafts"
+"""Each chat's unsent message, saved at quit and put back in its box at the next start."""
 
 
 class MainWindow(QMainWindow):
@@ -67,6 +70,7 @@ class MainWindow(QMainWindow):
         self.models = controller.models
         self._on_close = on_close
         self._closed = False
+        self._quit_agreed = False  # Quit asked already (closeEvent must not ask again)
         self.last_status: StatusSnapshot | None = None
         self.model_loading: ModelLoading | None = None  # set while the default model loads
         """The latest status of the open conversation's model."""
@@ -324,6 +328,9 @@ class MainWindow(QMainWindow):
         splitter = self.storage_setting("chat_splitter")
         self.chat_page.restore_state(splitter if isinstance(splitter, str) else None)
         self.controller.refresh()
+        drafts = self.storage_setting(DRAFTS_KEY)
+        if isinstance(drafts, dict):  # each chat's unsent message, as it was at the last quit
+            self.chat_page.set_drafts({k: v for k, v in drafts.items() if isinstance(v, str)})
         last = self.storage_setting("last_conversation")
         entries = self.controller.catalog.entries()
         ids = [e.id for e in entries]
@@ -336,6 +343,7 @@ class MainWindow(QMainWindow):
 
     def save_session(self) -> None:
         try:
+            self.storage.set_setting(DRAFTS_KEY, self.chat_page.drafts())
             self.storage.set_setting(
                 "window_geometry", bytes(self.saveGeometry().toBase64().data()).decode("ascii")
             )
@@ -344,7 +352,28 @@ class MainWindow(QMainWindow):
         except StorageError as exc:
             log.warning("could not save window state: %s", exc)
 
+    def stopping_replies_is_ok(self, action: str = "Quit") -> bool:
+        """Nothing is being written, or the user agreed to stop it (asked once)."""
+        cids = self.controller.replies.writing()
+        if not cids:
+            return True
+        titles = [self.controller.title_of(cid) or "a chat" for cid in cids]
+        return confirm_stop(
+            self, "Quit Hearth?",
+            f"A reply is still being written in {writing_words(titles)}. Quitting stops it.", action,
+        )  # fmt: skip
+
+    def request_quit(self) -> None:
+        """Hearth › Quit (Ctrl+Q): asks first when a reply would stop."""
+        if self.stopping_replies_is_ok():
+            self._quit_agreed = True
+            self.close()
+
     def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802 — Qt override
+        # The window manager's close button asks as Quit does; a close from code does not.
+        if event.spontaneous() and not self._closed and not self._quit_agreed and not self.stopping_replies_is_ok():
+            event.ignore()
+            return
         self.shutdown()
         super().closeEvent(event)
 

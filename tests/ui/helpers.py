@@ -77,3 +77,24 @@ def select_conversation(qtbot: Any, window: MainWindow, cid: str) -> None:
     rect = view.visualRect(view.model().index(row, 0))
     qtbot.mouseClick(view.viewport(), Qt.MouseButton.LeftButton, pos=rect.center())
     assert window.chat_page.current_id == cid
+
+
+def answer_confirmation(button: str, asked: list[str], *, tries: int = 500) -> None:
+    """When the app's "stop a reply?" question (``app.ui.confirm``) opens, read it into ``asked``
+    and click ``button`` (``confirmButton`` or ``cancelButton``); looks for it every 20 ms,
+    ``tries`` times."""
+    from PySide6.QtCore import QTimer
+    from PySide6.QtWidgets import QApplication, QMessageBox, QPushButton
+
+    def click(left: int) -> None:
+        box = QApplication.activeModalWidget()
+        if not isinstance(box, QMessageBox) or box.objectName() != "confirmStopDialog":
+            if left > 0:
+                QTimer.singleShot(20, lambda: click(left - 1))
+            return
+        asked.append(box.text())
+        found = box.findChild(QPushButton, button)
+        assert found is not None, button
+        found.click()
+
+    QTimer.singleShot(0, lambda: click(tries))

@@ -206,6 +206,22 @@ class ChatPage(QWidget):
         self.model_picker.setEnabled(not busy)
         self.current_changed.emit(self.current_id or "")
 
+    def drafts(self) -> dict[str, str]:
+        """Every chat's unsent message (the open chat's as it is in the box)."""
+        out = {cid: text for cid, text in self._drafts.items() if text.strip()}
+        text = self.composer.input.toPlainText()
+        if self.current_id is not None:
+            out.pop(self.current_id, None)
+            if text.strip():
+                out[self.current_id] = text
+        return out
+
+    def set_drafts(self, drafts: dict[str, str]) -> None:
+        """Put back the unsent messages of an earlier run (the open chat's into the box)."""
+        self._drafts.update(drafts)
+        if self.current_id is not None and self.current_id in self._drafts:
+            self._show_draft(self._drafts.pop(self.current_id))
+
     def _show_draft(self, text: str) -> None:
         """The open chat's draft in the box, the cursor at its end (type-ahead reads it again:
         what it read before is still in the chat's sequence, so nothing is read twice)."""

@@ -118,6 +118,11 @@ class ReplyRunner(QObject):
     def is_busy(self, cid: str) -> bool:
         return cid in self._live
 
+    def writing(self, model_id: str | None = None) -> list[str]:
+        """The conversations whose reply (or its summary) is being written, by ``model_id`` or
+        by any model."""
+        return [cid for cid, live in self._live.items() if model_id is None or live.model_id == model_id]
+
     def writing_on(self, model_id: str) -> bool:
         """A reply (or its summary) is being written by ``model_id``."""
         return any(live.model_id == model_id for live in self._live.values())

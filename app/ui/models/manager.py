@@ -103,6 +103,8 @@ class ModelManager(QWidget):
         self._before_unload = before_unload
         self._select_after_scan: Path | None = None
         self._load_after_scan: Path | None = None
+        self.confirm_unload: Callable[[str], bool] | None = None
+        """Asked before a model is unloaded (the app asks the user when it is writing a reply)."""
         self._scan_again = False
         self._scanning = False
         self._theme = ""
@@ -216,6 +218,8 @@ class ModelManager(QWidget):
         self.rescan()
 
     def unload_model(self, model_id: str) -> None:
+        if self.confirm_unload is not None and not self.confirm_unload(model_id):
+            return  # a reply it is writing goes on
         if self._before_unload is not None:
             self._before_unload(model_id)
         path = self._path_of(model_id)
