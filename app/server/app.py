@@ -6,8 +6,9 @@ import logging
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect
 
 from app.engine.errors import EngineError
 from app.server.activity import Activity
@@ -47,6 +48,12 @@ def create_app(provider: ModelProvider, config: ServerConfig | None = None, acti
         # An engine refusal outside a generation (a template's bound, a tokenizer's check).
         api = from_engine(exc)
         return JSONResponse(api.body(), status_code=api.status)
+
+    @app.exception_handler(ClientDisconnect)
+    async def client_gone(request: Request, exc: ClientDisconnect) -> Response:
+        # The client went (or was cut for sending its body too slowly) while the body was
+        # read: nobody to answer, and nothing wrong with the server (not a logged traceback).
+        return Response(status_code=400)
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception) -> JSONResponse:

@@ -43,7 +43,7 @@ class ServerConfig:
     """Origins allowed to call the API from a browser; empty = no CORS headers at all."""
     max_connections: int = 256
     """Open connections at once (also kept 128 below the process's file limit); past it, the
-    oldest connection still sending its headers is closed (``app.server.connections``)."""
+    connection that has been sending its request the longest is closed (``app.server.connections``)."""
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
             raise ServerConfigError(f"port must be in 0..65535, got {self.port}")

@@ -8,11 +8,16 @@ plain text. ``GuardedH11Protocol`` adds:
   (from when it opened, or from the end of its previous response) and its body within
   ``BODY_TIMEOUT_S`` of the headers, else it is closed. A reply being generated is not
   affected (the client has sent everything by then).
+- **a minimum rate for bodies**: once its headers are in, a request's body must arrive at
+  ``MIN_BODY_RATE`` bytes a second on average, counted from ``BODY_GRACE_S`` on (not while
+  the server itself has paused reading), else the connection is closed.
 - **a cap**: at most ``max_connections`` open at once (256, and always 128 below the
-  process's file limit). When a new connection would pass it, the oldest connection that is
-  still sending its headers is closed to make room; if none is, the new one is closed. So
-  half-sent headers can hold at most the cap, never every file descriptor: new clients keep
-  being served.
+  process's file limit). When a new connection would pass it, the connection that has been
+  sending its request (headers or body) the longest is closed to make room; if none is, the
+  new one is closed. So half-sent requests can hold at most the cap, never every file
+  descriptor: new clients keep being served.
+- **a cap per peer**: one address has at most ``PEER_SENDING`` connections still sending
+  their request; a new one closes that address's oldest.
 - **a bounded log**: ``RateLimit`` lets each logger of the server write at most
   ``LOG_BURST`` records per ``LOG_WINDOW_S``, then one line saying how many it dropped.
 - **JSON errors**: a request that is not valid HTTP (``Content-Length: abc``) gets a 400 in
@@ -20,7 +25,10 @@ plain text. ``GuardedH11Protocol`` adds:
 
 NOTE: before, 1,100 half-sent headers at ``ulimit -n 1024`` locked every other client out
 for as long as they were held (accept() failed with EMFILE), and the log grew by 408 MB of
-``Too many open files`` tracebacks.
+``Too many open files`` tracebacks. And 260 connections sending a body a byte a second
+locked everyone out until the 60 s body deadline: the cap closed only connections still
+sending headers, and counted connections it had already closed (they leave the set a loop
+turn later), so it refused every new client ("394 connections are open").
 """
 
 from __future__ import annotations
@@ -39,6 +47,13 @@ from app.server.errors import error_body
 
 HEADER_TIMEOUT_S = 10.0
 BODY_TIMEOUT_S = 60.0
+MIN_BODY_RATE = 1024
+"""Bytes a second a body must average (a slow link sends a hundred times that)."""
+BODY_GRACE_S = 3.0
+"""How long a body may take before its rate is checked (a client waiting for ``100 Continue``)."""
+RATE_CHECK_S = 1.0
+PEER_SENDING = 32
+"""Connections one address may have still sending their request."""
 MAX_CONNECTIONS = 256
 FD_RESERVE = 128
 """File descriptors kept for everything else the process opens (model, cache, pipes, logs)."""
@@ -63,27 +78,43 @@ class GuardedH11Protocol(H11Protocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         self._deadline: asyncio.TimerHandle | None = None
-        self.opened_at = time.monotonic()
+        self._rate: asyncio.TimerHandle | None = None
+        self.opened_at = self.waiting_since = time.monotonic()
+        """``waiting_since``: when the request now being sent began (its first byte was due)."""
+        self._body_since = 0.0
+        self._body_bytes = 0
         super().connection_made(transport)
+        self.peer = self.client[0] if self.client else None
         self._make_room()
         self._arm(HEADER_TIMEOUT_S)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
+        self._stop_rate()
         super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        if self.conn.their_state is h11.SEND_BODY:
+            self._body_bytes += len(data)
+        super().data_received(data)
 
     def handle_events(self) -> None:
         waiting = self.conn.their_state is h11.IDLE
         super().handle_events()
         state = self.conn.their_state
-        if waiting and state is h11.SEND_BODY:  # headers in: now the body's deadline
+        if waiting and state is h11.SEND_BODY:  # headers in: now the body's deadline and rate
             self._arm(BODY_TIMEOUT_S)
+            self._body_since, self._body_bytes = time.monotonic(), 0
+            self._stop_rate()
+            self._rate = self.loop.call_later(BODY_GRACE_S, self._check_rate)
         elif state is not h11.IDLE and state is not h11.SEND_BODY:  # the whole request is in
             self._disarm()
+            self._stop_rate()
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
         if not self.transport.is_closing() and self.conn.their_state is h11.IDLE:
+            self.waiting_since = time.monotonic()
             self._arm(HEADER_TIMEOUT_S)  # the next request's headers, on a kept-alive connection
 
     def send_400_response(self, msg: str) -> None:
@@ -117,17 +148,43 @@ class GuardedH11Protocol(H11Protocol):
         if not self.transport.is_closing() and self.is_sending_request:
             self.transport.abort()
 
-    def _make_room(self) -> None:
-        if len(self.connections) <= self.max_connections:
+    def _stop_rate(self) -> None:
+        if self._rate is not None:
+            self._rate.cancel()
+            self._rate = None
+
+    def _check_rate(self) -> None:
+        """While the body comes in: close the connection once it averages below the rate."""
+        self._rate = None
+        if self.transport.is_closing() or self.conn.their_state is not h11.SEND_BODY:
             return
-        waiting = [c for c in self.connections if c is not self and isinstance(c, GuardedH11Protocol)
-                   and c.conn.their_state is h11.IDLE and (c.cycle is None or c.cycle.response_complete)]
-        if not waiting:
-            self.logger.warning("connection refused: %d connections are open", len(self.connections) - 1)
+        now = time.monotonic()
+        if self.flow.read_paused:  # the server is not reading: the client cannot send, start again
+            self._body_since, self._body_bytes = now, 0
+        elif self._body_bytes < MIN_BODY_RATE * (now - self._body_since):
             self.transport.abort()
             return
-        oldest = min(waiting, key=lambda c: c.opened_at)
-        oldest.transport.abort()
+        self._rate = self.loop.call_later(RATE_CHECK_S, self._check_rate)
+
+    def _make_room(self) -> None:
+        """Close what the caps say must go for this new connection (module docstring)."""
+        others = [c for c in self.connections if c is not self and isinstance(c, GuardedH11Protocol)
+                  and not c.transport.is_closing()]  # closed ones leave the set a loop turn later
+        sending = [c for c in others if c.is_sending_request]
+        if self.peer is not None:
+            mine = [c for c in sending if c.peer == self.peer]
+            if len(mine) >= PEER_SENDING:
+                oldest = min(mine, key=lambda c: c.waiting_since)
+                oldest.transport.abort()
+                others.remove(oldest)
+                sending.remove(oldest)
+        if len(others) < self.max_connections:
+            return
+        if not sending:
+            self.logger.warning("connection refused: %d connections are open", len(others))
+            self.transport.abort()
+            return
+        min(sending, key=lambda c: c.waiting_since).transport.abort()
 
 
 class RateLimit(logging.Filter):

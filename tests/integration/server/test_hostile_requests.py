@@ -174,6 +174,70 @@ def test_half_sent_headers_do_not_lock_other_clients_out(tiny_model_path: Path, 
     assert server.log_path is not None and server.log_path.stat().st_size < 256 * 1024, log[-3000:]
 
 
+def test_slow_bodies_do_not_lock_other_clients_out(tiny_model_path: Path, tmp_path: Path) -> None:
+    """260 connections send complete headers with ``Content-Length: 100000``, then a byte of
+    body a second, and are opened again as the server closes them. Every normal request made
+    meanwhile is served. Before: the cap closed only connections still sending headers, so
+    it refused every other client ("connection refused: 394 connections are open"): 0 of
+    40 requests got through in a 40 s hold, the first at 57 s (the body deadline)."""
+    import socket
+    import threading
+    import time
+    from urllib.parse import urlsplit
+
+    server = start_server(tiny_model_path, tmp_path, "--ctx", "256")
+    url = urlsplit(server.base_url)
+    host, port = url.hostname, url.port
+    assert host is not None and port is not None
+    head = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            b"Content-Length: 100000\r\n\r\n{")
+    stop = threading.Event()
+    opened = [0]
+
+    def attack() -> None:
+        held: list[socket.socket | None] = [None] * 260
+        while not stop.is_set():
+            for i, s in enumerate(held):
+                try:
+                    if s is None:
+                        s = held[i] = socket.create_connection((host, port), timeout=5)
+                        s.sendall(head)
+                        opened[0] += 1
+                    else:
+                        s.sendall(b" ")
+                except OSError:
+                    if s is not None:
+                        s.close()
+                    held[i] = None
+            stop.wait(1.0)
+        for s in held:
+            if s is not None:
+                s.close()
+
+    attacker = threading.Thread(target=attack, daemon=True)
+    attacker.start()
+    body = CHAT.replace(b'"m"', json.dumps(server.model_id).encode())
+    try:
+        time.sleep(3)  # the 260 are open and sending
+        served = 0
+        for i in range(20):  # while they are held
+            if i % 2:
+                with urllib.request.urlopen(server.base_url.removesuffix("/v1") + "/health", timeout=20) as resp:
+                    assert resp.status == 200
+            else:
+                status, reply = _post(server, "/v1/chat/completions", body, {"Content-Type": "application/json"})
+                assert status == 200, reply
+            served += 1
+            time.sleep(0.5)
+        assert served == 20 and opened[0] >= 260, opened
+    finally:
+        stop.set()
+        attacker.join(30)
+        log = server.stop()
+    assert server.log_path is not None and server.log_path.stat().st_size < 256 * 1024, log[-3000:]
+    assert "Traceback" not in log, log[-4000:]
+
+
 # --------------------------------------------------------------------------- 400/413, never 500
 
 NESTED = b"[" * 100_000 + b"]" * 100_000

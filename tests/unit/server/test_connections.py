@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import socket
+import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -122,3 +123,94 @@ def test_a_flood_of_log_records_is_cut_to_a_burst_per_window(caplog: pytest.LogC
         assert len([r for r in caplog.records if r.name == "test.flood"]) == 5
     finally:
         logger.removeFilter(limit)
+
+
+# --------------------------------------------------------------------------- slow bodies (issue 51)
+
+BODY_HEAD = (b"POST /v1/embeddings HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+             b"Content-Length: 100000\r\n\r\n{")
+
+
+def test_a_body_below_the_minimum_rate_is_cut_long_before_the_deadline(
+    server: ServerThread, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A byte every 0.2 s: cut once the grace is over, not at the body deadline (60 s here)."""
+    monkeypatch.setattr(connections, "BODY_TIMEOUT_S", 60.0)
+    monkeypatch.setattr(connections, "BODY_GRACE_S", 0.5)
+    monkeypatch.setattr(connections, "RATE_CHECK_S", 0.1)
+    with _connect(server) as s:
+        s.sendall(BODY_HEAD)
+        t0 = time.monotonic()
+        closed = False
+        while not closed and time.monotonic() - t0 < 30:
+            try:
+                s.sendall(b" ")
+            except OSError:
+                closed = True
+                break
+            time.sleep(0.2)
+            closed = not _still_open(s)
+        assert closed and time.monotonic() - t0 < 30  # a deadline well below 60 s, not a timing check
+
+
+def test_a_body_at_a_modest_rate_is_read_whole(server: ServerThread, monkeypatch: pytest.MonkeyPatch) -> None:
+    """4 KiB a second for ~1.5 s (above the 1 KiB/s minimum): the request is answered."""
+    monkeypatch.setattr(connections, "BODY_TIMEOUT_S", 60.0)
+    monkeypatch.setattr(connections, "BODY_GRACE_S", 0.5)
+    monkeypatch.setattr(connections, "RATE_CHECK_S", 0.1)
+    body = b"x" * 6144  # not JSON: the route reads it all, then answers 400
+    with _connect(server) as s:
+        s.sendall(BODY_HEAD.replace(b"100000", str(len(body)).encode())[:-1])
+        for i in range(0, len(body), 512):
+            s.sendall(body[i:i + 512])
+            time.sleep(0.125)
+        reply = b""
+        while b"\r\n\r\n" not in reply:
+            chunk = s.recv(65536)
+            assert chunk, "closed before answering"
+            reply += chunk
+        assert reply.startswith(b"HTTP/1.1 400"), reply[:200]
+
+
+def test_the_cap_closes_the_oldest_slow_body_to_serve_a_new_client(
+    server: ServerThread, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Eight connections (the cap) sending bodies: a ninth client is served, the oldest body
+    sender goes. Before, the cap closed only connections still sending headers, so every
+    new client was refused until the body deadline."""
+    monkeypatch.setattr(connections, "BODY_TIMEOUT_S", 60.0)
+    monkeypatch.setattr(connections, "BODY_GRACE_S", 60.0)  # only the cap may close one here
+    held = []
+    try:
+        for _ in range(8):
+            s = _connect(server)
+            s.sendall(BODY_HEAD)
+            held.append(s)
+            time.sleep(0.05)  # in order: the first is the oldest
+        assert _health(server) == 200
+        assert _closed_by_server(held[0])
+        assert all(_still_open(s) for s in held[1:])
+    finally:
+        for s in held:
+            s.close()
+
+
+def test_one_address_holds_at_most_its_share_of_half_sent_requests(
+    server: ServerThread, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(connections, "BODY_TIMEOUT_S", 60.0)
+    monkeypatch.setattr(connections, "BODY_GRACE_S", 60.0)
+    monkeypatch.setattr(connections, "PEER_SENDING", 3)
+    held = []
+    try:
+        for _ in range(5):
+            s = _connect(server)
+            s.sendall(BODY_HEAD)
+            held.append(s)
+            time.sleep(0.05)
+        assert _closed_by_server(held[0]) and _closed_by_server(held[1])
+        assert all(_still_open(s) for s in held[2:])
+        assert _health(server) == 200
+    finally:
+        for s in held:
+            s.close()
