@@ -181,36 +181,35 @@ def _times(group: str, low: int, high: int | None) -> str:
 
 
 def _repetition(item_rule: str, min_items: int, max_items: int | None, separator_rule: str | None = None,
-                item_rule_is_literal: bool = False) -> str:
-    """The converter's ``_build_repetition`` written with GBNF's ``{m,n}``.
+                item_rule_is_literal: bool = False, *, more_rule: str | None = None) -> str:
+    """The converter's ``_build_repetition`` written with GBNF's ``{m,n}``; ``more_rule``
+    names a rule that is ``separator_rule item_rule``.
 
     NOTE: the converter writes ``maxItems: 200`` out as 200 nested optional groups
     (``(x (x (x …)?)?)?``), which no grammar parser takes past 100 levels: ``maxItems`` or
     ``maxLength`` above ~100 made a grammar that does not parse. ``{m,n}`` is what llama.cpp
-    expands into the same rules, one level deep (``MAX_REPEAT`` at most, priced first).
+    expands into the same rules, one level deep (``MAX_REPEAT`` at most, priced first). It
+    repeats a rule, never a group: llama.cpp multiplies a group's repetition by the rules
+    made inside it, so ``("," space item){0,1999}`` and ``(item more{0,1998})?`` "multiply
+    past the limit".
     """
     if max(min_items, max_items or 0) > MAX_REPEAT:
         raise ValueError(f"more than {MAX_REPEAT:,} repetitions")
     if not separator_rule:
-        item = f"({item_rule})" if " " in item_rule and not item_rule_is_literal else item_rule
-        return _times(item, min_items, max_items)
-    more = _times(f"({separator_rule} {item_rule})", max(min_items - 1, 0),
-                  None if max_items is None else max_items - 1)
+        return _times(item_rule, min_items, max_items)
     if max_items == 0:
         return ""
+    more = _times(more_rule or f"({separator_rule} {item_rule})", max(min_items - 1, 0),
+                  None if max_items is None else max_items - 1)
     both = f"{item_rule} {more}".rstrip()
     return both if min_items > 0 else f"({both})?"
 
 
-def _with_repetition(method: Any) -> Any:
-    """``method`` of the converter calling ``_repetition`` where it called ``_build_repetition``
+def _with_repetition(method: Any, repetition: Any) -> Any:
+    """``method`` of the converter calling ``repetition`` where it called ``_build_repetition``
     (the same code, given a copy of its module's globals with that one name changed)."""
-    scope = {**vars(llama_grammar), "_build_repetition": _repetition}
+    scope = {**vars(llama_grammar), "_build_repetition": repetition}
     return types.FunctionType(method.__code__, scope, method.__name__, method.__defaults__, method.__closure__)
-
-
-_visit = _with_repetition(llama_grammar.SchemaConverter.visit)
-_visit_pattern = _with_repetition(llama_grammar.SchemaConverter._visit_pattern)
 
 
 class GrammarTooLarge(Exception):
@@ -236,6 +235,19 @@ class BoundedConverter(llama_grammar.SchemaConverter):
         """Repeated items so far (``{m,n}`` makes up to n copies when llama.cpp reads it)."""
         self._where = [param]
         self._next_suffix: dict[str, int] = {}
+        self._visit = _with_repetition(llama_grammar.SchemaConverter.visit, self._repetition)
+        self._visit_pattern = types.MethodType(  # type: ignore[method-assign]
+            _with_repetition(llama_grammar.SchemaConverter._visit_pattern, self._repetition), self)
+
+    def _repetition(self, item_rule: str, min_items: int, max_items: int | None, separator_rule: str | None = None,
+                    item_rule_is_literal: bool = False) -> str:
+        more = None
+        if separator_rule and (max_items is None or max_items > 1):
+            more = self._add_rule(f"{item_rule}-more", f"{separator_rule} {item_rule}")
+        text = _repetition(item_rule, min_items, max_items, separator_rule, item_rule_is_literal, more_rule=more)
+        if separator_rule and min_items == 0 and max_items:  # ``(a a-more{0,n})?`` as ``rule?``: no group
+            return self._add_rule(f"{item_rule}-list", text[1:-2]) + "?"
+        return text
 
     # -- the size of what is built --------------------------------------------------------
 
@@ -296,7 +308,7 @@ class BoundedConverter(llama_grammar.SchemaConverter):
                 schema = {**schema, "items": {"type": "object"}}
         self._where.append(where)
         try:
-            key: str = _visit(self, schema, name)
+            key: str = self._visit(self, schema, name)
         finally:
             self._where.pop()
         return key
@@ -320,8 +332,6 @@ class BoundedConverter(llama_grammar.SchemaConverter):
 
     def _format_literal(self, literal: str) -> str:
         return _escape_literal(literal)
-
-    _visit_pattern = _visit_pattern
 
     # -- objects, in linear time ----------------------------------------------------------
 
