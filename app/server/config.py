@@ -21,8 +21,9 @@ class ServerConfigError(ValueError):
 
 
 def is_loopback(host: str) -> bool:
-    """True for 127.0.0.0/8, ::1 and ``localhost``: addresses only this machine can reach."""
-    if host == "localhost":
+    """True for 127.0.0.0/8, ::1 and ``localhost`` (any case: host names are
+    case-insensitive, ``LOCALHOST`` was refused): addresses only this machine can reach."""
+    if host.lower() in ("localhost", "localhost."):
         return True
     try:
         return ipaddress.ip_address(host.strip("[]")).is_loopback

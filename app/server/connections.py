@@ -18,6 +18,10 @@ plain text. ``GuardedH11Protocol`` adds:
   descriptor: new clients keep being served.
 - **a cap per peer**: one address has at most ``PEER_SENDING`` connections still sending
   their request; a new one closes that address's oldest.
+- **a reader that stops reading**: a reply whose socket buffer has stayed full for
+  ``WRITE_STALL_S`` (the client reads none of its stream) is closed; the route sees the
+  disconnect and cancels the generation, which frees its sequence for the requests that
+  wait (llama-server keeps such a slot until the reply ends).
 - **a bounded log**: ``RateLimit`` lets each logger of the server write at most
   ``LOG_BURST`` records per ``LOG_WINDOW_S``, then one line saying how many it dropped.
 - **JSON errors**: a request that is not valid HTTP (``Content-Length: abc``) gets a 400 in
@@ -52,6 +56,8 @@ MIN_BODY_RATE = 1024
 BODY_GRACE_S = 3.0
 """How long a body may take before its rate is checked (a client waiting for ``100 Continue``)."""
 RATE_CHECK_S = 1.0
+WRITE_STALL_S = 20.0
+"""How long a reply's socket buffer may stay full before the connection is closed."""
 PEER_SENDING = 32
 """Connections one address may have still sending their request."""
 MAX_CONNECTIONS = 256
@@ -79,6 +85,7 @@ class GuardedH11Protocol(H11Protocol):
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         self._deadline: asyncio.TimerHandle | None = None
         self._rate: asyncio.TimerHandle | None = None
+        self._stall: asyncio.TimerHandle | None = None
         self.opened_at = self.waiting_since = time.monotonic()
         """``waiting_since``: when the request now being sent began (its first byte was due)."""
         self._body_since = 0.0
@@ -91,7 +98,29 @@ class GuardedH11Protocol(H11Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
         self._stop_rate()
+        self._stop_stall()
         super().connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        """The socket buffer is full: the client has this long to read some of it."""
+        super().pause_writing()
+        if self._stall is None:
+            self._stall = self.loop.call_later(WRITE_STALL_S, self._on_stall)
+
+    def resume_writing(self) -> None:
+        self._stop_stall()
+        super().resume_writing()
+
+    def _stop_stall(self) -> None:
+        if self._stall is not None:
+            self._stall.cancel()
+            self._stall = None
+
+    def _on_stall(self) -> None:
+        self._stall = None
+        if not self.transport.is_closing():
+            self.logger.info("closing a connection whose client read nothing for %.0f s", WRITE_STALL_S)
+            self.transport.abort()  # the route hears http.disconnect and cancels its generation
 
     def data_received(self, data: bytes) -> None:
         if self.conn.their_state is h11.SEND_BODY:

@@ -97,6 +97,15 @@ def test_foreign_host_header_is_refused(served: Served) -> None:
     assert err.value.code == 403
 
 
+@pytest.mark.parametrize("host", ["LOCALHOST", "LocalHost", "localhost.", "127.0.0.1", "[::1]"])
+def test_loopback_host_names_are_served_in_any_case(served: Served, host: str) -> None:
+    """Host names are case-insensitive: ``Host: LOCALHOST:port`` was refused with a 403."""
+    port = served.base_url.rsplit(":", 1)[1].split("/")[0]
+    req = urllib.request.Request(served.base_url + "/models", headers={"Host": f"{host}:{port}"})
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        assert resp.status == 200 and json.load(resp)["data"]
+
+
 def test_no_cors_headers_by_default(served: Served) -> None:
     req = urllib.request.Request(served.base_url + "/models", headers={"Origin": "https://evil.example"})
     with pytest.raises(urllib.error.HTTPError) as err:  # a page's request is refused outright (issue 26)

@@ -214,3 +214,54 @@ def test_one_address_holds_at_most_its_share_of_half_sent_requests(
     finally:
         for s in held:
             s.close()
+
+
+# --------------------------------------------------------------------------- a client that never reads
+
+
+def test_a_reply_nobody_reads_is_closed_and_the_route_hears_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stream whose client reads nothing: once the socket buffer has stayed full for
+    ``WRITE_STALL_S``, the connection is closed and the route gets ``http.disconnect`` (the
+    chat route then cancels its generation and frees the sequence). Before, such a client
+    held its slot until the reply ended, as in llama-server."""
+    import threading
+
+    monkeypatch.setattr(connections, "WRITE_STALL_S", 0.5)
+    heard = threading.Event()
+
+    async def endless(scope: dict[str, object], receive: object, send: object) -> None:
+        import asyncio
+
+        assert callable(receive) and callable(send)
+        if scope["type"] != "http":
+            return
+
+        async def watch() -> None:
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            heard.set()
+
+        watcher = asyncio.create_task(watch())
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain")]})
+        chunk = b"x" * 65536
+        try:
+            while not heard.is_set():
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        except OSError:
+            pass  # uvicorn's ClientDisconnected once the connection is gone
+        await watcher
+
+    config = ServerConfig(port=0, max_connections=8)
+    thread = ServerThread(endless, config)
+    thread.start()
+    try:
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        s.settimeout(30)
+        s.connect(("127.0.0.1", thread.port))
+        with s:
+            s.sendall(b"GET /stream HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            assert heard.wait(30), "the route never heard that its client was gone"  # a deadline
+        assert _health(thread) == 200
+    finally:
+        thread.stop()
