@@ -77,7 +77,6 @@ class MainWindow(QMainWindow):
         self._statuses: dict[str, StatusSnapshot] = {}
         self._hits = HitAccount(engine.cache) if engine is not None else None
 
-        self.banner = NotificationBanner()
         self.chat_page = ChatPage(controller)
         # The Models and Cache areas come from their own packages; a placeholder stands in
         # when one could not be built (the window must open whatever else fails).
@@ -96,8 +95,9 @@ class MainWindow(QMainWindow):
         rl = QVBoxLayout(right)
         rl.setContentsMargins(0, 0, 0, 0)
         rl.setSpacing(0)
-        rl.addWidget(self.banner)
         rl.addWidget(self.stack, 1)
+        # Over the work area's top, not in its layout: nothing moves when it comes or goes.
+        self.banner = NotificationBanner(right, overlay=True)
         central = QWidget()
         cl = QHBoxLayout(central)
         cl.setContentsMargins(0, 0, 0, 0)

@@ -279,6 +279,7 @@ QToolButton[popupMode="MenuButtonPopup"], QToolButton[popupMode="InstantPopup"] 
 /* banner */
 QFrame#notificationBanner { border-bottom: 1px solid %(border)s; background: %(info_bg)s; }
 QFrame#notificationBanner[kind="error"] { background: %(error_bg)s; }
+QFrame#notificationBanner[overlay="true"] { border-right: 1px solid %(border)s; border-bottom-right-radius: 8px; }
 QFrame#notificationBanner QLabel#bannerText { color: %(info_text)s; }
 QFrame#notificationBanner[kind="error"] QLabel#bannerText { color: %(error_text)s; }
 QPushButton#bannerAction { background: transparent; border: 1px solid %(border)s; border-radius: 6px;

@@ -4,8 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from PySide6.QtCore import QTimer
+from PySide6.QtCore import QEvent, QObject, QTimer
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QToolButton, QWidget
+
+
+OVERLAY_RIGHT_FREE = 340
+"""Pixels at the right end of the work area an overlaid banner leaves uncovered."""
+OVERLAY_MIN_WIDTH = 360
 
 
 class NotificationBanner(QFrame):
@@ -13,10 +18,18 @@ class NotificationBanner(QFrame):
 
     ``owner`` is the conversation a message belongs to (a reply that failed there), or ""
     for the window's own; the window hides a chat's message when that chat is left or its
-    error no longer holds."""
+    error no longer holds.
 
-    def __init__(self, parent: QWidget | None = None) -> None:
+    ``overlay``: the banner lies over the top of its parent instead of taking a place in a
+    layout, so nothing under the pointer moves when it comes or goes (issue 50: in a layout
+    it pushed every row ~40 px down, and a click meant for one row landed on another)."""
+
+    def __init__(self, parent: QWidget | None = None, *, overlay: bool = False) -> None:
         super().__init__(parent)
+        self._overlay = overlay and parent is not None
+        self.setProperty("overlay", self._overlay)
+        if self._overlay and parent is not None:
+            parent.installEventFilter(self)
         self.setObjectName("notificationBanner")
         self._label = QLabel()
         self._label.setObjectName("bannerText")
@@ -73,6 +86,24 @@ class NotificationBanner(QFrame):
         if timeout_ms:
             self._timer.start(timeout_ms)
         self.show()
+        self._place()
+
+    def _place(self) -> None:
+        """Over the parent's top left, leaving its right end free (where the pages keep their
+        controls: the chat's model picker and Settings, the Models view's page switch); as
+        tall as the text needs."""
+        parent = self.parentWidget()
+        if not self._overlay or parent is None:
+            return
+        width = max(min(parent.width(), OVERLAY_MIN_WIDTH), parent.width() - OVERLAY_RIGHT_FREE)
+        height = self.heightForWidth(width) if self.hasHeightForWidth() else -1
+        self.setGeometry(0, 0, width, max(height, self.sizeHint().height()))
+        self.raise_()
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # noqa: N802 - Qt override
+        if watched is self.parentWidget() and event.type() == QEvent.Type.Resize and self.isVisible():
+            self._place()
+        return False
 
     def dismiss(self) -> None:
         self._timer.stop()
