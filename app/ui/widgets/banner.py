@@ -7,7 +7,6 @@ from collections.abc import Callable
 from PySide6.QtCore import QEvent, QObject, QTimer
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QToolButton, QWidget
 
-
 OVERLAY_RIGHT_FREE = 340
 """Pixels at the right end of the work area an overlaid banner leaves uncovered."""
 OVERLAY_MIN_WIDTH = 360
