@@ -45,8 +45,9 @@ async def chat_completions(request: Request) -> Response:
         gen = Generation(state, record, model, prompt.tokens, opts, grammar_param=prompt.grammar_param)
         await gen.start()
     reply = ChatReply(req.tools, prompt.tool_mode, memo, calls_allowed=req.tool_choice != "none")
+    headers = {TEMPLATE_HEADER: template_name(model)}
     if req.stream:
-        return EventStreamResponse(_chat_chunks(gen, reply, req, record.id), gen.cancel)
+        return EventStreamResponse(_chat_chunks(gen, reply, req, record.id), gen.cancel, headers=headers)
     async with on_disconnect(request.receive, gen.cancel):
         events = await gen.collect()
     for event in events:
@@ -58,7 +59,19 @@ async def chat_completions(request: Request) -> Response:
         "id": record.id, "object": "chat.completion", "created": int(record.started_at), "model": req.model,
         "choices": [{"index": 0, "message": reply.message(), "logprobs": None, "finish_reason": reason}],
         "usage": usage(done.stats), "system_fingerprint": _fingerprint(model),
-    })  # fmt: skip
+    }, headers=headers)  # fmt: skip
+
+
+TEMPLATE_HEADER = "x-hearth-chat-template"
+"""Which chat template rendered the prompt: ``file`` (the model file's own), ``custom`` (one
+the user set) or the built-in format chosen for a model file without one (``chatml``, …).
+NOTE: a model file whose template was ``{{ 10**10**9 }}`` answered 200 with a prompt of 91
+digits and nothing said where that prompt came from."""
+
+
+def template_name(model: Model) -> str:
+    name = model.backend.info.extra.get("chat_format")
+    return name if isinstance(name, str) and name else "none"
 
 
 def _markers(model: Model) -> Markers | None:

@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 from starlette.responses import Response
@@ -54,16 +54,18 @@ async def on_disconnect(receive: Receive, callback: Callable[[], None]) -> Async
 class EventStreamResponse(Response):
     media_type = "text/event-stream"
 
-    def __init__(self, chunks: AsyncIterator[str], disconnected: Callable[[], None]) -> None:
+    def __init__(self, chunks: AsyncIterator[str], disconnected: Callable[[], None], *,
+                 headers: Mapping[str, str] | None = None) -> None:
         super().__init__(status_code=200)
         self.chunks = chunks
         self.disconnected = disconnected
+        self.extra = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in (headers or {}).items()]
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await send({
             "type": "http.response.start", "status": 200,
             "headers": [(b"content-type", b"text/event-stream; charset=utf-8"),
-                        (b"cache-control", b"no-cache"), (b"x-accel-buffering", b"no")],
+                        (b"cache-control", b"no-cache"), (b"x-accel-buffering", b"no"), *self.extra],
         })  # fmt: skip
         complete = False
         try:

@@ -450,3 +450,26 @@ def test_arguments_that_are_not_json_are_still_taken_as_text(hostile_served: Ser
     data = data.replace(b'"M"', json.dumps(hostile_served.model_id).encode())
     status, reply = _post(hostile_served, "/v1/chat/completions", data, {"Content-Type": "application/json"})
     assert status == 200, reply
+
+
+def test_the_reply_says_which_template_rendered_the_prompt(tmp_path: Path) -> None:
+    """A model file whose chat template is ``{{ 10**10**9 }}`` (Jinja: (10**10)**9, 91 digits
+    and none of the conversation) answered 200 and nothing said where the prompt came from.
+    The reply names the template: the model file's own (``file``), in both reply shapes."""
+    from tests.helpers.tiny_model import write_tiny_model
+
+    model = write_tiny_model(tmp_path / "odd-template.gguf", chat_template="{{ 10**10**9 }}")
+    server = start_server(model, tmp_path, "--ctx", "256")
+    try:
+        raw = server.client().chat.completions.with_raw_response.create(model=server.model_id, messages=USER,
+                                                                        max_tokens=2)
+        assert raw.headers["x-hearth-chat-template"] == "file"
+        reply = raw.parse()
+        assert reply.usage is not None and reply.usage.prompt_tokens == 91, reply.usage  # a token a digit: no chat
+        with server.client().chat.completions.with_streaming_response.create(
+                model=server.model_id, messages=USER, max_tokens=2, stream=True) as stream:
+            assert stream.headers["x-hearth-chat-template"] == "file"
+            assert any("[DONE]" in line for line in stream.iter_lines())
+    finally:
+        log = server.stop()
+    assert "Traceback" not in log, log[-3000:]
