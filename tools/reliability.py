@@ -24,6 +24,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from tools.reliability_hostile import HOSTILE_TRIALS
+from tools.reliability_issue51 import ISSUE51_TRIALS
 from tools.reliability_server import SERVER_TRIALS
 from tools.reliability_trials import ROOT, TRIALS, Trial
 
@@ -123,17 +124,36 @@ def render(results: list[Trial], argv: list[str]) -> str:
         "`tests/ui/models/test_download_unverified.py` |",
         "| 9: rows whose chunk files were deleted | `tests/unit/cache/test_db_damage.py` |",
         "",
+        "## Each numbered failure of issue 51 and its regression test",
+        "",
+        "| issue 51 | test |",
+        "|---|---|",
+        "| 1: a schema's counts take all the memory (maxItems 10^9, minLength 10^12; through tools too) | "
+        "`tests/integration/server/test_hostile_requests.py` (the server's peak RSS), "
+        "`tests/property/test_schema_bounds.py` (1,000 drawn schemas in a memory-bounded child) |",
+        "| 2: slow request bodies lock every client out | `tests/integration/server/test_hostile_requests.py`, "
+        "`tests/unit/server/test_connections.py` |",
+        "| 3: 500s for a lone surrogate in an unknown key, JSON nested 1,000 deep in a tool call's arguments | "
+        "`tests/integration/server/test_hostile_requests.py` |",
+        "| 4: a directory where a cache file should be stops every start | `tests/unit/cache/test_stray_files.py` |",
+        "| 5: Host: LOCALHOST, schemas whose grammar did not parse, which template rendered the prompt, "
+        "clients that never read their streams | `tests/integration/server/test_errors_security.py`, "
+        "`tests/integration/server/test_hostile_requests.py`, `tests/property/test_schema_bounds.py`, "
+        "`tests/unit/server/test_connections.py` |",
+        "",
     ]
     return "\n".join(lines)
 
 
-ALL = {fn.__name__: fn for fn in [*TRIALS, *HOSTILE_TRIALS, *SERVER_TRIALS]}
+ALL = {fn.__name__: fn for fn in [*TRIALS, *HOSTILE_TRIALS, *SERVER_TRIALS, *ISSUE51_TRIALS]}
 SHORT = {"saves": "kills_during_saves", "flips": "bit_flips", "db": "database_damage", "disk": "full_disk",
          "storage": "kills_during_conversation_writes", "hub": "hostile_hub_names",
          "templates": "hostile_templates", "files": "bad_model_files", "configs": "bad_configs",
          "text": "storage_text", "api": "hostile_api_arguments", "grammars": "hostile_grammars",
          "web": "web_page_requests", "bodies": "bad_bodies", "flood": "connection_flood",
-         "dbbytes": "database_bytes", "chunks": "deleted_chunk_files", "hubfaults": "hub_faults"}
+         "dbbytes": "database_bytes", "chunks": "deleted_chunk_files", "hubfaults": "hub_faults",
+         "schemasizes": "schema_sizes", "slowbodies": "slow_bodies", "strays": "stray_files",
+         "issue51": "smaller_items"}
 
 
 def main(argv: list[str] | None = None) -> int:
