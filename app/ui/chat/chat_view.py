@@ -160,11 +160,19 @@ class ConversationPage(QScrollArea):
         live = self._controller.live_reply(cid)
         self.divider = None
         keys: dict[str, tuple[object, ...]] = {}
+        # Continue: the live reply grows from the cut reply's text, in the cut reply's place
+        # (it re-streamed a whole copy under it before).
+        continuing = (
+            live is not None and bool(live.continued) and bool(branch)
+            and branch[-1][0].role == "assistant" and branch[-1][0].id == live.leaf_id
+        )  # fmt: skip
         for i, (msg, position) in enumerate(branch):
             if msg.id == window.start_id and i > 0:
                 self.divider = _divider(window)
                 shown.append(self.divider)
             last = i == len(branch) - 1
+            if last and continuing:
+                break
             # Continue is offered on the branch's last reply when it was cut short (the
             # context filled, or its model was unloaded): only then does the offer count.
             cut = msg.stats is not None and (
@@ -253,9 +261,18 @@ class ConversationPage(QScrollArea):
             return  # nothing moved: the layout is not invalidated
         keep = {id(w) for w in widgets}
         while layout.count() > same:
-            item = layout.takeAt(same)
+            item = layout.itemAt(same)
             w = item.widget() if item is not None else None
-            if w is not None and id(w) not in keep:
+            if w is None:
+                layout.takeAt(same)  # the stretch
+                continue
+            # NOTE: removeWidget, not takeAt: it deletes the layout's item for the widget.
+            # An item taken out and left alive stayed the widget's own (Qt gives a widget to
+            # a new item only when it has none), so the widget's size changes went to that
+            # stale item: a continued reply that grew as it finished kept its old height in
+            # the column, its end hidden under its line until the next resize (issue 50).
+            layout.removeWidget(w)
+            if id(w) not in keep:
                 w.hide()
                 w.deleteLater()
         for w in widgets[same:]:
