@@ -23,6 +23,7 @@ $(STAMP): pyproject.toml $(LLAMA_BUILD)
 setup: $(STAMP)
 
 run: setup
+	$(BIN)/python -m tools.check_qt_xcb  # the X11 libraries Qt's xcb plugin needs, else the apt-get line
 	$(BIN)/hearth
 
 lint: setup
