@@ -29,6 +29,32 @@ from app.ui.chat.message_body import MarkdownBody
 from app.ui.chat.replies import UNLOADED
 from app.ui.theme import current_icon
 
+PHRASE_SEPARATOR = "  ·  "
+"""Between the reply line's phrases (``app.conversation.wording.reply_line``)."""
+KEPT_PHRASE = 44
+"""A phrase up to this long wraps as a whole; a longer one ("reused 22 of 145 prompt tokens
+still held for this chat") may break between its words, or the line would not fit a narrow
+column."""
+
+
+class ReplyLine(QLabel):
+    """The line under a reply: it wraps between its phrases ("45.1 tok/s", "drafted 2,
+    accepted 0"), never inside a short one. ``text()`` is the line as written; what is drawn
+    has non-breaking spaces inside the phrases."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self._plain = ""
+
+    def setText(self, text: str) -> None:  # noqa: N802 - Qt override
+        self._plain = text
+        super().setText(PHRASE_SEPARATOR.join(
+            part.replace(" ", "\u00a0") if len(part) <= KEPT_PHRASE else part
+            for part in text.split(PHRASE_SEPARATOR)
+        ))
+
+    def text(self) -> str:
+        return self._plain
 
 class BranchSwitcher(QWidget):
     """‹ 2/3 › between a message and its siblings."""
@@ -177,7 +203,7 @@ class MessageWidget(QFrame):
         self.progress.hide()
         self._layout.addWidget(self.progress)
         self._layout.addWidget(self.body)
-        self.meta = QLabel()
+        self.meta = ReplyLine()
         self.meta.setObjectName("replyMeta")
         # NOTE: the line wraps instead of running past the column's right edge (at 1280 px
         # it held ~110 characters; a cut reply's reason came last and was clipped).
