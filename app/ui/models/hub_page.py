@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
+from urllib.parse import urlsplit
 
 from PySide6.QtCore import QItemSelection, Qt, Signal
+from PySide6.QtGui import QShowEvent
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QComboBox,
@@ -57,6 +60,8 @@ class HubPage(QWidget):
         self.runner = runner
         self._search_task: asyncio.Task[None] | None = None
         self._files_task: asyncio.Task[None] | None = None
+        self._host = urlsplit(hub.endpoint).hostname or ""
+        self._network_checked = False
         self.results_model = HubResultsModel()
         self.download_model = DownloadListModel(downloads.items)
 
@@ -157,6 +162,26 @@ class HubPage(QWidget):
         v.addStretch(1)
         return card
 
+    # -- the network, up front ------------------------------------------------------------------
+
+    def showEvent(self, event: QShowEvent) -> None:  # noqa: N802 - Qt override
+        super().showEvent(event)
+        if not self._network_checked:  # once: the first time the page is opened
+            self._network_checked = True
+            self.runner.start(self._check_network(), name="hub network check")
+
+    async def _check_network(self) -> None:
+        """Say "no network" before any search when the Hub's name does not resolve (a search
+        showed a raw "[Errno -2] Name or service not known", and only after it failed)."""
+        host = self._host
+        if not host:
+            return
+        try:
+            await self.runner.call(lambda: socket.getaddrinfo(host, None))
+        except OSError as err:
+            if _unresolved(err) and not self.error_card.text():
+                self.error_card.show_text(no_network_words(host))
+
     # -- search -------------------------------------------------------------------------------
 
     def search(self) -> None:
@@ -176,7 +201,7 @@ class HubPage(QWidget):
             raise  # a newer search took over; it resets the button
         except Exception as err:  # noqa: BLE001 - every failure is shown on the page
             self._reset_search_button()
-            self.error_card.show_text(_message(err, "Search failed"))
+            self.error_card.show_text(_message(err, "Search failed", self._host))
             self.search_finished.emit(0)
             return
         self._reset_search_button()
@@ -215,7 +240,7 @@ class HubPage(QWidget):
             raise
         except Exception as err:  # noqa: BLE001 - shown on the page
             self._clear_files("Could not list files")
-            self.error_card.show_text(_message(err, "Could not list the files"))
+            self.error_card.show_text(_message(err, "Could not list the files", self._host))
             return
         self.quant_picker.blockSignals(True)
         self.quant_picker.clear()
@@ -300,7 +325,32 @@ class HubPage(QWidget):
         self.error_card.show_text(f"{item.filename}: {item.error}")
 
 
-def _message(err: Exception, what: str) -> str:
+NAME_NOT_RESOLVED = ("Name or service not known", "Temporary failure in name resolution",
+                     "nodename nor servname", "No address associated with hostname", "getaddrinfo failed")
+"""What a failed name lookup says (glibc, macOS, Windows): the machine has no network, or no
+DNS, so the Hub's name does not resolve."""
+
+
+def no_network_words(host: str) -> str:
+    return (f"No network: {host} cannot be found (its name does not resolve). Searching and "
+            "downloading need a connection to it; the models in the Library work without one.")
+
+
+def _unresolved(err: BaseException) -> bool:
+    """``err`` (or what caused it) is a failed name lookup."""
+    seen: BaseException | None = err
+    for _ in range(8):
+        if seen is None:
+            return False
+        if isinstance(seen, socket.gaierror) or any(t in str(seen) for t in NAME_NOT_RESOLVED):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def _message(err: Exception, what: str, host: str = "") -> str:
+    if host and _unresolved(err):
+        return no_network_words(host)
     if isinstance(err, HubError):
         return err.message
     return f"{what}: {err}"
