@@ -19,7 +19,8 @@ plain text. ``GuardedH11Protocol`` adds:
 - **a cap per peer**: one address has at most ``PEER_SENDING`` connections still sending
   their request; a new one closes that address's oldest.
 - **a reader that stops reading**: a reply whose socket buffer has stayed full for
-  ``WRITE_STALL_S`` (the client reads none of its stream) is closed; the route sees the
+  ``WRITE_STALL_S`` with nothing of it read meanwhile (the client reads none of its stream;
+  a slow reader gets another period each time it reads) is closed; the route sees the
   disconnect and cancels the generation, which frees its sequence for the requests that
   wait (llama-server keeps such a slot until the reply ends).
 - **a bounded log**: ``RateLimit`` lets each logger of the server write at most
@@ -38,9 +39,12 @@ turn later), so it refused every new client ("394 connections are open").
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import json
 import logging
 import resource
+import struct
+import termios
 import time
 from typing import Any
 
@@ -86,6 +90,7 @@ class GuardedH11Protocol(H11Protocol):
         self._deadline: asyncio.TimerHandle | None = None
         self._rate: asyncio.TimerHandle | None = None
         self._stall: asyncio.TimerHandle | None = None
+        self._unsent = 0
         self.opened_at = self.waiting_since = time.monotonic()
         """``waiting_since``: when the request now being sent began (its first byte was due)."""
         self._body_since = 0.0
@@ -105,11 +110,24 @@ class GuardedH11Protocol(H11Protocol):
         """The socket buffer is full: the client has this long to read some of it."""
         super().pause_writing()
         if self._stall is None:
+            self._unsent = self._unsent_bytes()
             self._stall = self.loop.call_later(WRITE_STALL_S, self._on_stall)
 
     def resume_writing(self) -> None:
         self._stop_stall()
         super().resume_writing()
+
+    def _unsent_bytes(self) -> int:
+        """Bytes of the reply not yet taken by the client: this process's buffer and the
+        kernel's send queue (``TIOCOUTQ``; the kernel's buffer holds megabytes, so a slow
+        reader shows its progress there long before this process's buffer moves)."""
+        unsent = self.transport.get_write_buffer_size()
+        sock = self.transport.get_extra_info("socket")
+        try:
+            queued = fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, b"\0\0\0\0")
+        except (AttributeError, OSError, ValueError):
+            return unsent
+        return unsent + int(struct.unpack("i", queued)[0])
 
     def _stop_stall(self) -> None:
         if self._stall is not None:
@@ -118,9 +136,15 @@ class GuardedH11Protocol(H11Protocol):
 
     def _on_stall(self) -> None:
         self._stall = None
-        if not self.transport.is_closing():
-            self.logger.info("closing a connection whose client read nothing for %.0f s", WRITE_STALL_S)
-            self.transport.abort()  # the route hears http.disconnect and cancels its generation
+        if self.transport.is_closing():
+            return
+        unsent = self._unsent_bytes()
+        if unsent < self._unsent:  # it reads, slowly: another period
+            self._unsent = unsent
+            self._stall = self.loop.call_later(WRITE_STALL_S, self._on_stall)
+            return
+        self.logger.info("closing a connection whose client read nothing for %.0f s", WRITE_STALL_S)
+        self.transport.abort()  # the route hears http.disconnect and cancels its generation
 
     def data_received(self, data: bytes) -> None:
         if self.conn.their_state is h11.SEND_BODY:

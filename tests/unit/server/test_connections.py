@@ -219,11 +219,13 @@ def test_one_address_holds_at_most_its_share_of_half_sent_requests(
 # --------------------------------------------------------------------------- a client that never reads
 
 
-def test_a_reply_nobody_reads_is_closed_and_the_route_hears_it(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("slowly", [False, True], ids=["never reads", "reads slowly, then stops"])
+def test_a_reply_nobody_reads_is_closed_and_the_route_hears_it(monkeypatch: pytest.MonkeyPatch,
+                                                                slowly: bool) -> None:
     """A stream whose client reads nothing: once the socket buffer has stayed full for
-    ``WRITE_STALL_S``, the connection is closed and the route gets ``http.disconnect`` (the
-    chat route then cancels its generation and frees the sequence). Before, such a client
-    held its slot until the reply ended, as in llama-server."""
+    ``WRITE_STALL_S`` with nothing read, the connection is closed and the route gets
+    ``http.disconnect`` (the chat route then cancels its generation and frees the sequence).
+    Before, such a client held its slot until the reply ended, as in llama-server."""
     import threading
 
     monkeypatch.setattr(connections, "WRITE_STALL_S", 0.5)
@@ -261,6 +263,12 @@ def test_a_reply_nobody_reads_is_closed_and_the_route_hears_it(monkeypatch: pyte
         s.connect(("127.0.0.1", thread.port))
         with s:
             s.sendall(b"GET /stream HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            if slowly:  # 4 KiB every 0.1 s for 3 s, six stall periods: a slow reader is not cut
+                t0 = time.monotonic()
+                while time.monotonic() - t0 < 3:
+                    assert s.recv(4096)
+                    time.sleep(0.1)
+                assert not heard.is_set(), "a client that reads, slowly, was cut"
             assert heard.wait(30), "the route never heard that its client was gone"  # a deadline
         assert _health(thread) == 200
     finally:
