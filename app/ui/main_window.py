@@ -108,6 +108,7 @@ class MainWindow(QMainWindow):
         self._build_status_bar()
 
         controller.error_raised.connect(self.show_error)
+        controller.info_raised.connect(self.show_info)
         controller.chat_error.connect(self._on_chat_error)
         controller.failure_cleared.connect(self._on_failure_cleared)
         for area in (self.model_manager, self.cache_dashboard):

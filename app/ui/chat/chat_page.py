@@ -419,10 +419,7 @@ class ChatPage(QWidget):
         if conv is None:
             return
         suffix, filt = (".json", "JSON (*.json)") if fmt == "json" else (".md", "Markdown (*.md)")
-        name = (
-            "".join(ch if ch.isalnum() or ch in " -_" else "_" for ch in conv.title).strip()
-            or "chat"
-        )
+        name = export_file_name(self.controller.export_title(cid))
         path, _ = QFileDialog.getSaveFileName(self, "Export conversation", name + suffix, filt)
         if path:
             self.controller.export(cid, path, fmt)
@@ -437,3 +434,17 @@ class ChatPage(QWidget):
             self.splitter.restoreState(QByteArray.fromBase64(state.encode("ascii")))
         # The settings panel always starts closed; its width is kept in the splitter state.
         self.settings_panel.setVisible(self.settings_button.isChecked())
+
+
+EXPORT_NAME_MAX = 80
+"""Characters of a suggested export file name (before its suffix)."""
+
+
+def export_file_name(title: str) -> str:
+    """A file name from a chat's full title: letters, digits, spaces, "-" and "_" kept, the
+    rest "_"; cut at a word boundary past ``EXPORT_NAME_MAX`` (no ellipsis in a file name)."""
+    name = " ".join("".join(ch if ch.isalnum() or ch in " -_" else "_" for ch in title).split())
+    if len(name) > EXPORT_NAME_MAX:
+        cut = name[: EXPORT_NAME_MAX + 1]
+        name = cut.rsplit(" ", 1)[0] if " " in cut else cut[:EXPORT_NAME_MAX]
+    return name.strip(" _") or "chat"

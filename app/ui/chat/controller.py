@@ -32,6 +32,7 @@ from app.storage import (
     Storage,
     StorageError,
 )
+from app.storage.export import conversation_markdown
 from app.storage.text import check_text
 from app.ui.bridges import ModelBridges
 from app.ui.chat.replies import ContextUse, LiveReply, ReplyRunner
@@ -52,6 +53,7 @@ class ChatController(QObject):
     context_changed = Signal(str)  # the conversation's context meter changed
     models_changed = Signal()  # a model was loaded or unloaded, or the default changed
     error_raised = Signal(str)  # the app's (storage, export): not tied to one chat
+    info_raised = Signal(str)  # what was done, where (an export)
     chat_error = Signal(str, str)  # conversation id, why its reply failed
     failure_cleared = Signal(str)  # that error no longer holds
     model_file_requested = Signal(str, str)  # conversation id, a GGUF to load for it
@@ -298,18 +300,42 @@ class ChatController(QObject):
         if conv is not None:
             self.catalog.upsert(_entry(conv))
 
+    def export_title(self, cid: str) -> str:
+        """The conversation's title in full: a title cut for the sidebar ("Note 0: please
+        keep in mind that the lanterns o…") is its first message's first line, whole."""
+        conv = self.conversation(cid)
+        title = conv.title if conv is not None else ""
+        if title.endswith("…"):
+            first = next((m.content for m in self.branch(cid) if m.role == "user"), "")
+            line = first.strip().splitlines()[0] if first.strip() else ""
+            if line:
+                return line
+        return title or "Chat"
+
+    def other_versions(self, cid: str) -> int:
+        """Versions of the branch's messages that are not on it (edits, regenerated replies)."""
+        return sum(self.siblings(m.id)[1] - 1 for m in self.branch(cid))
+
     def export(self, cid: str, path: str | Path, fmt: str) -> bool:
-        """Write the conversation as ``markdown`` or ``json`` to ``path``."""
+        """Write the conversation as ``markdown`` (the branch on screen, under its full title)
+        or ``json`` (every branch) to ``path``, and say where it went."""
         try:
-            text = (
-                self.storage.export_json(cid)
-                if fmt == "json"
-                else self.storage.export_markdown(cid)
-            )
+            if fmt == "json":
+                text = self.storage.export_json(cid)
+            else:
+                conv = self.storage.get_conversation(cid)
+                text = conversation_markdown(replace(conv, title=self.export_title(cid)), self.branch(cid))
             Path(path).write_text(text, encoding="utf-8")
         except (StorageError, OSError) as exc:
             self.error_raised.emit(f"Export failed: {exc}")
             return False
+        words = f"Exported “{self.export_title(cid)}” to {path}."
+        others = self.other_versions(cid) if fmt != "json" else 0
+        if others:
+            many = others > 1
+            words += (f" It holds the branch on screen; {others} other version{'s' if many else ''} of "
+                      f"its messages {'are' if many else 'is'} not in it (Export as JSON keeps every branch).")
+        self.info_raised.emit(words)
         return True
 
     # -- messages ------------------------------------------------------------------------
