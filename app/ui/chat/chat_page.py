@@ -32,7 +32,7 @@ from app.ui.chat.sidebar import Sidebar
 from app.ui.chat.type_ahead import TypeAhead
 from app.ui.qt_models.conversation_list import ConversationListModel
 from app.ui.theme import current_icon
-from app.ui.widgets.elided import ElidedLabel
+from app.ui.widgets.elided import ElidedComboBox, ElidedLabel
 
 LIBRARY_ITEM = "\x00library"
 UNANSWERED_NOTE = ("Not sent: your last message has no reply yet. Press Retry under it (or "
@@ -60,10 +60,16 @@ class ChatPage(QWidget):
         # the model picker in a narrow window); the whole title is its tooltip.
         self.title_label = ElidedLabel()
         self.title_label.setObjectName("chatTitle")
-        self.model_picker = QComboBox()
+        # NOTE: at 800 px with the settings open the picker (as wide as a long model name)
+        # left the title "W…": the title keeps room for ~14 characters, the picker shrinks
+        # first and shortens its text with "…" (the open list shows every name whole).
+        self.title_label.ensurePolished()  # its font is the style sheet's (12 pt)
+        self.title_label.setMinimumWidth(self.title_label.fontMetrics().horizontalAdvance("n" * 14))
+        self.model_picker = ElidedComboBox()
         self.model_picker.setObjectName("modelPicker")
         self.model_picker.setToolTip("The model this chat replies with")
         self.model_picker.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToContents)
+        self.model_picker.setMinimumWidth(96)
         self.settings_button = QToolButton()
         self.settings_button.setObjectName("headerButton")
         self.settings_button.setCheckable(True)

@@ -1,10 +1,18 @@
-"""A one-line label that shortens itself with "…" to the width it is given."""
+"""A one-line label, and a combo box, that shorten their text with "…" to the width they are given."""
 
 from __future__ import annotations
 
 from PySide6.QtCore import Qt
-from PySide6.QtGui import QResizeEvent
-from PySide6.QtWidgets import QLabel, QSizePolicy, QWidget
+from PySide6.QtGui import QPaintEvent, QResizeEvent
+from PySide6.QtWidgets import (
+    QComboBox,
+    QLabel,
+    QSizePolicy,
+    QStyle,
+    QStyleOptionComboBox,
+    QStylePainter,
+    QWidget,
+)
 
 
 class ElidedLabel(QLabel):
@@ -32,3 +40,28 @@ class ElidedLabel(QLabel):
     def _elide(self) -> None:
         width = max(self.width(), 40)
         self.setText(self.fontMetrics().elidedText(self._full, Qt.TextElideMode.ElideRight, width))
+
+
+class ElidedComboBox(QComboBox):
+    """A combo box whose closed text shortens with "…" when the box is narrower than it (a
+    plain one cut it off mid-letter); the open list shows every choice whole."""
+
+    def shown_text(self) -> str:
+        """The text drawn in the closed box."""
+        opt = QStyleOptionComboBox()
+        self.initStyleOption(opt)
+        field = self.style().subControlRect(
+            QStyle.ComplexControl.CC_ComboBox, opt, QStyle.SubControl.SC_ComboBoxEditField, self
+        )
+        return self.fontMetrics().elidedText(self.currentText(), Qt.TextElideMode.ElideRight, max(field.width(), 10))
+
+    def paintEvent(self, event: QPaintEvent) -> None:  # noqa: N802 - Qt override
+        if self.isEditable():
+            super().paintEvent(event)
+            return
+        painter = QStylePainter(self)
+        opt = QStyleOptionComboBox()
+        self.initStyleOption(opt)
+        opt.currentText = self.shown_text()
+        painter.drawComplexControl(QStyle.ComplexControl.CC_ComboBox, opt)
+        painter.drawControl(QStyle.ControlElement.CE_ComboBoxLabel, opt)
