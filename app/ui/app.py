@@ -183,6 +183,9 @@ def create_window(
     if work_areas and engine is not None:
         model_manager = _build_model_manager(engine, base, load_settings, models, errors, remote_models, storage)
         cache_dashboard = _build_cache_dashboard(engine, storage, errors)
+        keep = getattr(cache_dashboard, "keep_requests_of", None)
+        if keep is not None:  # before a model's bridge goes, its requests are kept for the list
+            models.released.connect(keep)
     if model_manager is not None and engine is not None:
         _load_files_for_chats(controller, model_manager, engine, model_files)
         model_manager.confirm_unload = lambda model_id: _unload_is_ok(controller, model_manager, model_id)

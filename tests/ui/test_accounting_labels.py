@@ -79,7 +79,7 @@ def test_a_hit_is_one_thing_everywhere_and_what_was_reused_survives_a_restart(
     reuse = open_cache_tab(qtbot, window, TAB_REUSE).reuse_panel
     assert reuse.table.rowCount() == 2
     assert [reuse.counted_as(r) for r in range(2)] == ["hit · held for its chat", "miss · read in full"]
-    assert reuse.summary.text() == f"The 2 requests below: {totals.summary()}."
+    assert reuse.summary.text() == f"Since the cache was created: {totals.summary()}. Each of them is below."
     window.close()
 
     # After a restart: the earlier replies are listed, counted the same way.
@@ -88,7 +88,7 @@ def test_a_hit_is_one_thing_everywhere_and_what_was_reused_survives_a_restart(
     assert reuse.table.rowCount() == 2
     assert [reuse.counted_as(r) for r in range(2)] == ["hit · held for its chat", "miss · read in full"]
     assert reuse.words(0).startswith(f"reused {replies[1].stats.tokens_reused:,} of")
-    assert reuse.summary.text() == f"The 2 requests below: {totals.summary()}."
+    assert reuse.summary.text() == f"Since the cache was created: {totals.summary()}. Each of them is below."
     screenshot(again, "cache-reuse-after-restart")
 
     # A turn after the restart is restored from the cache: the tooltip, the dashboard's
@@ -105,4 +105,5 @@ def test_a_hit_is_one_thing_everywhere_and_what_was_reused_survives_a_restart(
     reuse = open_cache_tab(qtbot, again, TAB_REUSE).reuse_panel
     qtbot.waitUntil(lambda: reuse.table.rowCount() == 3, timeout=5_000)
     assert reuse.counted_as(0) == "hit · restored from the cache"
-    assert reuse.summary.text() == f"The 3 requests below: {totals_of(replies).summary()}."
+    qtbot.waitUntil(lambda: reuse.summary.text() == (
+        f"Since the cache was created: {totals_of(replies).summary()}. Each of them is below."), timeout=5_000)

@@ -23,7 +23,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.cache.index import Row
-from app.conversation.accounting import HitAccount
+from app.conversation.accounting import HitAccount, HitTotals
 from app.engine.errors import NotFound
 from app.ui.cache import style
 from app.ui.cache.actions import CacheActions
@@ -219,7 +219,15 @@ class CacheDashboard(QWidget):
         self._update_model_lists()
         if self.tabs.currentIndex() == TAB_TREE:
             self.tree_panel.refresh()
-        self.reuse_panel.refresh(self._models)
+        self.reuse_panel.refresh(self._models, HitTotals.from_counters(counters))
+
+    def keep_requests_of(self, model_id: str) -> None:
+        """``model_id`` is about to be unloaded: "What was reused" keeps its requests."""
+        try:
+            model = self.engine.get_model(model_id)
+        except Exception:  # not a local model (remote), or gone already: nothing to keep
+            return
+        self.reuse_panel.keep(model_id, model)
 
     def select_tab(self, index: int) -> None:
         self.tabs.setCurrentIndex(index)

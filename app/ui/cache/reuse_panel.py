@@ -34,6 +34,9 @@ from app.ui.state.titles import ConversationTitles
 COLUMNS = ("When", "Conversation", "Model", "Counted as", "What was reused")
 WORDS = COLUMNS.index("What was reused")
 
+KEEP_PER_MODEL = 200
+"""Requests kept per model this run (its own ring holds its last 50)."""
+
 PastRequests = Callable[[float], Sequence[tuple[str, ReuseRecord]]]
 """Requests finished before a time (unix seconds), newest first: (model id, record)."""
 
@@ -53,6 +56,9 @@ class ReusePanel(QWidget):
         self._past: list[tuple[str, ReuseRecord]] | None = None
         self._read_past = past
         self._shown: tuple[tuple[str, float], ...] = ()
+        self._seen: dict[str, tuple[ReuseRecord, ...]] = {}
+        """Each model's requests this run, kept when it is unloaded (its ring goes with it)."""
+        self._totals: HitTotals | None = None
         caption = QLabel(
             "Each request the models answered lately: how much of its prompt came from work "
             "already done (this chat's sequence in memory, another request running, or a "
@@ -80,17 +86,20 @@ class ReusePanel(QWidget):
         layout.addWidget(self.summary)
         layout.addWidget(self.table, 1)
 
-    def refresh(self, models: Mapping[str, ModelApi]) -> None:
-        """Show the recent requests of ``models`` (id → Model), newest first."""
-        records: list[tuple[str, ReuseRecord]] = []
+    def refresh(self, models: Mapping[str, ModelApi], totals: HitTotals | None = None) -> None:
+        """Show the recent requests of ``models`` (id → Model), newest first, and of the models
+        unloaded since they answered; ``totals``: the cache's counts since it was created
+        (the status bar's and the Space tab's), which the summary line gives too."""
         for model_id, model in models.items():
-            snap = model.snapshot()
-            records += [(model_id, r) for r in getattr(snap, "recent_reuse", ())]
+            self.keep(model_id, model)
+        records = [(model_id, r) for model_id, recs in self._seen.items() for r in recs]
         records += self._past_records()
+        self._totals = totals
         records.sort(key=lambda mr: mr[1].finished_at, reverse=True)
         shown = tuple((m, r.finished_at) for m, r in records)
         if shown == self._shown:
             self._refresh_ages(records)
+            self._summarise([r for _m, r in records])
             return
         self._shown = shown
         self.table.setRowCount(len(records))
@@ -111,6 +120,16 @@ class ReusePanel(QWidget):
                     item.setToolTip(kind.help)
                 self.table.setItem(i, col, item)
         self._summarise([r for _m, r in records])
+
+    def keep(self, model_id: str, model: ModelApi) -> None:
+        """Take ``model``'s latest requests into the list (called on each refresh, and by the
+        dashboard just before a model is unloaded: its ring goes with it)."""
+        recent = tuple(getattr(model.snapshot(), "recent_reuse", ()))
+        kept = self._seen.get(model_id, ())
+        # A model loaded again starts a new ring: what its last load answered stays too.
+        new = [r for r in recent if r not in kept]
+        if new:
+            self._seen[model_id] = (*kept, *new)[-KEEP_PER_MODEL:]
 
     def words(self, row: int) -> str:
         item = self.table.item(row, WORDS)
@@ -134,11 +153,26 @@ class ReusePanel(QWidget):
                 item.setText(fmt.age(rec.finished_at, now))
 
     def _summarise(self, records: list[ReuseRecord]) -> None:
-        if not records:
-            self.summary.setText("No requests yet.")
-            return
-        totals = HitTotals.of_requests(
+        """One source for the counts: the line gives the cache's own totals (what the status
+        bar and the Space tab say), then how many of those requests the table lists. It used
+        to count the listed ones itself ("hits 91 % of 22" beside the status bar's "96 % of
+        24"): the table has only what the chats stored and this run's rings hold."""
+        listed = HitTotals.of_requests(
             (r.reuse.source, r.prompt_tokens, r.reuse.tokens_reused) for r in records
         )
-        self.summary.setText(f"The {len(records)} requests below: {totals.summary()}.")
-        self.summary.setToolTip(totals.explanation().replace("Since the cache was created.", ""))
+        totals = self._totals
+        if totals is None or not totals.requests:
+            if not records:
+                self.summary.setText("No requests yet.")
+                return
+            self.summary.setText(f"The {len(records)} requests below: {listed.summary()}.")
+            self.summary.setToolTip(listed.explanation().replace("Since the cache was created.", ""))
+            return
+        text = f"Since the cache was created: {totals.summary()}."
+        if listed.requests < totals.requests:
+            text += (f" Below, the {listed.requests:,} of them Hearth still knows: its chats' "
+                     "replies and this run's requests of every model.")
+        elif records:
+            text += " Each of them is below."
+        self.summary.setText(text)
+        self.summary.setToolTip(totals.explanation())
