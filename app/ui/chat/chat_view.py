@@ -270,7 +270,7 @@ class ConversationPage(QScrollArea):
             # An item taken out and left alive stayed the widget's own (Qt gives a widget to
             # a new item only when it has none), so the widget's size changes went to that
             # stale item: a continued reply that grew as it finished kept its old height in
-            # the column, its end hidden under its line until the next resize (issue 50).
+            # the column, its end hidden under its line until the next resize.
             layout.removeWidget(w)
             if id(w) not in keep:
                 w.hide()

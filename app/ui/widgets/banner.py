@@ -20,7 +20,7 @@ class NotificationBanner(QFrame):
     error no longer holds.
 
     ``overlay``: the banner lies over the top of its parent instead of taking a place in a
-    layout, so nothing under the pointer moves when it comes or goes (issue 50: in a layout
+    layout, so nothing under the pointer moves when it comes or goes (in a layout
     it pushed every row ~40 px down, and a click meant for one row landed on another)."""
 
     def __init__(self, parent: QWidget | None = None, *, overlay: bool = False) -> None:
