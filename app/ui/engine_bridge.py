@@ -410,6 +410,11 @@ class _BridgeWorker(QObject):
             return
         reading = _Reading(sid, ask.generation, tuple(tokens), draft_start)
         with self._lock:
+            if old is not None and not old.cancelled:
+                # What the older draft's read put in the chat's sequence stays there for this
+                # one: its progress starts from it, not from 0 until the engine's first report
+                # ("Reading the prompt… 0 / 819" flashed when the user typed after a paste).
+                reading.held = min(old.held, common_prefix_len(old.tokens, tokens))
             self._reading[sid] = reading
         self._read_into.add(sid)
         reading.stream = self._model.read_ahead(tokens, session_id=sid, on_event=self._read_callback(reading))
