@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import logging
 
-from PySide6.QtCore import Qt
-from PySide6.QtGui import QGuiApplication
+from PySide6.QtCore import Qt, QTimer
+from PySide6.QtGui import QGuiApplication, QShowEvent
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QCheckBox,
@@ -126,6 +126,24 @@ class LocalServerPanel(QWidget):
         server.status_changed.connect(self._show)
         server.request_changed.connect(self._on_request)
         self.switch.toggled.connect(self._on_switch)
+        self.log_model.rowsInserted.connect(lambda *_: QTimer.singleShot(0, self.fit_window))
+
+    def showEvent(self, event: QShowEvent) -> None:  # noqa: N802 - Qt override
+        super().showEvent(event)
+        QTimer.singleShot(0, self.fit_window)  # once the tab is laid out
+
+    def fit_window(self) -> None:
+        """Widen the window (the Settings dialog opens 460 px wide) until the tables' columns
+        fit whole, within the screen: at 460 px the log's nine columns were cut."""
+        if not self.isVisible():
+            return
+        window = self.window()
+        extra = max(_missing_width(view) for view in (self.live_view, self.log_view))
+        if extra <= 0 or window is self:
+            return
+        screen = window.screen()
+        room = screen.availableGeometry().width() if screen is not None else window.width() + extra
+        window.resize(min(window.width() + extra, room), window.height())
 
     def _on_switch(self, on: bool) -> None:
         if on == (self.server.status.state in ("starting", "on")):
@@ -176,6 +194,15 @@ class LocalServerPanel(QWidget):
         else:
             self.live_model.remove(record.id)
             self.log_model.upsert(record)
+
+
+def _missing_width(view: QTableView) -> int:
+    """Pixels ``view`` lacks to show every column whole (its header and its cells)."""
+    header = view.horizontalHeader()
+    sizes = [max(header.sectionSizeHint(i), view.sizeHintForColumn(i)) for i in range(header.count())]
+    if sizes and header.stretchLastSection():  # a stretched last section keeps its default size
+        sizes[-1] = max(sizes[-1], header.defaultSectionSize())
+    return sum(sizes) - view.viewport().width()
 
 
 def _table(model: RequestTableModel, name: str) -> QTableView:
