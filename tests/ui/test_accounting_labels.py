@@ -101,6 +101,9 @@ def test_a_hit_is_one_thing_everywhere_and_what_was_reused_survives_a_restart(
     check_tooltips(again, cid, replies)
     dash = open_cache_tab(qtbot, again, TAB_SPACE)
     assert dash.stats_panel.values["hits_restored"].text() == "1"
+    # The restore's time is there too (it said "to load it back: —" after restores, issue 50).
+    loaded = dash.stats_panel.times.text().split("to load it back: ")[1]
+    assert loaded != "—" and loaded.endswith(" ms"), loaded
     assert dash.stats_panel.headline.text() == "H" + totals_of(replies).summary()[1:]
     reuse = open_cache_tab(qtbot, again, TAB_REUSE).reuse_panel
     qtbot.waitUntil(lambda: reuse.table.rowCount() == 3, timeout=5_000)

@@ -180,7 +180,7 @@ class StatsPanel(QFrame):
         self.times.setText(
             f"Average time to pack a conversation's memory: "
             f"{fmt.ms(counters.get('pack_total_ns', 0), _n_saves(counters))}  ·  "
-            f"to load it back: {fmt.ms(counters.get('load_total_ns', 0), counters.get('loads', 0))}"
+            f"to load it back: {fmt.ms(counters.get('load_total_ns', 0), _n_restores(counters))}"
         )
         self._plot_history(history)
 
@@ -213,3 +213,11 @@ def _n_saves(counters: dict[str, int]) -> int:
     """Saves actually written (asked for, minus skipped and duplicates)."""
     asked = sum(counters.get(f"saves_{r}", 0) for r in ("cold", "continued", "finish", "evict", "shutdown"))
     return asked - counters.get("saves_dropped", 0) - counters.get("duplicate_dropped", 0)
+
+
+def _n_restores(counters: dict[str, int]) -> int:
+    """How many restores ``load_total_ns`` timed: the "Restored from the cache" count shown
+    beside it (one source), else the store's ``loads``. The store did not count ``loads`` for
+    a restore of chunked rows, so "to load it back" said "—" after restores had happened."""
+    restored = next(k for k in REUSE_KINDS if k.source == "cache")
+    return count_of(restored, counters) or counters.get("loads", 0)
