@@ -81,6 +81,10 @@ class ProbeResult:
     """One line per candidate that died, in order ("…: SIGILL (illegal instruction)")."""
     library: str = ""
     """The CPU backend the child loaded (``libggml-cpu-zen4.so``), when it said."""
+    inconclusive: str = ""
+    """The child failed without a crash (it could not load the probe's model, say): no finding,
+    nothing kept; ``settings`` are the candidate it failed in, and the real load says its own
+    error if there is one."""
 
     @property
     def notice(self) -> str | None:
@@ -186,22 +190,24 @@ def child_command(model: str, settings: NativeSettings) -> list[str]:
     return [sys.executable, "-c", CHILD_CODE, model, extra, threads]
 
 
-def _run_child(model: str, settings: NativeSettings) -> tuple[int, str]:
-    """(return code, the CPU backend the child loaded)."""
+def _run_child(model: str, settings: NativeSettings) -> tuple[int, str, str]:
+    """(return code, the CPU backend the child loaded, its error line if it gave one)."""
     try:
         proc = subprocess.run(
             child_command(model, settings), capture_output=True, text=True,
             timeout=PROBE_TIMEOUT_S, stdin=subprocess.DEVNULL,
         )
     except subprocess.TimeoutExpired:
-        return -int(signal.SIGKILL), ""
-    library = ""
+        return -int(signal.SIGKILL), "", ""
+    library = error = ""
     for line in proc.stdout.splitlines():
         if line.startswith("backend "):
             library = line.removeprefix("backend ").strip()
-    if proc.returncode > 0:
-        log.warning("native probe child failed: %s", proc.stderr.strip()[-2000:])
-    return proc.returncode, library
+        elif line.startswith("error "):
+            error = line.removeprefix("error ").strip()
+    if proc.returncode > 0 and not error:
+        error = (proc.stderr.strip().splitlines() or [signal_name(proc.returncode)])[-1][:500]
+    return proc.returncode, library, error
 
 
 def probe(model: str) -> ProbeResult:
@@ -209,13 +215,13 @@ def probe(model: str) -> ProbeResult:
     failures: list[str] = []
     library = ""
     for settings in CANDIDATES:
-        code, lib = _run_child(model, settings)
+        code, lib, error = _run_child(model, settings)
         library = lib or library
         if code == 0:
             return ProbeResult(settings, tuple(failures), library)
+        if code > 0:  # an ordinary error, not a crash: no finding about this CPU
+            return ProbeResult(settings, tuple(failures), library, inconclusive=error)
         failures.append(f"{settings.describe()}: {signal_name(code)}")
-        if code > 0:  # an ordinary error, not a crash: a safer setting would not help
-            break
     return ProbeResult(None, tuple(failures), library)
 
 
@@ -258,7 +264,9 @@ def ensure(model: str) -> ProbeResult:
             result = _load_findings(key)
             if result is None:
                 result = probe(model)
-                if result.settings is not None or all("SIG" in f for f in result.failures):
+                if result.inconclusive:
+                    log.warning("llama.cpp's crash probe was inconclusive: %s", result.inconclusive)
+                else:
                     _save_findings(key, result)
             if result.notice:
                 log.warning("%s", result.notice)

@@ -108,7 +108,7 @@ def test_findings_are_redone_when_the_cpu_or_build_changes(
     runs: list[str] = []
     real = native_probe._run_child
 
-    def counting(model: str, settings: NativeSettings) -> tuple[int, str]:
+    def counting(model: str, settings: NativeSettings) -> tuple[int, str, str]:
         runs.append(model)
         return real(model, settings)
 
@@ -134,3 +134,19 @@ def test_signal_names() -> None:
     assert native_probe.signal_name(-4) == "SIGILL (illegal instruction)"
     assert native_probe.signal_name(-11).startswith("SIGSEGV")
     assert native_probe.signal_name(3) == "exit status 3"
+
+
+def test_a_child_that_fails_without_a_crash_is_no_finding(
+    probe_env: Path, tmp_path: Path, tiny_model_path: Path
+) -> None:
+    """The probe's model cannot be read (an ordinary error, exit 2): loads go on with
+    llama.cpp's defaults, nothing is kept, and the next process probes again."""
+    bogus = tmp_path / "broken.gguf"
+    bogus.write_bytes(b"GGUF" + b"\0" * 64)
+    result = native_probe.ensure(str(bogus))
+    assert result.settings == NativeSettings() and result.notice is None
+    assert "cannot load" in result.inconclusive
+    assert not native_probe.findings_path().exists()
+    native_probe.reset_for_tests()
+    assert native_probe.ensure(str(tiny_model_path)).inconclusive == ""
+    assert native_probe.findings_path().exists()
