@@ -4,6 +4,7 @@ was "W…"), and the model picker shortens its name with "…" instead of cuttin
 from __future__ import annotations
 
 from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QStyle, QStyleOptionComboBox
 
 from tests.ui.helpers import current_id, type_and_send, wait_idle
 from tests.ui.screens import screenshot
@@ -31,6 +32,22 @@ def test_the_title_and_the_model_read_at_800_px_with_settings_open(make_window, 
 
     qtbot.waitUntil(reads, timeout=5_000)
     screenshot(window, "layout-800-chat-title-with-settings")
+
+    # The settings' combo boxes shorten their choice with "…" where it does not fit (they
+    # cut "Keep the system prompt, drop the oldest turns" mid-letter).
+    panel = page.settings_panel
+    boxes = [panel.preset_picker, panel.overflow.picker, panel.form.draft_model]
+    for box in boxes:
+        panel.ensureWidgetVisible(box)
+        opt = QStyleOptionComboBox()
+        box.initStyleOption(opt)
+        field = box.style().subControlRect(QStyle.ComplexControl.CC_ComboBox, opt, QStyle.SubControl.SC_ComboBoxEditField, box)
+        drawn = box.shown_text()
+        assert box.fontMetrics().horizontalAdvance(drawn) <= field.width(), (box.objectName(), drawn)
+        assert drawn == box.currentText() or (drawn.endswith("…") and box.currentText().startswith(drawn[:-1]))
+    assert any(box.shown_text() != box.currentText() for box in boxes)  # one of them is long
+    panel.ensureWidgetVisible(panel.overflow.picker)
+    screenshot(window, "layout-800-settings-combos")
     # A wide window shows the whole name.
     window.resize(1400, 800)
     qtbot.waitUntil(lambda: page.model_picker.shown_text() == LONG_ID, timeout=5_000)

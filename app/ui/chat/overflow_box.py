@@ -7,6 +7,7 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QComboBox, QLabel, QToolButton, QVBoxLayout, QWidget
 
 from app.conversation.window import OverflowPolicy
+from app.ui.widgets.elided import ElidedComboBox
 
 
 class OverflowBox(QWidget):
@@ -23,7 +24,7 @@ class OverflowBox(QWidget):
         title = QLabel("WHEN THE CONTEXT IS FULL")
         title.setObjectName("sectionLabel")
         layout.addWidget(title)
-        self.picker = QComboBox()
+        self.picker = ElidedComboBox()
         self.picker.setObjectName("overflowPolicy")
         self.picker.setToolTip(
             "What the model is shown once this chat no longer fits its context. The chat "

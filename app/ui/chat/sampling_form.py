@@ -23,6 +23,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.storage import SamplingSettings
+from app.ui.widgets.elided import ElidedComboBox
 
 
 class ChatSettingsForm(QWidget):
@@ -99,7 +100,7 @@ class ChatSettingsForm(QWidget):
         )
         self.draft_max = _ispin(1, 64)
         self.draft_max.setObjectName("draftMaxSpin")
-        self.draft_model = QComboBox()
+        self.draft_model = ElidedComboBox()
         self.draft_model.setObjectName("draftModelPicker")
         # As wide as the form allows, not as its longest item (a model's name can be long).
         self.draft_model.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)

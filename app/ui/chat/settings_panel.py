@@ -12,7 +12,6 @@ import logging
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import (
     QCheckBox,
-    QComboBox,
     QHBoxLayout,
     QInputDialog,
     QLabel,
@@ -25,6 +24,7 @@ from PySide6.QtWidgets import (
 from app.storage import ChatPreset, Conversation, Preferences, SamplingSettings, StorageError
 from app.ui.chat.overflow_box import OverflowBox
 from app.ui.chat.sampling_form import ChatSettingsForm, section
+from app.ui.widgets.elided import ElidedComboBox
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +59,7 @@ class SettingsPanel(QScrollArea):
         pl.setContentsMargins(0, 0, 0, 0)
         pl.setSpacing(6)
         pl.addWidget(section("PRESET"))
-        self.preset_picker = QComboBox()
+        self.preset_picker = ElidedComboBox()
         self.preset_picker.setObjectName("presetPicker")
         self.preset_picker.setToolTip("Apply a saved system prompt and sampling to this chat.")
         pl.addWidget(self.preset_picker)
