@@ -20,6 +20,7 @@ from tests.ui.helpers import (
 )
 from tests.ui.screens import screenshot
 from tests.ui.test_models_in_chat import manager_idle
+from tests.ui.test_templateless_models import choose
 
 LEFT = Qt.MouseButton.LeftButton
 
@@ -121,3 +122,38 @@ def test_added_folders_and_files_stay_and_a_chat_reloads_or_locates_its_model(
     window.show_library()
     manager_idle(qtbot, window)
     assert "tiny-b-moved" in listed(window)
+
+
+@pytest.mark.qt_log_ignore("This plugin does not support")
+def test_picking_a_chats_model_that_is_not_loaded_loads_it(
+    make_window, qtbot, data_dir, tiny_model_path, tmp_path, monkeypatch
+):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    shutil.copyfile(tiny_model_path, elsewhere / "tiny-b.gguf")
+    window = make_window(work_areas=True)
+    window.show_library()
+    manager_idle(qtbot, window)
+    monkeypatch.setattr(QFileDialog, "getExistingDirectory", lambda *a, **k: str(elsewhere))
+    qtbot.mouseClick(window.model_manager.library_page.add_folder_button, LEFT)
+    qtbot.waitUntil(lambda: "tiny-b" in listed(window), timeout=10_000)
+    window.model_manager.load_model(elsewhere / "tiny-b.gguf")
+    manager_idle(qtbot, window)
+    qtbot.mouseClick(window.nav_buttons["chat"], LEFT)
+    window.chat_page.new_conversation()
+    cid = current_id(window)
+    window.chat_page.pick_model("tiny-b")
+    window.close()
+
+    window = make_window(work_areas=True)
+    select_conversation(qtbot, window, cid)
+    picker = window.chat_page.model_picker
+    assert picker.currentText() == "tiny-b (not loaded)"
+    tip = picker.itemData(picker.currentIndex(), Qt.ItemDataRole.ToolTipRole)
+    assert tip == f"Pick it to load it from {elsewhere / 'tiny-b.gguf'}"
+    choose(qtbot, picker, "tiny-b (not loaded)")
+    qtbot.waitUntil(lambda: "tiny-b" in window.models.ids(), timeout=REPLY_TIMEOUT_MS)
+    qtbot.waitUntil(lambda: picker.currentText() == "tiny-b", timeout=10_000)
+    type_and_send(qtbot, window, "back on model b")
+    wait_idle(qtbot, window, cid)
+    assert window.controller.branch(cid)[-1].role == "assistant"

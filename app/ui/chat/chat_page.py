@@ -3,6 +3,8 @@ settings panel."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from PySide6.QtCore import QByteArray, Qt, QTimer, Signal
 from PySide6.QtGui import QTextCursor
 from PySide6.QtWidgets import (
@@ -253,6 +255,13 @@ class ChatPage(QWidget):
             picker.clear()
             if current and current not in loaded:
                 picker.addItem(f"{self.controller.models.label(current)} (not loaded)", current)
+                path = self._model_file(current)
+                if path is not None:
+                    picker.setItemData(
+                        0, f"Pick it to load it from {path}" if path.is_file() else
+                        f"Its file was at {path}, which is gone: load another model, or send a "
+                        "message and locate it", Qt.ItemDataRole.ToolTipRole,
+                    )  # fmt: skip
             for model_id in loaded:
                 picker.addItem(self.controller.models.label(model_id), model_id)
             if not current and not loaded:
@@ -304,6 +313,15 @@ class ChatPage(QWidget):
             self.library_requested.emit()
         elif isinstance(data, str) and data and data in self.controller.models.ids():
             self.pick_model(data)
+        elif isinstance(data, str) and data and self.current_id:
+            # "tiny-b (not loaded)": load it again from the file it was last loaded from.
+            path = self._model_file(data)
+            if path is not None and path.is_file():
+                self.controller.model_file_requested.emit(self.current_id, str(path))
+
+    def _model_file(self, model_id: str) -> Path | None:
+        files = self.controller.model_files
+        return None if files is None or is_remote_id(model_id) else files.get(model_id)
 
     # -- context meter -----------------------------------------------------------------------
 
