@@ -17,7 +17,9 @@ plain text. ``GuardedH11Protocol`` adds:
   new one is closed. So half-sent requests can hold at most the cap, never every file
   descriptor: new clients keep being served.
 - **a cap per peer**: one address has at most ``PEER_SENDING`` connections still sending
-  their request; a new one closes that address's oldest.
+  their request; when a new one passes it, that address's connections that have been
+  sending the longest are closed ``PEER_TRIM_S`` later (once the requests already waiting
+  in their sockets have been read).
 - **a reader that stops reading**: a reply whose socket buffer has stayed full for
   ``WRITE_STALL_S`` with nothing of it read meanwhile (the client reads none of its stream;
   a slow reader gets another period each time it reads) is closed; the route sees the
@@ -64,6 +66,8 @@ WRITE_STALL_S = 20.0
 """How long a reply's socket buffer may stay full before the connection is closed."""
 PEER_SENDING = 32
 """Connections one address may have still sending their request."""
+PEER_TRIM_S = 0.25
+"""How soon after one address passes ``PEER_SENDING`` its slowest connections are closed."""
 MAX_CONNECTIONS = 256
 FD_RESERVE = 128
 """File descriptors kept for everything else the process opens (model, cache, pipes, logs)."""
@@ -224,20 +228,51 @@ class GuardedH11Protocol(H11Protocol):
         others = [c for c in self.connections if c is not self and isinstance(c, GuardedH11Protocol)
                   and not c.transport.is_closing()]  # closed ones leave the set a loop turn later
         sending = [c for c in others if c.is_sending_request]
-        if self.peer is not None:
-            mine = [c for c in sending if c.peer == self.peer]
-            if len(mine) >= PEER_SENDING:
-                oldest = min(mine, key=lambda c: c.waiting_since)
-                oldest.transport.abort()
-                others.remove(oldest)
-                sending.remove(oldest)
+        if self.peer is not None and sum(c.peer == self.peer for c in sending) >= PEER_SENDING:
+            # Judged a moment later, when the requests already in the sockets have been read
+            # (NOTE: judged here, in a burst from one address a client's request could be cut
+            # before the loop had read it; it is not sending any more by then).
+            self.loop.call_later(PEER_TRIM_S, self._trim_peer)
         if len(others) < self.max_connections:
             return
         if not sending:
             self.logger.warning("connection refused: %d connections are open", len(others))
             self.transport.abort()
             return
-        min(sending, key=lambda c: c.waiting_since).transport.abort()
+        _close(_slowest(sending), others, sending)
+
+    def _trim_peer(self) -> None:
+        """Close this address's connections that have been sending their request the longest,
+        down to ``PEER_SENDING``."""
+        mine = [c for c in self.connections if isinstance(c, GuardedH11Protocol) and c.peer == self.peer
+                and not c.transport.is_closing() and c.is_sending_request]
+        while len(mine) > PEER_SENDING:
+            victim = _slowest(mine)
+            victim.transport.abort()
+            mine.remove(victim)
+
+    def unread_bytes(self) -> int:
+        """Bytes the client sent that the kernel holds and this process has not read yet."""
+        sock = self.transport.get_extra_info("socket")
+        try:
+            return int(struct.unpack("i", fcntl.ioctl(sock.fileno(), termios.FIONREAD, b"\0\0\0\0"))[0])
+        except (AttributeError, OSError, ValueError):
+            return 0
+
+
+def _slowest(among: list[GuardedH11Protocol]) -> GuardedH11Protocol:
+    """The connection of ``among`` that has been sending its request the longest — among those
+    with nothing waiting to be read, if any: one whose request sits in the socket (the loop has
+    not read it yet) is not slow. NOTE: in a burst of connections from one address, a client's
+    whole request could be cut before the loop had read it."""
+    idle = [c for c in among if not c.unread_bytes()]
+    return min(idle or among, key=lambda c: c.waiting_since)
+
+
+def _close(victim: GuardedH11Protocol, others: list[GuardedH11Protocol], sending: list[GuardedH11Protocol]) -> None:
+    victim.transport.abort()
+    others.remove(victim)
+    sending.remove(victim)
 
 
 class RateLimit(logging.Filter):

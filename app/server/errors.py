@@ -40,12 +40,19 @@ def error_body(message: str, *, type_: str = "invalid_request_error", param: str
     return {"error": {"message": _sendable(message), "type": type_, "param": _sendable(param), "code": code}}
 
 
+MAX_SHOWN = 4096
+"""Characters of a message or param sent back; the middle of a longer one is cut (a path of
+nested 100 KB property names is the client's own text, and need not come back whole)."""
+
+
 def _sendable(text: str | None) -> str | None:
     """``text`` with lone surrogates written as ``\\udXXX`` escapes. A message or a param
     names what the client sent — a key like ``"\\ud800"`` too — and must still encode as
     UTF-8 (NOTE: naming such a key was a ``UnicodeEncodeError``: a 500)."""
     if text is None:
         return None
+    if len(text) > MAX_SHOWN:
+        text = f"{text[: MAX_SHOWN // 2]}…{text[-MAX_SHOWN // 4:]}"
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:

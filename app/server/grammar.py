@@ -28,6 +28,7 @@ grew ``hearth serve`` to 23.6 GB until the OOM killer ended it, and ``"minLength
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import re
 import types
@@ -47,6 +48,9 @@ COUNT_PAIRS = (("minItems", "maxItems"), ("minLength", "maxLength"), ("minProper
                ("minContains", "maxContains"))
 """Counts a schema may carry: each a non-negative integer, the maximum not below the minimum."""
 
+MAX_RULE_NAME = 200
+"""Longer rule names (made of nested property names) are cut and given a hash."""
+
 MAX_COPIES = 20_000
 """Repeated items in one grammar, all repetitions together: llama.cpp makes each optional copy
 a rule, and the engine takes at most 50,000 rules (``app.engine.gbnf.MAX_RULES``)."""
@@ -59,8 +63,43 @@ JSON_OBJECT_GRAMMAR = llama_grammar.JSON_GBNF
 """Any JSON object (OpenAI's ``json_object`` mode), with bounded whitespace."""
 
 
-def _join(where: str, key: str | int) -> str:
-    return f"{where}[{key}]" if isinstance(key, int) else f"{where}.{key}"
+class Where:
+    """Where a part of a schema is, as links to its parent: written out only to name a field
+    in an error. NOTE: paths as strings held each level's whole path — 30 levels of 250 KB
+    property names were ~116 MB of paths."""
+
+    __slots__ = ("key", "parent")
+
+    def __init__(self, parent: Where | None, key: str | int) -> None:
+        self.parent = parent
+        self.key = key
+
+    def __str__(self) -> str:
+        steps: list[str | int] = []
+        node: Where | None = self
+        while node is not None and node.parent is not None:
+            steps.append(node.key)
+            node = node.parent
+        root = str(node.key) if node is not None else ""
+        return root + "".join(f"[{k}]" if isinstance(k, int) else f".{k}" for k in reversed(steps))
+
+
+def _join(where: Where, key: str | int) -> Where:
+    return Where(where, key)
+
+
+def _bad(where: Where, key: str, why: str) -> ApiError:
+    return invalid(str(_join(where, key)), why)
+
+
+def _short(name: str) -> str:
+    """A rule name of at most ``MAX_RULE_NAME`` characters: a longer one (made of nested
+    property names) is cut and told apart by a hash; names are labels, and rules whose names
+    meet get a suffix anyway."""
+    if len(name) <= MAX_RULE_NAME:
+        return name
+    digest = hashlib.blake2b(name.encode("utf-8", "surrogatepass"), digest_size=6).hexdigest()
+    return f"{name[: MAX_RULE_NAME // 2]}-{digest}"
 
 
 SUBSCHEMA = ("items", "additionalProperties", "not", "if", "then", "else", "contains", "propertyNames",
@@ -71,16 +110,17 @@ SUBSCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "de
 property's *name*) is data, walked only for its depth."""
 
 
-def check_schema(schema: Any, param: str, paths: dict[int, str] | None = None) -> dict[int, str]:
+def check_schema(schema: Any, param: str | Where, paths: dict[int, Where] | None = None) -> dict[int, Where]:
     """Refuse what no grammar should be built from (module docstring). Returns ``paths``
     with the path of every schema in ``schema`` added, by ``id`` (for naming a field later);
     a schema already in it is not walked again."""
     paths = {} if paths is None else paths
-    stack: list[tuple[Any, str, int, bool]] = [(schema, param, 0, True)]
+    root = param if isinstance(param, Where) else Where(None, param)
+    stack: list[tuple[Any, Where, int, bool]] = [(schema, root, 0, True)]
     while stack:
         node, where, depth, is_schema = stack.pop()
         if depth > MAX_SCHEMA_DEPTH:
-            raise invalid(param, f"the schema nests deeper than {MAX_SCHEMA_DEPTH} levels")
+            raise invalid(str(root), f"the schema nests deeper than {MAX_SCHEMA_DEPTH} levels")
         if not is_schema or not isinstance(node, dict):
             if isinstance(node, dict | list):
                 items = node.items() if isinstance(node, dict) else enumerate(node)
@@ -101,33 +141,33 @@ def check_schema(schema: Any, param: str, paths: dict[int, str] | None = None) -
     return paths
 
 
-def _check_node(node: Mapping[str, Any], where: str, *, refs: bool = True) -> None:
+def _check_node(node: Mapping[str, Any], where: Where, *, refs: bool = True) -> None:
     ref = node.get("$ref") if refs else None
     if ref is not None and (not isinstance(ref, str) or not ref.startswith("#")):
-        raise invalid(_join(where, "$ref"), f"only local references ('#/...') are allowed, got {ref!r}")
+        raise _bad(where, "$ref", f"only local references ('#/...') are allowed, got {ref!r}")
     for low, high in COUNT_PAIRS:
         for key in (low, high):
             value = node.get(key)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
-                raise invalid(_join(where, key), f"expected a non-negative integer, got {value!r}")
+                raise _bad(where, key, f"expected a non-negative integer, got {value!r}")
         lo, hi = node.get(low), node.get(high)
         if lo is not None and hi is not None and hi < lo:
-            raise invalid(_join(where, high), f"{hi} is below {low} ({lo}): no value could match")
+            raise _bad(where, high, f"{hi} is below {low} ({lo}): no value could match")
     for key in ("enum", "anyOf", "oneOf", "allOf", "prefixItems"):
         value = node.get(key)
         if value is not None and not isinstance(value, list):
-            raise invalid(_join(where, key), f"expected a list, got {type(value).__name__}")
+            raise _bad(where, key, f"expected a list, got {type(value).__name__}")
         if key in ("enum", "anyOf", "oneOf") and value == []:
-            raise invalid(_join(where, key), "an empty list allows no value")
+            raise _bad(where, key, "an empty list allows no value")
     if node.get("type") == []:
-        raise invalid(_join(where, "type"), "an empty list of types allows no value")
+        raise _bad(where, "type", "an empty list of types allows no value")
     for key in ("properties", "$defs", "definitions"):
         value = node.get(key)
         if value is not None and not isinstance(value, dict):
-            raise invalid(_join(where, key), f"expected an object, got {type(value).__name__}")
+            raise _bad(where, key, f"expected an object, got {type(value).__name__}")
     pattern = node.get("pattern")
     if pattern is not None and not isinstance(pattern, str):
-        raise invalid(_join(where, "pattern"), f"expected a string, got {type(pattern).__name__}")
+        raise _bad(where, "pattern", f"expected a string, got {type(pattern).__name__}")
 
 
 def _count(digits: str) -> int:
@@ -221,19 +261,24 @@ class GrammarTooLarge(Exception):
         self.message = message
 
 
+def _too_large(where: Where, field: str, message: str) -> GrammarTooLarge:
+    return GrammarTooLarge(str(_join(where, field)), message)
+
+
 class BoundedConverter(llama_grammar.SchemaConverter):
     """``SchemaConverter`` that prices every repetition before building it, keeps a running
     total of the grammar it wrote, escapes literals fully, never names a nested rule
     ``root`` and builds objects in linear time (module docstring)."""
 
-    def __init__(self, paths: dict[int, str], param: str, budget: int = MAX_GRAMMAR_CHARS) -> None:
-        super().__init__(prop_order={}, allow_fetch=False, dotall=False, raw_pattern=False)  # type: ignore[no-untyped-call]
+    def __init__(self, paths: dict[int, Where], param: str, budget: int = MAX_GRAMMAR_CHARS) -> None:
+        super().__init__(  # type: ignore[no-untyped-call]
+            prop_order={}, allow_fetch=False, dotall=False, raw_pattern=False)
         self.paths = paths
         self.budget = budget
         self.size = 0
         self.copies = 0
         """Repeated items so far (``{m,n}`` makes up to n copies when llama.cpp reads it)."""
-        self._where = [param]
+        self._where = [Where(None, param)]
         self._next_suffix: dict[str, int] = {}
         self._visit = _with_repetition(llama_grammar.SchemaConverter.visit, self._repetition)
         self._visit_pattern = types.MethodType(  # type: ignore[method-assign]
@@ -251,36 +296,37 @@ class BoundedConverter(llama_grammar.SchemaConverter):
 
     # -- the size of what is built --------------------------------------------------------
 
-    def _spend(self, where: str, field: str, cost: int, what: str) -> None:
+    def _spend(self, where: Where, field: str, cost: int, what: str) -> None:
         if self.size + cost > self.budget:
             raise GrammarTooLarge(
-                _join(where, field) if field else where,
+                str(_join(where, field) if field else where),
                 f"{what} would make a grammar of about {self.size + cost:,} characters; this server takes "
                 f"grammars of up to {self.budget:,}" + _leave_out(field),
             )
 
-    def _price(self, schema: Mapping[str, Any], name: str, where: str) -> None:
+    def _price(self, schema: Mapping[str, Any], name: str, where: Where) -> None:
         """Refuse a repetition llama.cpp cannot take or that would take the grammar past its
         limits, before the converter writes it."""
         for low, high in (("minItems", "maxItems"), ("minLength", "maxLength")):
             lo, hi = schema.get(low), schema.get(high)
             for field, count in ((high, hi), (low, lo)):
                 if isinstance(count, int) and count > MAX_REPEAT:
-                    raise GrammarTooLarge(_join(where, field), f"{count:,} is more repetitions than a grammar can "
-                                          f"hold ({MAX_REPEAT:,}, llama.cpp's limit)" + _leave_out(field))
+                    raise _too_large(where, field, f"{count:,} is more repetitions than a grammar can hold "
+                                     f"({MAX_REPEAT:,}, llama.cpp's limit)" + _leave_out(field))
             copies = max(c for c in (lo, hi, 0) if isinstance(c, int))
             self._copies(where, high if isinstance(hi, int) and hi else low, copies)
         pattern = schema.get("pattern")
         if isinstance(pattern, str):
+            self._spend(where, "pattern", len(pattern), f"a pattern of {len(pattern):,} characters")
             for m in _QUANTIFIER.finditer(pattern):
                 least, most = _count(m.group(1)), _count(m.group(2) or "")
                 count = max(least, most)
                 if m.group(2) and most < least:
-                    raise GrammarTooLarge(_join(where, "pattern"), f"the repetition {m.group(0)[:40]} has its maximum "
-                                          "below its minimum")
+                    raise _too_large(where, "pattern", f"the repetition {m.group(0)[:40]} has its "
+                                     "maximum below its minimum")
                 if count > MAX_REPEAT:
-                    raise GrammarTooLarge(_join(where, "pattern"), f"the repetition {m.group(0)[:40]} is more than a "
-                                          f"grammar can hold ({MAX_REPEAT:,}, llama.cpp's limit)")
+                    raise _too_large(where, "pattern", f"the repetition {m.group(0)[:40]} is more than "
+                                     f"a grammar can hold ({MAX_REPEAT:,}, llama.cpp's limit)")
                 self._copies(where, "pattern", count)
                 self._spend(where, "pattern", count * (len(pattern) + 16),
                             f"the repetition {m.group(0)[:40]} in the pattern")
@@ -288,10 +334,10 @@ class BoundedConverter(llama_grammar.SchemaConverter):
             if field in schema:
                 self._spend(where, field, _literal_size(schema[field]), f"the '{field}' value")
 
-    def _copies(self, where: str, field: str, copies: int) -> None:
+    def _copies(self, where: Where, field: str, copies: int) -> None:
         if self.copies + copies > MAX_COPIES:
-            raise GrammarTooLarge(_join(where, field), f"the schema's repetitions add up to more than {MAX_COPIES:,} "
-                                  "copies of their items, more than a grammar can hold")
+            raise _too_large(where, field, f"the schema's repetitions add up to more than {MAX_COPIES:,} "
+                             "copies of their items, more than a grammar can hold")
         self.copies += copies
 
     def visit(self, schema: Any, name: str) -> str:
@@ -299,6 +345,7 @@ class BoundedConverter(llama_grammar.SchemaConverter):
         nested = len(self._where) > 1
         if nested and name == "":
             name = "root"  # becomes ``root-``: only the top rule is ``root``
+        name = _short(name)  # NOTE: each level's name is its parent's plus a property name
         if isinstance(schema, Mapping):
             _check_node(schema, where, refs=False)  # again: a ``$ref`` may point anywhere, data too
             self._price(schema, name, where)
@@ -314,7 +361,7 @@ class BoundedConverter(llama_grammar.SchemaConverter):
         return key
 
     def _add_rule(self, name: str, rule: str) -> str:
-        esc = llama_grammar.INVALID_RULE_CHARS_RE.sub("-", name)
+        esc = llama_grammar.INVALID_RULE_CHARS_RE.sub("-", _short(name))
         if esc == "root" and len(self._where) > 2:  # [param, the top schema's path, …]
             esc = "root-"
         rules: dict[str, str] = self._rules
@@ -377,7 +424,7 @@ class BoundedConverter(llama_grammar.SchemaConverter):
 
 
 @contextlib.contextmanager
-def _refusals(where: str) -> Iterator[None]:
+def _refusals(where: str | Where) -> Iterator[None]:
     """The converter's failures, as 400s: past the budget naming the field, else ``where``."""
     try:
         yield
@@ -385,14 +432,15 @@ def _refusals(where: str) -> Iterator[None]:
         raise ApiError(400, f"Invalid value for '{exc.param}': {exc.message}", param=exc.param,
                        code="invalid_value") from None
     except (AssertionError, ValueError, KeyError, TypeError, IndexError, AttributeError, RecursionError) as exc:
-        raise invalid(where, f"cannot turn this JSON Schema into a grammar: {exc}") from exc
+        raise invalid(str(where), f"cannot turn this JSON Schema into a grammar: {exc}") from exc
 
 
 def _resolved(converter: BoundedConverter, schema: Mapping[str, Any], where: str, url: str) -> dict[str, Any]:
     """``schema`` checked (named ``where``) and its local ``$ref``s resolved against itself."""
-    check_schema(schema, where, converter.paths)
+    root = Where(None, where)
+    check_schema(schema, root, converter.paths)
     copy = dict(schema)
-    converter.paths[id(copy)] = where
+    converter.paths[id(copy)] = root
     with _refusals(where):
         resolved: dict[str, Any] = converter.resolve_refs(copy, url)
     return resolved
@@ -431,7 +479,7 @@ def tool_call_grammar(tools: Sequence[ToolSpec], only: str | None = None,
         for i, t in enumerate(tools) if only is None or t.name == only
     ]
     schema: dict[str, Any] = calls[0] if len(calls) == 1 else {"anyOf": calls}
-    converter.paths[id(schema)] = "tools"
+    converter.paths[id(schema)] = Where(None, "tools")
     with _refusals("tools"):
         top = converter.visit(schema, "call")
     open_, close = (_literal(m) for m in markers)
