@@ -13,8 +13,9 @@ plain text. ``GuardedH11Protocol`` adds:
   the server itself has paused reading), else the connection is closed.
 - **a cap**: at most ``max_connections`` open at once (256, and always 128 below the
   process's file limit). When a new connection would pass it, the connection that has been
-  sending its request (headers or body) the longest is closed to make room; if none is, the
-  new one is closed. So half-sent requests can hold at most the cap, never every file
+  sending its request (headers or body) the longest is closed to make room — one with
+  nothing waiting in its socket first (``FIONREAD``: a request the loop has not read yet
+  is not a slow one); if none is sending, the new one is closed. So half-sent requests can hold at most the cap, never every file
   descriptor: new clients keep being served.
 - **a cap per peer**: one address has at most ``PEER_SENDING`` connections still sending
   their request; when a new one passes it, that address's connections that have been
