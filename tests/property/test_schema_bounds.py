@@ -103,13 +103,12 @@ def _planted(schema: Any) -> tuple[bool, int]:
     largest count anywhere, a pattern's included)."""
     import re
 
+    from app.server.grammar import SUBSCHEMA, SUBSCHEMA_LISTS, SUBSCHEMA_MAPS
+
     defect, largest = False, 0
     stack = [schema]
     while stack:
         node = stack.pop()
-        if isinstance(node, list):
-            stack.extend(node)
-            continue
         if not isinstance(node, dict):
             continue
         defect |= node.get("enum") == [] or node.get("anyOf") == []
@@ -120,7 +119,13 @@ def _planted(schema: Any) -> tuple[bool, int]:
         for low, high in re.findall(r"\{(\d+)(?:,(\d*))?\}", node.get("pattern") or ""):
             defect |= bool(high) and int(high) < int(low)
             largest = max(largest, int(low), int(high or 0))
-        stack.extend(v for k, v in node.items() if k not in ("enum", "const"))
+        for key, value in node.items():  # its subschemas (a property named "enum" is one)
+            if key in SUBSCHEMA_MAPS and isinstance(value, dict):
+                stack.extend(value.values())
+            elif key in SUBSCHEMA_LISTS and isinstance(value, list):
+                stack.extend(value)
+            elif key in SUBSCHEMA:
+                stack.append(value)
     return defect, largest
 
 
