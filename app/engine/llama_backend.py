@@ -28,7 +28,7 @@ import llama_cpp
 import numpy as np
 
 from app.cache.keys import file_sha256
-from app.engine import native_probe
+from app.engine import native_probe, weight_kernels
 from app.engine.backend import (
     DecodeOp,
     Op,
@@ -52,7 +52,14 @@ from app.engine.errors import (
 )
 from app.engine.grammar_check import check_grammar
 from app.engine.llama_embed import EMBED_MAX_TOKENS, embed
-from app.engine.llama_handles import KV_TYPES, Batch, LoraAdapter, ctx_params, load_model
+from app.engine.llama_handles import (
+    KV_TYPES,
+    Batch,
+    LoraAdapter,
+    check_gguf,
+    ctx_params,
+    load_model,
+)
 from app.engine.llama_info import ctx_params_hash, read_info
 from app.engine.llama_kv import SeqKv, memory_caps
 from app.engine.llama_lora import AdapterSet, apply_adapters
@@ -118,7 +125,9 @@ class LlamaBackend(SeqKv):
         self.n_threads_batch = n_threads_batch or self.n_threads
         self.n_threads_background = n_threads_background or max(cores, self.n_threads_batch)
         safe = native_probe.active()
-        self._extra_bufts = safe.use_extra_bufts
+        check_gguf(self.path, "model file", ModelLoadFailed)
+        self.kernels = weight_kernels.choose(self.path)
+        self._extra_bufts = safe.use_extra_bufts and self.kernels.extra_bufts
         if safe.max_threads is not None:  # the probe found more threads crash here
             self.n_threads, self.n_threads_batch, self.n_threads_background = (
                 min(n, safe.max_threads) for n in (self.n_threads, self.n_threads_batch, self.n_threads_background)
@@ -143,9 +152,13 @@ class LlamaBackend(SeqKv):
             self._load(n_gpu_layers)
             self.info = read_info(
                 self._model, path=self.path, fingerprint=fingerprint_of(self.path),
-                ctx_hash=ctx_params_hash(self.type_k, self.type_v, flash_attn, kv_unified, swa_full, self._extra_bufts),
+                ctx_hash=ctx_params_hash(
+                    self.type_k, self.type_v, flash_attn, kv_unified, swa_full, self._extra_bufts,
+                    kernels=self.kernels.cache_key(),
+                ),
                 n_gpu_layers=n_gpu_layers, token_piece=self.token_piece,
-                extra={"n_ctx_per_seq": n_ctx_per_seq, "n_seq_max": n_seq_max, "n_batch": n_batch},
+                extra={"n_ctx_per_seq": n_ctx_per_seq, "n_seq_max": n_seq_max, "n_batch": n_batch,
+                       "weight_kernels": self.kernels.describe()},
                 memory=self.memory, kv_streams=self.n_stream,
             )
         except BaseException:
@@ -155,7 +168,7 @@ class LlamaBackend(SeqKv):
     # ----------------------------------------------------------------- load / close
 
     def _load(self, n_gpu_layers: int) -> None:
-        self._model = model = load_model(self.path, n_gpu_layers)
+        self._model = model = load_model(self.path, n_gpu_layers, extra_bufts=self._extra_bufts)
         self._stack.callback(llama_cpp.llama_model_free, model)
         # Adapters die before the model (llama.cpp would free them with it otherwise).
         self._lora = AdapterSet(model)

@@ -89,7 +89,7 @@ def read_info(
 
 def ctx_params_hash(
     type_k: str, type_v: str, flash_attn: bool, kv_unified: bool = False, swa_full: bool = True,
-    extra_bufts: bool = True,
+    extra_bufts: bool = True, kernels: dict[str, Any] | None = None,
 ) -> bytes:
     """sha256 of the context settings that change KV contents or the state format.
 
@@ -119,5 +119,9 @@ def ctx_params_hash(
         # sums can differ in the last bits for some weight types. Only added when off, so the
         # rows of every cache made with the default keep their key.
         canonical["extra_bufts"] = False
+    if kernels:
+        # Row-independent weight kernels for a model whose default ones depend on the batch
+        # (app.engine.weight_kernels): KV computed with other kernels is other KV.
+        canonical["kernels"] = kernels
     blob = json.dumps(canonical, sort_keys=True, separators=(",", ":")).encode()
     return hashlib.sha256(blob).digest()

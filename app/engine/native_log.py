@@ -18,6 +18,8 @@ from typing import Any
 
 import llama_cpp
 
+from app.engine.weight_kernels import set_process_kernels
+
 # ggml_log_level: 1 debug, 2 info, 3 warn, 4 error, 5 = continues the previous record.
 _LOG_ERROR = 4
 _LOG_CONT = 5
@@ -57,6 +59,7 @@ def init_llama() -> None:
     global _initialised
     if not _initialised:
         llama_cpp.llama_log_set(_on_llama_log, ctypes.c_void_p(0))
+        set_process_kernels()  # before llama.cpp's first matmul reads it (weight_kernels)
         llama_cpp.llama_backend_init()
         _initialised = True
 
