@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
             "command": "hearth bench " + " ".join(argv or sys.argv[1:]),
             "started": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(started)),
             "machine": {"platform": platform.platform(), "python": platform.python_version(),
-                        "cpus": __import__("os").cpu_count()},
+                        "cpus": __import__("os").cpu_count(), **machine_facts()},
             "model": path,
             "scenarios": [r.to_json() for r in results],
         }
@@ -106,13 +106,30 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def machine_facts() -> dict[str, str]:
+    """What a figure depends on beyond the code: the CPU, the llama.cpp build (its CPU backends
+    and the one loaded here), the KV setting and the weight kernels Hearth uses."""
+    from app.engine.config import DEFAULT_TYPE_K, DEFAULT_TYPE_V
+    from app.engine.native_log import init_llama
+    from app.engine.native_probe import cpu_report
+    from app.engine.weight_kernels import tiled_setting
+
+    init_llama()
+    return {
+        "cpu": cpu_report(),
+        "kv": f"{DEFAULT_TYPE_K} K / {DEFAULT_TYPE_V} V, flash attention on, one KV stream per sequence",
+        "k-quant tiled matmul": tiled_setting(),
+    }
+
+
 def markdown(results: list[Result], command: str, model: str, started: float) -> str:
     """The tables as a Markdown section (docs/benchmarks.md embeds it)."""
     lines = [
         f"Command: `{command}`  ",
         f"Run: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(started))} on {platform.platform()}, "
         f"{__import__('os').cpu_count()} CPUs, Python {platform.python_version()}  ",
-        f"Model: `{model.rsplit('/', 1)[-1]}`",
+        f"Model: `{model.rsplit('/', 1)[-1]}`  ",
+        "Machine: " + "; ".join(f"{k}: {v}" for k, v in machine_facts().items()),
         "",
     ]
     for r in results:

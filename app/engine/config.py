@@ -26,7 +26,7 @@ from app.engine.errors import InvalidConfig
 Tier = Literal["ram", "ram_file", "disk"]
 TIERS: tuple[str, ...] = ("ram", "ram_file", "disk")
 
-KV_CACHE_TYPES: tuple[str, ...] = ("f32", "f16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1")
+KV_CACHE_TYPES: tuple[str, ...] = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1")
 """Cell types llama.cpp accepts for ``type_k`` / ``type_v`` (``llama_handles.KV_TYPES``)."""
 
 DEFAULT_TYPE_K = "q8_0"
@@ -241,7 +241,7 @@ class ModelConfig:
         for name in ("type_k", "type_v"):
             if getattr(self, name) not in KV_CACHE_TYPES:
                 raise InvalidConfig(f"ModelConfig.{name} must be one of {', '.join(KV_CACHE_TYPES)}")
-        if self.type_v not in ("f16", "f32") and not self.flash_attn:
+        if self.type_v not in ("f16", "bf16", "f32") and not self.flash_attn:
             raise InvalidConfig(f"ModelConfig: a quantized V cache (type_v={self.type_v}) needs flash_attn=True")
         if self.thinking_signing_key is not None and not isinstance(self.thinking_signing_key, bytes):
             raise InvalidConfig("ModelConfig.thinking_signing_key must be bytes or None")

@@ -113,7 +113,7 @@ class LlamaBackend(SeqKv):
             raise ValueError(f"n_ubatch must be in 1..n_batch ({n_batch}), got {n_ubatch}")
         if type_k not in KV_TYPES or type_v not in KV_TYPES:
             raise ValueError(f"type_k/type_v must be one of {', '.join(KV_TYPES)}")
-        if type_v not in ("f16", "f32") and not flash_attn:
+        if type_v not in ("f16", "bf16", "f32") and not flash_attn:
             raise InvalidRequest(f"a quantized V cache (type_v={type_v}) needs flash_attn=True")
         init_llama()
         self.path = str(path)

@@ -41,6 +41,7 @@ FTYPE_NAMES: dict[int, tuple[str, int]] = {
 
 KV_TYPES: dict[str, int] = {
     "f32": llama_cpp.GGML_TYPE_F32, "f16": llama_cpp.GGML_TYPE_F16,
+    "bf16": 30,  # GGML_TYPE_BF16 (llama-cpp-python names no constant for it)
     "q8_0": llama_cpp.GGML_TYPE_Q8_0, "q4_0": llama_cpp.GGML_TYPE_Q4_0,
     "q4_1": llama_cpp.GGML_TYPE_Q4_1, "q5_0": llama_cpp.GGML_TYPE_Q5_0,
     "q5_1": llama_cpp.GGML_TYPE_Q5_1,

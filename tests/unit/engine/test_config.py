@@ -121,3 +121,10 @@ def test_request_threads_is_the_most_threads_a_request_is_read_with(monkeypatch)
     assert default_threads() == 8  # every core, up to 8
     monkeypatch.setattr(config, "cpu_count", lambda: None)
     assert default_threads() == 1
+
+
+@pytest.mark.parametrize(("type_k", "type_v"), [("q8_0", "bf16"), ("q8_0", "q8_0"), ("q8_0", "f16")])
+def test_the_exact_kv_candidates_are_valid_settings(type_k, type_v):
+    """The K/V pairs `hearth bench --only KV` times against each other (bf16 V among them)."""
+    config = ModelConfig(path="m.gguf", type_k=type_k, type_v=type_v)
+    assert (config.type_k, config.type_v) == (type_k, type_v)
