@@ -217,3 +217,25 @@ def test_close_is_idempotent(monkeypatch, make_backend, tiny_lora_path):
     assert adapter.is_closed
     backend.close()
     assert len(freed) == 4  # nothing freed twice
+
+
+@pytest.mark.smollm2
+def test_a_context_too_large_for_memory_is_refused_not_retried_in_f16(smollm2_path, caplog):
+    """1M tokens x 16 sequences of SmolLM2 would need ~290 GB of q8_0/f16 KV: llama.cpp
+    refuses the context, and the load fails then — it used to be retried with an f16 cache,
+    larger still and not exact (the f16 fallback is for heads q8_0 cannot hold)."""
+    caplog.set_level("WARNING")
+    with pytest.raises(ModelLoadFailed, match="could not create a context"):
+        LlamaBackend(str(smollm2_path), n_ctx_per_seq=1 << 20, n_seq_max=16, n_batch=512, n_threads=1)
+    assert "using f16" not in caplog.text
+
+
+def test_heads_q8_0_cannot_hold_get_an_f16_cache(tmp_path):
+    """Heads of 16 values are half a q8_0 block: llama.cpp refuses a q8_0 cache, and the
+    model loads with f16 K and V instead of failing."""
+    from tests.helpers.tiny_model import LlamaShape, write_tiny_model
+
+    path = write_tiny_model(tmp_path / "heads16.gguf", shape=LlamaShape(n_embd=64, n_layer=2, n_head=4, n_head_kv=2, n_ff=128))
+    with LlamaBackend(str(path), n_ctx_per_seq=256, n_seq_max=1, n_batch=64, n_threads=1) as backend:
+        assert (backend.type_k, backend.type_v) == ("f16", "f16")
+        prefill(backend, 0, backend.tokenize("A hearth is the floor of a fireplace."))
