@@ -82,6 +82,7 @@ def ask(qtbot, window, model_id: str, text: str) -> str:
     return cid
 
 
+@pytest.mark.qt_log_ignore("This plugin does not support")
 def test_models_without_a_template_reply_in_their_own_format_and_stop(make_window, qtbot, library_files):
     gemma, llama3, plain = library_files["gemma"], library_files["llama3"], library_files["plain"]
     window = make_window(model_path=gemma, model_id=None, work_areas=True, sampling=FREE)
@@ -124,6 +125,15 @@ def test_models_without_a_template_reply_in_their_own_format_and_stop(make_windo
     assert NO_FORMAT in window.controller.failed[cid]
     assert window.controller.branch(cid)[-1].content == "Hi there"
     screenshot(window, "chat-templateless-refused")
+
+    # As the words say: a format is chosen in the Library, the model loaded again, and Retry.
+    window.show_library()
+    manager_idle(qtbot, window)
+    page = window.model_manager.library_page
+    assert page.select_path(plain)
+    choose(qtbot, page.chat_format, "Llama 3")  # while it is loaded: the box is open to a choice
+    assert page.chat_format_note.text() == "It applies from the model's next load: Unload, then Load."
+    assert cell(window, plain) == "Llama 3 (your choice)"
 
 
 # The offscreen platform cannot raise a popup or grab the keyboard for it; the list works.

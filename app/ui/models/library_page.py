@@ -364,6 +364,9 @@ class LibraryPage(QWidget):
         if row is not None:
             self.table_model.chat_choice_changed(row.path)
         self._refresh_chat_format_note(row)
+        if row is not None and row.is_loaded:
+            self.chat_format_note.setText("It applies from the model's next load: Unload, then Load.")
+            self.chat_format_note.show()
 
     def _open_template_dialog(self) -> None:
         """Paste a template: kept once it renders a sample chat in the sandbox; Cancel goes
@@ -452,9 +455,12 @@ class LibraryPage(QWidget):
         self.details_sub.setText(_subtitle(e, row))
         editable = not (e.is_broken or e.is_adapter or row.is_loaded or row.busy)
         form = (self.n_ctx, self.n_seq_max, self.n_batch, self.n_gpu_layers, self.n_threads,
-                self.n_threads_background, self.attention, self.chat_format)
+                self.n_threads_background, self.attention)
         for w in form:
             w.setEnabled(editable)
+        # The chat format may be chosen while the model is loaded (its chats may be refused
+        # for the lack of one): it applies from the next load, as the note says.
+        self.chat_format.setEnabled(not (e.is_broken or e.is_adapter or row.busy))
         self.load_button.setEnabled(row.can_load and not busy)
         self.load_button.setText("Loading…" if row.busy == "Loading…" else "Load")
         self.unload_button.setEnabled(row.is_loaded and not row.busy)
