@@ -169,7 +169,7 @@ def test_a_format_chosen_or_pasted_in_the_library(make_window, qtbot, library_fi
     qtbot.mouseClick(dialog.use_button, LEFT)
     assert not dialog.isVisible() and page.template_dialog is None
     assert cell(window, plain) == "Your template"
-    assert combo.currentText() == "Paste a template…"
+    assert combo.currentText() == "Your template (edit…)"  # picked again, it opens the template
     screenshot(window, "models-library-pasted-template")
     click_library(qtbot, window, plain, "load")
     model = window.engine.get_model("tiny-plain-no-template")

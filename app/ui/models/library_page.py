@@ -482,6 +482,8 @@ class LibraryPage(QWidget):
         else:
             auto = "Automatic: none fits"
         self.chat_format.setItemText(0, auto)
+        custom = self.chat_format.findData(CUSTOM)
+        self.chat_format.setItemText(custom, "Your template (edit…)" if self._chat_template else "Paste a template…")
         words = chat_format_words(e, str(self.chat_format.currentData() or ""))
         self.chat_format.setToolTip(words[1])
         note = ""
