@@ -60,7 +60,7 @@ from app.engine.llama_handles import (
     ctx_params,
     load_model,
 )
-from app.engine.llama_info import ctx_params_hash, meta, read_info
+from app.engine.llama_info import ctx_params_hash, quant_heads_fit, read_info
 from app.engine.llama_kv import SeqKv, memory_caps
 from app.engine.llama_lora import AdapterSet, apply_adapters
 from app.engine.llama_vocab import Vocab
@@ -180,7 +180,7 @@ class LlamaBackend(SeqKv):
         self._logits_row_type: Any = ctypes.c_float * int(self._n_vocab)
         with native_errors() as errors:
             ctx = self._new_context()
-        if not ctx and (self.type_k, self.type_v) != ("f16", "f16") and not _quant_heads_fit(model):
+        if not ctx and (self.type_k, self.type_v) != ("f16", "f16") and not quant_heads_fit(model):
             # NOTE: a quantized KV cache needs head sizes that are multiples of its block
             # (32 for q8_0); such a model gets an f16 cache instead of failing to load. Only
             # such a model: a context refused for want of memory must not be retried with a
@@ -528,22 +528,3 @@ class LlamaBackend(SeqKv):
             accepted += 1
         following = argmax[accepted]
         return accepted, None if self.is_eog(following) else following
-
-
-def _quant_heads_fit(model: Any) -> bool:
-    """Whether every K and V head of ``model`` is a whole number of q8_0 blocks (32 values):
-    llama.cpp refuses a quantized KV cache otherwise (GGUF ``<arch>.attention.key_length`` /
-    ``value_length``, else ``n_embd / n_head``)."""
-    arch = meta(model, "general.architecture") or ""
-    n_head = int(llama_cpp.llama_model_n_head(model)) or 1
-    default = int(llama_cpp.llama_model_n_embd(model)) // n_head
-    for key in ("key_length", "value_length"):
-        raw = meta(model, f"{arch}.attention.{key}")
-        try:
-            size = int(raw) if raw else default
-        except ValueError:
-            size = default
-        if size % 32:
-            return False
-    return True
-

@@ -125,3 +125,21 @@ def ctx_params_hash(
         canonical["kernels"] = kernels
     blob = json.dumps(canonical, sort_keys=True, separators=(",", ":")).encode()
     return hashlib.sha256(blob).digest()
+
+
+def quant_heads_fit(model: Any) -> bool:
+    """Whether every K and V head of ``model`` is a whole number of q8_0 blocks (32 values):
+    llama.cpp refuses a quantized KV cache otherwise (GGUF ``<arch>.attention.key_length`` /
+    ``value_length``, else ``n_embd / n_head``)."""
+    arch = meta(model, "general.architecture") or ""
+    n_head = int(llama_cpp.llama_model_n_head(model)) or 1
+    default = int(llama_cpp.llama_model_n_embd(model)) // n_head
+    for key in ("key_length", "value_length"):
+        raw = meta(model, f"{arch}.attention.{key}")
+        try:
+            size = int(raw) if raw else default
+        except ValueError:
+            size = default
+        if size % 32:
+            return False
+    return True
