@@ -31,6 +31,7 @@ other kernels is never served to it.
 from __future__ import annotations
 
 import ctypes
+import functools
 import logging
 import os
 from collections import Counter
@@ -97,7 +98,9 @@ class _GgufInitParams(ctypes.Structure):
     _fields_ = [("no_alloc", ctypes.c_bool), ("ctx", ctypes.c_void_p)]
 
 
+@functools.cache
 def _ggml_base() -> Any:
+    """llama.cpp's ggml-base library (already loaded with libllama), its GGUF reader typed."""
     from app.engine.native_probe import lib_dir
 
     lib: Any = ctypes.CDLL(str(lib_dir() / "libggml-base.so"))
