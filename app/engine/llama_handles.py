@@ -21,7 +21,6 @@ from typing import Any
 import llama_cpp
 import numpy as np
 
-from app.engine import native_probe
 from app.engine.errors import InvalidRequest, ModelLoadFailed
 from app.engine.native_log import detail, native_errors
 
@@ -62,11 +61,12 @@ def check_gguf(path: str, what: str, error: type[Exception]) -> None:
 def load_model(path: str, n_gpu_layers: int, *, extra_bufts: bool = True) -> Any:
     """The native model of a GGUF file (``n_gpu_layers`` < 0: all); the caller frees it.
     ``extra_bufts``: llama.cpp's extra buffer types (repacked weights), off where they are not
-    exact (app.engine.weight_kernels) or where the crash probe died with them on."""
+    exact (app.engine.weight_kernels) or where the crash probe died with them on
+    (``LlamaBackend`` decides)."""
     check_gguf(path, "model file", ModelLoadFailed)
     mparams = llama_cpp.llama_model_default_params()
     mparams.n_gpu_layers = 999 if n_gpu_layers < 0 else n_gpu_layers
-    mparams.use_extra_bufts = extra_bufts and native_probe.active().use_extra_bufts
+    mparams.use_extra_bufts = extra_bufts
     with native_errors() as errors:
         model = llama_cpp.llama_model_load_from_file(path.encode(), mparams)
     if not model:
