@@ -14,10 +14,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -106,6 +104,7 @@ def _drawn_schemas(t: Trial) -> None:
 
 
 def slow_bodies(scratch: Path, n: int = 260, requests: int = 40) -> Trial:
+    from tests.helpers.slow_bodies import slow_bodies as hold_slow_bodies
     from tests.integration.server.test_hostile_requests import CHAT, _post
 
     t = Trial(f"{n} connections sending a body a byte a second (Content-Length: 100000), opened again "
@@ -115,54 +114,26 @@ def slow_bodies(scratch: Path, n: int = 260, requests: int = 40) -> Trial:
     server = _serve(scratch)
     url = urlsplit(server.base_url)
     host, port = url.hostname or "", url.port or 0
-    head = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-            b"Content-Length: 100000\r\n\r\n{")
-    stop = threading.Event()
-    opened = [0]
-
-    def attack() -> None:
-        held: list[socket.socket | None] = [None] * n
-        while not stop.is_set():
-            for i, s in enumerate(held):
-                try:
-                    if s is None:
-                        s = held[i] = socket.create_connection((host, port), timeout=5)
-                        s.sendall(head)
-                        opened[0] += 1
-                    else:
-                        s.sendall(b" ")
-                except OSError:
-                    if s is not None:
-                        s.close()
-                    held[i] = None
-            stop.wait(1.0)
-        for s in held:
-            if s is not None:
-                s.close()
-
-    attacker = threading.Thread(target=attack, daemon=True)
-    attacker.start()
     body = CHAT.replace(b'"m"', json.dumps(server.model_id).encode())
     slowest = 0.0
     try:
-        time.sleep(3)
-        t0 = time.monotonic()
-        for _ in range(requests):
-            t.trials += 1
-            t1 = time.monotonic()
-            try:
-                status, _ = _post(server, "/v1/chat/completions", body, {"Content-Type": "application/json"})
-            except (OSError, urllib.error.URLError) as exc:
-                t.fail(f"a client was refused: {type(exc).__name__}: {exc}"[:160])
-                continue
-            slowest = max(slowest, time.monotonic() - t1)
-            if status != 200:
-                t.fail(f"a client got {status} while the slow bodies were held")
-            time.sleep(max(0.0, 1.0 - (time.monotonic() - t1)))
-        held_s = time.monotonic() - t0
+        with hold_slow_bodies(host, port, n) as opened:
+            time.sleep(3)
+            t0 = time.monotonic()
+            for _ in range(requests):
+                t.trials += 1
+                t1 = time.monotonic()
+                try:
+                    status, _ = _post(server, "/v1/chat/completions", body, {"Content-Type": "application/json"})
+                except (OSError, urllib.error.URLError) as exc:
+                    t.fail(f"a client was refused: {type(exc).__name__}: {exc}"[:160])
+                    continue
+                slowest = max(slowest, time.monotonic() - t1)
+                if status != 200:
+                    t.fail(f"a client got {status} while the slow bodies were held")
+                time.sleep(max(0.0, 1.0 - (time.monotonic() - t1)))
+            held_s = time.monotonic() - t0
     finally:
-        stop.set()
-        attacker.join(30)
         log = server.stop()
     size = server.log_path.stat().st_size if server.log_path else 0
     t.notes.append(f"{requests} requests in a {held_s:.0f} s hold, slowest {slowest:.2f} s; the attacker opened "

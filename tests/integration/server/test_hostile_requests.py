@@ -16,6 +16,7 @@ import openai
 import pytest
 
 from tests.helpers.llama_threads import LLAMA_THREADS
+from tests.helpers.slow_bodies import slow_bodies
 from tests.integration.server.conftest import Served, start_server
 
 USER = [{"role": "user", "content": "Hi"}]
@@ -196,8 +197,6 @@ def test_slow_bodies_do_not_lock_other_clients_out(tiny_model_path: Path, tmp_pa
     meanwhile is served. Before: the cap closed only connections still sending headers, so
     it refused every other client ("connection refused: 394 connections are open"): 0 of
     40 requests got through in a 40 s hold, the first at 57 s (the body deadline)."""
-    import socket
-    import threading
     import time
     from urllib.parse import urlsplit
 
@@ -205,50 +204,22 @@ def test_slow_bodies_do_not_lock_other_clients_out(tiny_model_path: Path, tmp_pa
     url = urlsplit(server.base_url)
     host, port = url.hostname, url.port
     assert host is not None and port is not None
-    head = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-            b"Content-Length: 100000\r\n\r\n{")
-    stop = threading.Event()
-    opened = [0]
-
-    def attack() -> None:
-        held: list[socket.socket | None] = [None] * 260
-        while not stop.is_set():
-            for i, s in enumerate(held):
-                try:
-                    if s is None:
-                        s = held[i] = socket.create_connection((host, port), timeout=5)
-                        s.sendall(head)
-                        opened[0] += 1
-                    else:
-                        s.sendall(b" ")
-                except OSError:
-                    if s is not None:
-                        s.close()
-                    held[i] = None
-            stop.wait(1.0)
-        for s in held:
-            if s is not None:
-                s.close()
-
-    attacker = threading.Thread(target=attack, daemon=True)
-    attacker.start()
     body = CHAT.replace(b'"m"', json.dumps(server.model_id).encode())
     try:
-        time.sleep(3)  # the 260 are open and sending
-        served = 0
-        for i in range(20):  # while they are held
-            if i % 2:
-                with urllib.request.urlopen(server.base_url.removesuffix("/v1") + "/health", timeout=20) as resp:
-                    assert resp.status == 200
-            else:
-                status, reply = _post(server, "/v1/chat/completions", body, {"Content-Type": "application/json"})
-                assert status == 200, reply
-            served += 1
-            time.sleep(0.5)
-        assert served == 20 and opened[0] >= 260, opened
+        with slow_bodies(host, port, 260) as opened:
+            time.sleep(3)  # the 260 are open and sending
+            served = 0
+            for i in range(20):  # while they are held
+                if i % 2:
+                    with urllib.request.urlopen(server.base_url.removesuffix("/v1") + "/health", timeout=20) as resp:
+                        assert resp.status == 200
+                else:
+                    status, reply = _post(server, "/v1/chat/completions", body, {"Content-Type": "application/json"})
+                    assert status == 200, reply
+                served += 1
+                time.sleep(0.5)
+            assert served == 20 and opened[0] >= 260, opened
     finally:
-        stop.set()
-        attacker.join(30)
         log = server.stop()
     assert server.log_path is not None and server.log_path.stat().st_size < 256 * 1024, log[-3000:]
     assert "Traceback" not in log, log[-4000:]
