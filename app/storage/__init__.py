@@ -1,5 +1,6 @@
 """The app database (conversations, message trees, settings). No Qt here."""
 
+from app.storage.documents import ChatDocument
 from app.storage.errors import InvalidTextError, StorageError
 from app.storage.paths import data_dir, database_path
 from app.storage.preferences import THEMES, ChatPreset, Preferences
@@ -8,6 +9,7 @@ from app.storage.storage import DEFAULT_TITLE, Storage, session_key
 
 __all__ = [
     "DEFAULT_TITLE",
+    "ChatDocument",
     "THEMES",
     "ChatPreset",
     "Conversation",

@@ -12,17 +12,24 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from app.storage.documents import ChatDocument
 from app.storage.records import Conversation, Message
 from app.storage.text import encodable
 
 FORMAT = "hearth-conversation/1"
 
 
-def conversation_markdown(conv: Conversation, branch: Sequence[Message]) -> str:
-    """``branch`` (root first) under the conversation's title and system prompt."""
+def conversation_markdown(conv: Conversation, branch: Sequence[Message], documents: Sequence[ChatDocument] = ()) -> str:
+    """``branch`` (root first) under the conversation's title, system prompt and the names of
+    the documents it attached (their text is not repeated)."""
     lines = [f"# {conv.title}", ""]
     if conv.system_prompt:
         lines += ["> **System:** " + conv.system_prompt.replace("\n", "\n> "), ""]
+    if documents:
+        lines += ["**Documents:**", ""]
+        lines += [f"- {d.name}" + (f" ({d.pages} pages)" if d.pages else "") + f" · sha256 {d.sha256[:12]}"
+                  for d in documents]  # fmt: skip
+        lines += [""]
     for msg in branch:
         lines += [f"## {msg.role.capitalize()}", ""]
         if msg.thinking:
@@ -57,9 +64,11 @@ def close_fences(text: str) -> str:
 
 
 def conversation_json(
-    conv: Conversation, messages: Sequence[Message], active_path: Sequence[str]
+    conv: Conversation, messages: Sequence[Message], active_path: Sequence[str],
+    documents: Sequence[ChatDocument] = (),
 ) -> str:
-    """Every message (all branches, oldest first) and the active path, as indented JSON."""
+    """Every message (all branches, oldest first), the active path and the documents the chat
+    attached (name, kind, pages, the SHA-256 of the text), as indented JSON."""
     doc = {
         "format": FORMAT,
         "id": conv.id,
@@ -72,6 +81,10 @@ def conversation_json(
         "active_leaf_id": conv.active_leaf_id,
         "active_path": list(active_path),
         "messages": [_message_dict(m) for m in messages],
+        "documents": [
+            {"name": d.name, "kind": d.kind, "pages": d.pages, "sha256": d.sha256, "characters": len(d.text)}
+            for d in documents
+        ],
     }
     return encodable(json.dumps(doc, indent=2, ensure_ascii=False))
 

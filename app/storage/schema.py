@@ -1,10 +1,11 @@
-"""SQLAlchemy 2.0 tables of the app database: conversations, messages (a tree), settings."""
+"""SQLAlchemy 2.0 tables of the app database: conversations, messages (a tree), settings,
+documents (stored once) and the chats they are attached to."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import JSON, Float, ForeignKey, Index, String, Text
+from sqlalchemy import JSON, Float, ForeignKey, Index, Integer, String, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 
@@ -52,3 +53,31 @@ class SettingRow(Base):
 
     key: Mapped[str] = mapped_column(String(200), primary_key=True)
     value: Mapped[object] = mapped_column(JSON, nullable=True)
+
+
+class DocumentRow(Base):
+    """A document's text, stored once whatever the number of chats that attach it: keyed by
+    the SHA-256 of the text (content-addressed)."""
+
+    __tablename__ = "documents"
+
+    sha256: Mapped[str] = mapped_column(String(64), primary_key=True)
+    text: Mapped[str] = mapped_column(Text)
+    created: Mapped[float] = mapped_column(Float)
+
+
+class ChatDocumentRow(Base):
+    """A document attached to a conversation: at ``position`` (attach order), under the file
+    name it was attached with."""
+
+    __tablename__ = "chat_documents"
+
+    conversation_id: Mapped[str] = mapped_column(
+        ForeignKey("conversations.id", ondelete="CASCADE"), primary_key=True
+    )
+    position: Mapped[int] = mapped_column(Integer, primary_key=True)
+    sha256: Mapped[str] = mapped_column(ForeignKey("documents.sha256"), index=True)
+    name: Mapped[str] = mapped_column(Text)
+    kind: Mapped[str] = mapped_column(String(16), default="text")
+    pages: Mapped[int] = mapped_column(Integer, default=0)
+    added: Mapped[float] = mapped_column(Float)

@@ -18,6 +18,7 @@ from typing import Any
 from sqlalchemy import delete, or_, select
 
 from app.storage.db import conversation_record, message_record
+from app.storage.documents import DocumentStore
 from app.storage.export import conversation_json, conversation_markdown
 from app.storage.messages import MessageStore
 from app.storage.records import Conversation, SamplingSettings
@@ -35,8 +36,8 @@ def session_key(conversation_id: str) -> str:
     return f"session/{conversation_id}"
 
 
-class Storage(MessageStore):
-    """Conversations, messages and settings in one SQLite file."""
+class Storage(MessageStore, DocumentStore):
+    """Conversations, messages, documents and settings in one SQLite file."""
 
     # -- conversations -------------------------------------------------------------------
 
@@ -133,7 +134,9 @@ class Storage(MessageStore):
                 s.execute(delete(ConversationRow).where(ConversationRow.id.in_(ids)))
                 per_chat = [SettingRow.key.endswith(f"/{i}", autoescape=True) for i in ids]
                 s.execute(delete(SettingRow).where(or_(*per_chat)))
-            return len(ids)
+        if ids:  # their documents went with them (a cascade); a text no chat lists goes too
+            self.purge_documents()
+        return len(ids)
 
     def search(self, query: str) -> list[Conversation]:
         """Conversations whose title or any message contains ``query`` (case-insensitive)."""
@@ -163,7 +166,8 @@ class Storage(MessageStore):
     def export_markdown(self, conversation_id: str) -> str:
         """The active branch as a Markdown document."""
         conv = self.get_conversation(conversation_id)
-        return conversation_markdown(conv, self.active_branch(conversation_id))
+        docs = self.documents(conversation_id)
+        return conversation_markdown(conv, self.active_branch(conversation_id), docs)
 
     def export_json(self, conversation_id: str) -> str:
         """The whole conversation (every branch) and its active path as JSON text."""
@@ -178,7 +182,7 @@ class Storage(MessageStore):
             )
             messages = [message_record(r) for r in rows]
         active = [m.id for m in self.active_branch(conversation_id)]
-        return conversation_json(conv, messages, active)
+        return conversation_json(conv, messages, active, self.documents(conversation_id))
 
     # -- settings ------------------------------------------------------------------------
 
