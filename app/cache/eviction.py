@@ -20,7 +20,7 @@ contents, so quotas hold); the catalog's lock is taken only for the brief in-mem
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 
 from app.cache import kvc_chunked, kvc_whole
@@ -78,10 +78,17 @@ class Evictor:
         for tier, quota in (quotas or {}).items():
             check_quota(tier, quota)
             self.quotas[tier] = quota
+        self.held: Callable[[str], int] = lambda tier: 0
+        """Bytes a tier's quota holds besides its rows: the RAM tier's share of the store's
+        state memory pool (``CacheStore``), so rows and buffers together stay within it."""
+
+    def room(self, tier: str) -> int:
+        """What a tier's rows may take: its quota less what it holds besides them."""
+        return max(0, self.quotas[tier] - self.held(tier))
 
     def tier_for(self, wanted: str, size: int) -> str | None:
         """Where ``size`` new bytes can go: the wanted tier, else disk, else nowhere."""
-        if size <= self.quotas[wanted]:
+        if size <= self.room(wanted):
             return wanted
         if size <= self.quotas[TIER_DISK]:
             return TIER_DISK
@@ -110,7 +117,7 @@ class Evictor:
         ``protect``: rows being saved or moved by a caller up the stack. A demotion makes
         room on disk in turn, and must not evict the very row whose move started it.
         """
-        quota = self.quotas[tier]
+        quota = self.room(tier)
         if size > quota:
             return False
         for cand in self._catalog.occupants(tier):

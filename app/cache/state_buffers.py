@@ -108,6 +108,16 @@ class StateMemory:
             return False
         return True
 
+    def release_free(self) -> int:
+        """Forget every tracked buffer nobody reads (memory short, ``app.engine.memory_budget``):
+        its memory goes back to the system as soon as nothing else holds it. The bytes let go;
+        the next lend makes new memory, as before the pool."""
+        with self._lock:
+            free = [i for i, buf in enumerate(self._bufs) if _unread(buf)]
+            freed = sum(len(self._bufs[i]) for i in free)
+            self._bufs = [buf for i, buf in enumerate(self._bufs) if i not in free]
+        return freed
+
     @property
     def kept_bytes(self) -> int:
         with self._lock:

@@ -136,7 +136,10 @@ class CacheStore:
         self._chunked = ChunkedRows(cat, tiers, evictor, journal, counters, io_lock, chunk_tokens)
         self.memory = StateMemory()
         """Memory every save's pack, restore's reads and assembly pass through, reused
-        (``app.cache.state_buffers``): the engine's saves lend from it too."""
+        (``app.cache.state_buffers``): the engine's saves lend from it too. It lives inside
+        the RAM tier's quota: the tier's rows get what the pool leaves."""
+        memory = self.memory
+        self._evictor.held = lambda tier: memory.kept_bytes if tier == TIER_RAM else 0
         self._lookup = Lookup(cat, tiers, self._blobs, self._chunked, journal, counters, self.memory)
         self._lookup.on_whole_read = self._convert
         self._manage = Management(cat, evictor, journal, counters, io_lock)

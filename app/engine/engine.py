@@ -19,6 +19,7 @@ from app.engine.config import Markers, ModelConfig
 from app.engine.draft_model import CATCH_UP_TOKENS, DraftCache
 from app.engine.errors import EngineError, InvalidRequest, NBatchTooSmall, NotFound
 from app.engine.events import ModelInfo
+from app.engine.memory_budget import Fitting, MemoryBudget
 from app.engine.model import Model
 from app.engine.scheduler import Scheduler, start_thread
 from app.engine.text import MarkerTokens
@@ -31,8 +32,13 @@ ThreadStarter = Callable[[Scheduler, str], Any]
 
 def llama_backend_factory(config: ModelConfig, fingerprint_of: Callable[[str], bytes] | None = None) -> Backend:
     from app.cache.keys import file_sha256
+    from app.engine import kv_calibration
     from app.engine.llama_backend import LlamaBackend
 
+    type_k, type_v, kv_choice = config.type_k, config.type_v, None
+    if type_k == kv_calibration.AUTO:
+        choice = kv_calibration.resolve(config.path, flash_attn=config.flash_attn)
+        type_k, type_v, kv_choice = choice.type_k, choice.type_v, choice.why
     return LlamaBackend(
         config.path,
         n_ctx_per_seq=config.n_ctx_per_seq,
@@ -44,8 +50,9 @@ def llama_backend_factory(config: ModelConfig, fingerprint_of: Callable[[str], b
         n_threads_background=config.n_threads_background,
         n_ubatch=config.n_ubatch,
         flash_attn=config.flash_attn,
-        type_k=config.type_k,
-        type_v=config.type_v,
+        type_k=type_k,
+        type_v=type_v,
+        kv_choice=kv_choice,
         swa_full=config.swa_full,
         fingerprint_of=fingerprint_of or file_sha256,
     )
@@ -65,7 +72,10 @@ class Engine:
         cache_quotas: dict[str, int] | None = None,
         backend_factory: BackendFactory | None = None,
         thread_starter: ThreadStarter = start_thread,
+        memory_cap: int | None = None,
     ) -> None:
+        """``memory_cap``: the most bytes Hearth's resident memory may take (None: a share of
+        what the machine has, ``app.engine.memory_budget``)."""
         self.data_dir = Path(data_dir)
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self._fingerprints = FingerprintCache(self.data_dir)
@@ -84,6 +94,10 @@ class Engine:
         self._registry = threading.Lock()
         self._lock = threading.Lock()
         self._closed = False
+        self.memory = MemoryBudget(memory_cap)
+        """The one memory budget: loads are fitted against it, the RAM tier and pools give way."""
+        self.fit_words: dict[str, str] = {}
+        """What the fit chose for each loaded model and why (``load_model(fit="choose")``)."""
 
     @property
     def native_notice(self) -> str | None:
@@ -101,7 +115,11 @@ class Engine:
                 self._cache = CacheStore(self.data_dir / "cache", quotas=self._quotas)
             return self._cache
 
-    def load_model(self, model_id: str, config: ModelConfig) -> Model:
+    def load_model(self, model_id: str, config: ModelConfig, *, fit: Fitting = "check") -> Model:
+        """Load a model. ``fit``: ``check`` refuses (``DoesNotFit``, with its numbers) a config
+        whose estimate does not fit the budget, before llama.cpp allocates anything;
+        ``choose`` fits ``n_ctx`` / ``n_seq_max`` (the config's are the most wanted; the
+        choice in words: ``fit_words``); ``force`` loads against the estimate."""
         if config.n_batch < config.n_seq_max:
             raise NBatchTooSmall(
                 f"n_batch={config.n_batch} cannot hold one decode row for each of "
@@ -114,6 +132,7 @@ class Engine:
                 raise InvalidRequest(f"a model with id {model_id!r} is already loaded")
             self._loading.add(model_id)
         try:
+            config, words = self.memory.admit(config, self._cache_if_used(config), fit)
             if self._probes_native:
                 native_probe.ensure(_probe_model(config.path))
             backend = self._backend_factory(config)
@@ -124,6 +143,10 @@ class Engine:
                 raise
             with self._registry:
                 self._models = MappingProxyType({**self._models, model_id: model})
+            self.memory.loaded(model_id, config)
+            if words:
+                self.fit_words[model_id] = words
+            self.memory.watch(lambda: self._cache)
         finally:
             with self._registry:
                 self._loading.discard(model_id)
@@ -214,12 +237,24 @@ class Engine:
                 except EngineError as exc:
                     log.warning("model %s: detaching draft model %s: %s", other.id, model_id, exc)
         model.close()
+        self.memory.unloaded(model_id)
+        self.fit_words.pop(model_id, None)
         if thread is not None and hasattr(thread, "join"):
             thread.join(timeout=30)
         if model.scheduler.has_stopped:
             model._free_native()
         else:  # freeing the context under a running llama_decode would crash the process
             log.error("model %s: the scheduler thread did not stop; its native memory stays allocated", model_id)
+
+    def _cache_if_used(self, config: ModelConfig) -> Any:
+        """The store a load may make room in: opened already, or about to be (cache on)."""
+        return self.cache if config.cache_enabled or self._cache is not None else None
+
+    def memory_status(self) -> dict[str, Any]:
+        """The budget's parts and cap (bytes), and what each model's fit chose."""
+        out = self.memory.parts(self._cache).as_dict()
+        out["fit"] = dict(self.fit_words)
+        return out
 
     def counters(self) -> dict[str, int]:
         counters: dict[str, int] = self.cache.counters()
@@ -236,6 +271,7 @@ class Engine:
                 self.unload(model_id)
             except Exception:
                 log.exception("unloading %s failed", model_id)
+        self.memory.close()
         if self._cache is not None:
             self._cache.close()
 

@@ -454,7 +454,7 @@ def read_entry(path: Path | str, *, is_default: bool = False) -> ModelEntry:
                           quant=quant_from_filename(path.name), is_default=is_default)
 
 
-CELL_BYTES = {"f32": 4.0, "f16": 2.0, "q8_0": 34 / 32, "q5_1": 24 / 32, "q5_0": 22 / 32, "q4_1": 20 / 32, "q4_0": 18 / 32}
+CELL_BYTES = {"f32": 4.0, "f16": 2.0, "bf16": 2.0, "q8_0": 34 / 32, "q5_1": 24 / 32, "q5_0": 22 / 32, "q4_1": 20 / 32, "q4_0": 18 / 32}
 """Bytes a KV value takes in each cell type llama.cpp accepts (blocks of 32 for the quants)."""
 DEFAULT_TYPE_K, DEFAULT_TYPE_V = "q8_0", "f16"  # the engine's defaults (app.engine.config)
 
