@@ -8,8 +8,8 @@ one is sent). Runs on a model's bridge thread, the only UI-side caller of the mo
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Protocol
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
 
 from app.conversation.window import (
     SUMMARY_OPENING,
@@ -32,6 +32,11 @@ class TemplateModel(Protocol):
     def tokenize(self, text: str) -> list[int]: ...
 
 
+Shape = Callable[[list[Message], str], tuple[list[dict[str, Any]], str, list[dict[str, Any]] | None]]
+"""Rewrites a view's template messages and system prompt for a chat that offers tools, and
+gives the tools to render (``app.tools.prompt.ToolShape``)."""
+
+
 class PromptBuilder:
     """The prompt tokens of one conversation's possible views.
 
@@ -52,8 +57,10 @@ class PromptBuilder:
         *,
         continue_reply: bool = False,
         merge_summary: bool = False,
+        shape: Shape | None = None,
     ) -> None:
         self.model = model
+        self.shape = shape
         self.system = system
         self.turns = list(turns)
         self.continue_reply = continue_reply and len(self.turns) > 1
@@ -104,6 +111,10 @@ class PromptBuilder:
         messages, extra = view_messages(turns, start, summary, merge_summary=self.merge_summary)
         request: dict[str, object] = {"messages": messages}
         system = self.system + extra
+        if self.shape is not None:
+            request["messages"], system, tools = self.shape(messages, system)
+            if tools:
+                request["tools"] = tools
         if system:
             request["system"] = system
         return list(self.model.apply_chat_template(request))

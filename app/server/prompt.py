@@ -56,7 +56,7 @@ def build_chat_prompt(
 ) -> ChatPrompt:
     mode = tool_mode(request, chat_template)
     if mode == "native":
-        messages = [_native(m) for m in request.messages]
+        messages = [native_message(m) for m in request.messages]
         tools = [t.openai_json() for t in request.tools] or None
     else:
         messages = _generic(request, memo) if mode == "generic" else [_plain(m) for m in request.messages]
@@ -86,7 +86,8 @@ def _plain(m: Message) -> dict[str, Any]:
     return {"role": m.role, "content": m.content or ""}
 
 
-def _native(m: Message) -> dict[str, Any]:
+def native_message(m: Message) -> dict[str, Any]:
+    """A message as a template that renders tools takes it (also the app's tool chats)."""
     out: dict[str, Any] = {"role": m.role, "content": m.content or ""}
     if m.tool_calls:
         out["tool_calls"] = [
