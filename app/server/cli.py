@@ -34,6 +34,12 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                        help="require 'Authorization: Bearer KEY' (default: HEARTH_API_KEY)")
     serve.add_argument("--ctx", type=int, default=4096, help="context per conversation (tokens)")
     serve.add_argument("--parallel", type=int, default=4, help="sequences decoded together (n_seq_max)")
+    serve.add_argument("--fit", choices=("check", "choose", "force"), default="check",
+                       help="check: refuse a --ctx × --parallel that does not fit this machine's memory "
+                       "(default); choose: the largest that fits, up to them; force: load anyway")
+    serve.add_argument("--memory-cap", type=_bytes, default=None,
+                       help="the most memory Hearth may take, e.g. 1.5G (default: what the machine has, "
+                       "less a fifth left to the desktop)")
     serve.add_argument("--threads", type=int, default=None)
     serve.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES)
     serve.add_argument("--max-prompt-tokens", type=int, default=None, help="default: the context")
@@ -44,6 +50,16 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                        "across batch shapes (one after a cache restore can differ from the same one computed cold)")
     serve.set_defaults(func=cmd_serve)
     return serve
+
+
+def _bytes(text: str) -> int:
+    """"1.5G", "800M", "1073741824" → bytes (binary units)."""
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+    t = text.strip().upper().removesuffix("IB").removesuffix("B")
+    try:
+        return int(float(t[:-1]) * units[t[-1]]) if t and t[-1] in units else int(t)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (e.g. 1.5G, 800M)") from None
 
 
 def resolve_model(value: str | None, data_dir: Path) -> Path:
@@ -92,9 +108,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     base = data_dir(args.data_dir)
     path = resolve_model(args.model, base)
     model_id = args.model_id or path.stem
-    engine = Engine(base)
+    engine = Engine(base, memory_cap=args.memory_cap)
     try:
-        engine.load_model(model_id, model_config(str(path), args))
+        engine.load_model(model_id, model_config(str(path), args), fit=args.fit)
+        if model_id in engine.fit_words:
+            print(f"hearth serve: {engine.fit_words[model_id]}", file=sys.stderr, flush=True)
         if engine.native_notice:  # llama.cpp crashed in the probe; a safer setting runs
             print(f"hearth serve: {engine.native_notice}", file=sys.stderr, flush=True)
         server = ServerThread(create_app(engine, config), config, log_level="warning")
