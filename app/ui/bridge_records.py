@@ -65,6 +65,8 @@ class ReadAheadRequest:
     """Read the word being typed too (``app.conversation.type_ahead``: a whole read), asked
     when the engine has nothing else to do; the bridge reads it only on a model whose memory
     can drop a tail that changes."""
+    documents: bool = False
+    """An empty draft in a chat with documents: read the chat up to where the message goes."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -367,7 +367,7 @@ class _BridgeWorker(QObject):
             stale = self._latest_read.get(sid, ask.generation) != ask.generation
         if stale:
             return  # a newer draft is asked for, or the message was sent: nothing to say
-        if not draft:
+        if not draft and not ask.documents:
             self._skip(ask, "empty")
             return
 

@@ -28,6 +28,7 @@ from app.ui.chat.chat_style import chat_extras_qss
 from app.ui.chat.chat_view import ChatView
 from app.ui.chat.composer import Composer
 from app.ui.chat.controller import ChatController
+from app.ui.chat.documents import ChatDocuments, DocumentsBar
 from app.ui.chat.narrow_layout import NarrowLayout
 from app.ui.chat.settings_panel import SettingsPanel
 from app.ui.chat.sidebar import Sidebar
@@ -105,6 +106,8 @@ class ChatPage(QWidget):
         pl.setContentsMargins(0, 0, 0, 10)
         pl.setSpacing(0)
         pl.addWidget(header)
+        self.documents_bar = DocumentsBar()  # the chat's documents (app.ui.chat.documents)
+        pl.addWidget(self.documents_bar)
         pl.addWidget(self.chat_view, 1)
         pl.addLayout(composer_row)
         pl.addWidget(hint)
@@ -152,6 +155,7 @@ class ChatPage(QWidget):
         )
         self.type_ahead.changed.connect(self._on_read_ahead_changed)
         self.settings_panel.type_ahead_edited.connect(self.type_ahead.set_enabled)
+        self.documents = ChatDocuments(self)  # attach, drop, paste; read on attach
         self.settings_panel.overflow.policy_edited.connect(self._on_policy_edited)
         self.settings_panel.overflow.default_policy_edited.connect(controller.set_default_policy)
         self._draft_tokens: tuple[str, int] = ("", 0)
@@ -397,7 +401,7 @@ class ChatPage(QWidget):
         if self.controller.unanswered(cid):  # no second user turn in a row
             self.composer.show_note(UNANSWERED_NOTE)
             return
-        over = self._over_the_limit(cid, text)
+        over = self._over_the_limit(cid, text) or self.documents.too_big(cid)
         if over:  # the meter is red: say so now rather than fail after sending
             self.composer.show_note(over)
             return

@@ -18,6 +18,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.ui.chat.chat_style import amber
+from app.ui.chat.documents import local_files
 from app.ui.theme import colors, current_icon
 from app.ui.widgets.icons import icon
 
@@ -25,6 +26,7 @@ from app.ui.widgets.icons import icon
 class MessageInput(QPlainTextEdit):
     submitted = Signal()
     pasted = Signal()  # text was pasted or dropped in (type-ahead reads it at once)
+    files_given = Signal(list)  # local files pasted or dropped in: attached, not typed
 
     MIN_LINES = 1
     MAX_LINES = 8
@@ -50,8 +52,15 @@ class MessageInput(QPlainTextEdit):
         super().keyPressEvent(event)
 
     def insertFromMimeData(self, source: QMimeData) -> None:  # noqa: N802 — Qt override
+        files = local_files(source)
+        if files:  # a file copied in a file manager: attach it (its path is not the message)
+            self.files_given.emit(files)
+            return
         super().insertFromMimeData(source)
         self.pasted.emit()
+
+    def canInsertFromMimeData(self, source: QMimeData) -> bool:  # noqa: N802 — Qt override
+        return bool(local_files(source)) or super().canInsertFromMimeData(source)
 
     def event(self, event: QEvent) -> bool:
         # NOTE: the box's own resize, not resizeEvent: that one is the viewport's, inside the
@@ -192,6 +201,7 @@ class Composer(QFrame):
     send_requested = Signal(str)
     stop_requested = Signal()
     draft_changed = Signal(str)  # the draft's text, after typing pauses (for its token count)
+    attach_requested = Signal()  # the attach button
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -207,6 +217,13 @@ class Composer(QFrame):
             btn.setFixedSize(32, 32)
             btn.setIconSize(QSize(18, 18))
             btn.setCursor(Qt.CursorShape.PointingHandCursor)
+        self.attach_button = QToolButton()  # documents (app.ui.chat.documents)
+        self.attach_button.setObjectName("attachButton")
+        self.attach_button.setToolTip("Attach files: text, Markdown, source code, PDF, HTML, DOCX "
+                                      "(or drop them on the chat)")
+        self.attach_button.setFixedSize(32, 32)
+        self.attach_button.setCursor(Qt.CursorShape.PointingHandCursor)
+        self.attach_button.clicked.connect(self.attach_requested)
         self.meter = ContextMeter()
         self.reading = QLabel()  # type-ahead: "Reading the prompt…" while a paste is read
         self.reading.setObjectName("readAheadText")
@@ -226,6 +243,7 @@ class Composer(QFrame):
         buttons.addWidget(self.stop_button)
         row = QHBoxLayout()
         row.setSpacing(8)
+        row.addWidget(self.attach_button, 0, Qt.AlignmentFlag.AlignBottom)
         row.addWidget(self.input, 1)
         row.addLayout(buttons)
         foot = QHBoxLayout()
@@ -249,6 +267,7 @@ class Composer(QFrame):
     def refresh_icons(self) -> None:
         self.send_button.setIcon(current_icon("send", "on_accent"))
         self.stop_button.setIcon(icon("stop", colors().window))
+        self.attach_button.setIcon(icon("plus", colors().muted))
 
     def show_reading(self, text: str) -> None:
         """Type-ahead's progress on a long draft ("" hides it); the user types on meanwhile."""

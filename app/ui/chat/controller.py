@@ -324,7 +324,8 @@ class ChatController(QObject):
                 text = self.storage.export_json(cid)
             else:
                 conv = self.storage.get_conversation(cid)
-                text = conversation_markdown(replace(conv, title=self.export_title(cid)), self.branch(cid))
+                text = conversation_markdown(replace(conv, title=self.export_title(cid)), self.branch(cid),
+                                             self.storage.documents(cid))  # fmt: skip
             Path(path).write_text(text, encoding="utf-8")
         except (StorageError, OSError) as exc:
             self.error_raised.emit(f"Export failed: {exc}")

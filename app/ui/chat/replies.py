@@ -19,6 +19,7 @@ from PySide6.QtCore import QObject, Signal
 
 from app.conversation.state import ConversationState, ReplyFailure, SessionState
 from app.conversation.window import Turn, WindowState, check_summary, clean_summary
+from app.documents import system_with_documents
 from app.remote.endpoint import is_remote_id
 from app.storage import Message, ReplyStats, Storage, StorageError
 from app.ui.bridge_records import GenerationRequest, StreamUpdate, SummaryRequest, WindowReport
@@ -186,6 +187,7 @@ class ReplyRunner(QObject):
             window = self.state.window(cid)
             policy = self.state.policy(cid)
             session = self.state.session(cid)
+            system = system_with_documents(conv.system_prompt, self.storage.documents(cid))
         except StorageError as exc:
             self.error_raised.emit(str(exc))
             return False
@@ -197,7 +199,7 @@ class ReplyRunner(QObject):
             request_id=str(uuid.uuid4()),
             session_id=cid,
             messages=tuple(Turn(m.id, m.role, m.content) for m in history if m.role != "system"),
-            system=conv.system_prompt,
+            system=system,  # the system prompt, then the chat's documents (app.documents.layout)
             params=infer_params(conv.sampling, self._draft_models(conv.model_id)),
             session=session,
             window=window,
@@ -237,6 +239,7 @@ class ReplyRunner(QObject):
             history = self.storage.active_branch(cid)
             window, policy = self.state.window(cid), self.state.policy(cid)
             session = self.state.session(cid)
+            system = system_with_documents(conv.system_prompt, self.storage.documents(cid))
         except StorageError as exc:
             log.info("no read-ahead for %s: %s", cid, exc)
             return None
@@ -244,7 +247,7 @@ class ReplyRunner(QObject):
             request_id="",
             session_id=cid,
             messages=tuple(Turn(m.id, m.role, m.content) for m in history if m.role != "system"),
-            system=conv.system_prompt,
+            system=system,
             params=infer_params(conv.sampling),
             session=session,
             window=window,

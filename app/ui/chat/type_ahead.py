@@ -8,6 +8,10 @@ thread, at the engine's lowest priority; ``app.conversation.type_ahead`` says wh
 read). On Enter the message goes as the ordinary request and finds almost all of its prompt
 held already; its reply is the one it would be without.
 
+A chat's attached documents are read the same way the moment they are attached, with an
+empty draft (``reads_documents``): the system prompt and the documents, up to where the
+message will go (``app.ui.chat.documents``).
+
 It never reads for a remote model, while the chat's own reply is being written (the draft is
 read once it ends), or when it is turned off (Settings › New chats, or the chat's settings).
 It stops when the draft is cleared, the chat is left, the model is unloaded or changed; what
@@ -88,6 +92,8 @@ class TypeAhead(QObject):
         self._reading: dict[str, tuple[str, int]] = {}  # cid → (model id, generation) it reads on
         self._updates: dict[str, ReadAheadUpdate] = {}
         self._first: dict[str, tuple[float, int]] = {}  # cid → (time, held) of the first update
+        self.reads_documents: Callable[[str], bool] = lambda _cid: False
+        """Whether a chat has documents to read with an empty draft (the chat page sets it)."""
         self.sent_reads = 0
         """Read-aheads asked of a bridge (tests and B11 count them)."""
         self.models.read_ahead_received.connect(self._on_update)
@@ -142,6 +148,8 @@ class TypeAhead(QObject):
             self._timer.stop()
             if cid:
                 self.stop(cid)
+                if self.reads_documents(cid):  # the documents stay read, and are read on
+                    self._schedule()
             return
         self._timer.start(WORD_END_MS if text[-1].isspace() else self._pause(cid))
 
@@ -213,8 +221,14 @@ class TypeAhead(QObject):
 
     # -- reading -----------------------------------------------------------------------------
 
+    def documents_changed(self, cid: str) -> None:
+        """The chat's documents changed (one attached, removed): read the chat again now."""
+        if cid == self._cid:
+            self._timer.stop()
+            self.read_now()
+
     def _schedule(self) -> None:
-        if self._cid and self._draft.strip():
+        if self._cid and (self._draft.strip() or self.reads_documents(self._cid)):
             self._timer.start(self._pause(self._cid))
 
     def _pause(self, cid: str | None) -> int:
@@ -238,7 +252,10 @@ class TypeAhead(QObject):
         """Read the open chat's draft ahead, if type-ahead may."""
         self._timer.stop()
         cid, draft = self._cid, self._draft
-        if not cid or not draft.strip() or self.controller.is_busy(cid) or not self.enabled(cid):
+        if not cid or self.controller.is_busy(cid) or not self.enabled(cid):
+            return
+        documents = not draft.strip() and self.reads_documents(cid)
+        if not draft.strip() and not documents:
             return
         model_id = self.controller.model_of(cid)
         bridge = self.models.get(model_id)
@@ -254,7 +271,7 @@ class TypeAhead(QObject):
         self._generation += 1
         self._reading[cid] = (model_id, self._generation)
         self.sent_reads += 1
-        bridge.read_ahead(ReadAheadRequest(request, draft, self._generation, whole))
+        bridge.read_ahead(ReadAheadRequest(request, draft, self._generation, whole, documents))
 
     def _on_update(self, update: ReadAheadUpdate) -> None:
         cid = update.session_id

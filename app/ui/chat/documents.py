@@ -1,0 +1,485 @@
+"""Documents in the chat (docs/user-guide.md, Documents), on the GUI thread: attaching files
+(the composer's button, a drop on the chat, a paste), the chat's list of its documents under
+the header, and "New chat with these documents".
+
+A file's text is extracted on a worker thread (``app.documents.extract``: a refusal comes back
+as a message, and nothing is attached); then it is stored with the chat (``Storage.
+attach_document``) and read at once into the chat's sequence by type-ahead (``TypeAhead.
+read_now``, at the engine's lowest priority), so by the time the question is typed only the
+question is left. Where a document goes in the prompt is ``app.documents.layout``'s: after the
+system prompt, before the conversation, which is what lets every chat attaching the same files
+reuse their tokens. Attaching to a chat that already has messages therefore reads the
+conversation again after the document: the app says how much first, and asks.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from PySide6.QtCore import QEvent, QMimeData, QObject, Qt, Signal
+from PySide6.QtGui import QDragEnterEvent, QDropEvent
+from PySide6.QtWidgets import (
+    QFrame,
+    QHBoxLayout,
+    QLabel,
+    QPushButton,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.documents import (
+    DocumentError,
+    Extracted,
+    document_block,
+    extract_file,
+    system_with_documents,
+)
+from app.storage import ChatDocument, StorageError
+from app.ui.chat.controller import ChatController
+from app.ui.confirm import confirm_stop
+from app.ui.theme import colors
+
+if TYPE_CHECKING:
+    from app.ui.chat.chat_page import ChatPage
+
+log = logging.getLogger(__name__)
+
+REPLY_ROOM = 512
+"""Tokens a chat's documents leave for the conversation and the reply, at the least, before
+the app says they do not fit."""
+
+
+def local_files(mime: QMimeData) -> list[str]:
+    """The local files a drop or a paste carries (none for text)."""
+    if not mime.hasUrls():
+        return []
+    return [u.toLocalFile() for u in mime.urls() if u.isLocalFile() and u.toLocalFile()]
+
+
+@dataclass(slots=True)
+class _Job:
+    job_id: str
+    cid: str
+    path: str
+    name: str
+    done: int = 0
+    total: int = 0
+
+
+class DocumentAttacher(QObject):
+    """Extraction off the GUI thread, then the chat's documents (stored, counted, read)."""
+
+    changed = Signal(str)  # conversation id: its documents (or their counts, or a job) changed
+    refused = Signal(str, str)  # conversation id, why a file was not attached
+    attached = Signal(str, str)  # conversation id, file name
+    _progress = Signal(str, int, int)  # job id, pages done, pages (worker thread → GUI)
+    _finished = Signal(str, object)  # job id, Extracted | str (worker thread → GUI)
+
+    def __init__(self, controller: ChatController, parent_widget: QWidget) -> None:
+        super().__init__(parent_widget)
+        self.controller = controller
+        self.parent_widget = parent_widget
+        self.jobs: dict[str, _Job] = {}
+        self.tokens: dict[tuple[str, str], int] = {}
+        """(model id, a document's SHA-256 or a chat's id) → tokens of its block, or of the
+        chat's whole system message (its system prompt and documents)."""
+        self.watched: set[str] = set()
+        """Chats whose documents were counted (told when a count arrives)."""
+        self._progress.connect(self._on_progress)
+        self._finished.connect(self._on_finished)
+        controller.models.count_received.connect(self._on_count)
+
+    # -- attaching ---------------------------------------------------------------------------
+
+    def attach(self, cid: str, paths: list[str]) -> None:
+        """Read each file on a worker thread; each is attached, or refused with a message."""
+        for path in paths:
+            job = _Job(uuid.uuid4().hex, cid, path, Path(path).name)
+            self.jobs[job.job_id] = job
+            threading.Thread(target=self._extract, args=(job,), name="hearth-document", daemon=True).start()
+        self.changed.emit(cid)
+
+    def _extract(self, job: _Job) -> None:  # worker thread: emit only
+        try:
+            result: Extracted | str = extract_file(job.path, lambda d, t: self._progress.emit(job.job_id, d, t))
+        except DocumentError as exc:
+            result = str(exc)
+        except Exception as exc:  # a bug must not leave the job hanging
+            log.exception("extracting %s failed", job.path)
+            result = f"{job.name} could not be read ({type(exc).__name__}: {exc})."
+        self._finished.emit(job.job_id, result)
+
+    def _on_progress(self, job_id: str, done: int, total: int) -> None:
+        job = self.jobs.get(job_id)
+        if job is not None:
+            job.done, job.total = done, total
+            self.changed.emit(job.cid)
+
+    def _on_finished(self, job_id: str, result: object) -> None:
+        job = self.jobs.pop(job_id, None)
+        if job is None:
+            return
+        if isinstance(result, Extracted):
+            self._store(job.cid, result)
+        else:
+            self.refused.emit(job.cid, str(result))
+        self.changed.emit(job.cid)
+
+    def _store(self, cid: str, doc: Extracted) -> None:
+        if self.controller.conversation(cid) is None:
+            self.refused.emit(cid, f"{doc.name} was not attached: its chat is gone.")
+            return
+        history = self.controller.branch(cid)
+        if history and not self._confirm_reread(cid, doc, len(history)):
+            return
+        try:
+            self.controller.storage.attach_document(cid, doc.name, doc.text, kind=doc.kind, pages=doc.pages)
+        except StorageError as exc:
+            self.refused.emit(cid, f"{doc.name} was not attached: {exc}")
+            return
+        self.attached.emit(cid, doc.name)
+        self.count(cid)
+
+    def _confirm_reread(self, cid: str, doc: Extracted, num_messages: int) -> bool:
+        """Documents go before the conversation: attaching one to a chat that has messages reads
+        them again after it. Say how much, and ask."""
+        held = self.controller.last_context_tokens(cid)
+        size = f"its {held:,} tokens" if held else f"its {num_messages} messages"
+        return confirm_stop(
+            self.parent_widget, "Attach to this chat?",
+            f"Documents go before the conversation, so that every chat with the same documents "
+            f"reads them once. Attaching {doc.name} here reads this chat's conversation again after "
+            f"it ({size}), once. To keep this chat as it is, attach it in a new chat instead.",
+            "Attach and read again",
+        )  # fmt: skip
+
+    def remove(self, cid: str, doc: ChatDocument) -> None:
+        try:
+            self.controller.storage.remove_document(cid, doc.sha256)
+        except StorageError as exc:
+            self.refused.emit(cid, f"{doc.name} was not removed: {exc}")
+            return
+        self.changed.emit(cid)
+        self.count(cid)
+
+    def new_chat_with(self, cid: str) -> str | None:
+        """A new chat (the app's defaults) with ``cid``'s documents, in their order."""
+        conv = self.controller.new_conversation()
+        if conv is None:
+            return None
+        try:
+            self.controller.storage.copy_documents(cid, conv.id)
+        except StorageError as exc:
+            self.refused.emit(conv.id, f"The documents were not attached: {exc}")
+        return conv.id
+
+    # -- what the chat shows -----------------------------------------------------------------
+
+    def documents(self, cid: str | None) -> list[ChatDocument]:
+        if not cid:
+            return []
+        try:
+            return self.controller.storage.documents(cid)
+        except StorageError as exc:
+            log.info("documents of %s unreadable: %s", cid, exc)
+            return []
+
+    def pending(self, cid: str | None) -> list[tuple[str, int, int]]:
+        """Files being read for ``cid``: (name, pages done, pages)."""
+        return [(j.name, j.done, j.total) for j in self.jobs.values() if j.cid == cid]
+
+    def count(self, cid: str) -> None:
+        """Ask the chat's model to count each document's tokens and the system message's."""
+        model_id = self.controller.model_of(cid)
+        bridge = self.controller.models.get(model_id)
+        if bridge is None:
+            return
+        self.watched.add(cid)
+        docs = self.documents(cid)
+        for d in docs:
+            if (model_id, d.sha256) not in self.tokens:
+                bridge.count_tokens(f"doc|{d.sha256}|{model_id}", document_block(d.name, d.text))
+        conv = self.controller.conversation(cid)
+        if conv is not None and docs:
+            bridge.count_tokens(f"docs|{cid}|{model_id}", system_with_documents(conv.system_prompt, docs))
+
+    def _on_count(self, key: str, n: int) -> None:
+        kind, ident, model_id = (key.split("|", 2) + ["", ""])[:3]
+        if kind not in ("doc", "docs"):
+            return
+        self.tokens[(model_id, ident)] = n
+        for cid in {ident} if kind == "docs" else {j for j in self.watched}:
+            self.changed.emit(cid)
+
+    def doc_tokens(self, cid: str, doc: ChatDocument) -> int | None:
+        return self.tokens.get((self.controller.model_of(cid), doc.sha256))
+
+    def too_big(self, cid: str | None) -> str:
+        """Why the chat's documents cannot be sent with its model ("" when they fit, or are
+        not counted yet): the numbers, and what works."""
+        if not cid or not self.documents(cid):
+            return ""
+        model_id = self.controller.model_of(cid)
+        need = self.tokens.get((model_id, cid))
+        bridge = self.controller.models.get(model_id)
+        if need is None or bridge is None or not bridge.n_ctx:
+            return ""
+        limit = bridge.n_ctx - REPLY_ROOM
+        if need <= limit:
+            return ""
+        return (f"Too big for the context: with its documents this chat starts at about {need:,} tokens, "
+                f"and {self.controller.models.label(model_id)} holds {bridge.n_ctx:,} (at least {REPLY_ROOM:,} "
+                "must stay for the conversation and the reply). Load the model with a larger context in "
+                "Models › Library (it estimates the memory it takes), attach only the pages you need, or "
+                "remove a document. Nothing is sent until it fits: no part of a document is cut.")
+
+    def reading_words(self, cid: str, held: int, target: int) -> str:
+        """"Reading contract.pdf… 2,314 / 5,120 tokens" while the chat's documents are read."""
+        docs = self.documents(cid)
+        if not docs:
+            return ""
+        return f"Reading {docs[-1].name}… {held:,} / {target:,} tokens"
+
+
+class DocumentsBar(QFrame):
+    """Under the chat's header: each document (name, pages, tokens, what holds it) with a ×,
+    files being read, why a file was refused, and "New chat with these documents"."""
+
+    new_chat_requested = Signal()
+    remove_requested = Signal(object)  # ChatDocument
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("documentsBar")
+        self._rows = QVBoxLayout()
+        self._rows.setSpacing(2)
+        self.note = QLabel()
+        self.note.setObjectName("documentsNote")
+        self.note.setWordWrap(True)
+        self.note.hide()
+        self.new_chat = QPushButton("New chat with these documents")
+        self.new_chat.setObjectName("newChatWithDocumentsButton")
+        self.new_chat.setToolTip("A new chat that starts from these documents, already read (from the cache)")
+        self.new_chat.clicked.connect(self.new_chat_requested)
+        foot = QHBoxLayout()
+        foot.addWidget(self.note, 10)
+        foot.addStretch(1)
+        foot.addWidget(self.new_chat, 0, Qt.AlignmentFlag.AlignTop)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(20, 6, 12, 6)
+        layout.setSpacing(4)
+        layout.addLayout(self._rows)
+        layout.addLayout(foot)
+        self.refresh_style()
+        self.hide()
+
+    def refresh_style(self) -> None:
+        c = colors()
+        self.setStyleSheet(
+            f"QFrame#documentsBar {{ background: {c.window}; border-bottom: 1px solid {c.border}; }}"
+            f"QLabel#documentRow {{ color: {c.text}; font-size: 9pt; }}"
+            f"QLabel#documentReading {{ color: {c.muted}; font-size: 9pt; }}"
+            f"QLabel#documentsNote {{ color: {c.error_text}; font-size: 8.5pt; }}"
+        )
+
+    def show_documents(self, rows: list[tuple[ChatDocument, str]], reading: list[str], note: str) -> None:
+        """``rows``: each document and its line; ``reading``: lines of files being read."""
+        while self._rows.count():
+            item = self._rows.takeAt(0)
+            w = item.widget() if item is not None else None
+            if w is not None:
+                w.deleteLater()
+        for doc, line in rows:
+            row = QWidget()
+            hl = QHBoxLayout(row)
+            hl.setContentsMargins(0, 0, 0, 0)
+            label = QLabel(line)
+            label.setObjectName("documentRow")
+            label.setToolTip(line)
+            remove = QToolButton()
+            remove.setObjectName("removeDocumentButton")
+            remove.setText("×")
+            remove.setToolTip(f"Remove {doc.name} from this chat: the next message is read without it "
+                              "(the conversation after it is read again, once)")  # fmt: skip
+            remove.clicked.connect(lambda _=False, d=doc: self.remove_requested.emit(d))
+            hl.addWidget(label, 1)
+            hl.addWidget(remove)
+            self._rows.addWidget(row)
+        for line in reading:
+            label = QLabel(line)
+            label.setObjectName("documentReading")
+            self._rows.addWidget(label)
+        self.note.setText(note)
+        self.note.setVisible(bool(note))
+        self.new_chat.setVisible(bool(rows))
+        self.setVisible(bool(rows or reading or note))
+
+
+def document_line(doc: ChatDocument, tokens: int | None, held: str) -> str:
+    """""contract.pdf · 12 pages · 5,120 tokens · read: in this chat's memory"."""
+    parts = [doc.name]
+    if doc.pages:
+        parts.append(f"{doc.pages} page{'s' if doc.pages != 1 else ''}")
+    parts.append(f"{tokens:,} tokens" if tokens is not None else f"{len(doc.text):,} characters")
+    if held:
+        parts.append(held)
+    return " · ".join(parts)
+
+
+class DropFiles(QObject):
+    """Files dropped anywhere on ``widget`` (the chat) are attached; text drops are not taken."""
+
+    dropped = Signal(list)
+
+    def __init__(self, widget: QWidget) -> None:
+        super().__init__(widget)
+        widget.setAcceptDrops(True)
+        widget.installEventFilter(self)
+
+    def eventFilter(self, obj: QObject, event: QEvent) -> bool:  # noqa: N802 — Qt override
+        if isinstance(event, (QDragEnterEvent, QDropEvent)) and event.type() in (
+            QEvent.Type.DragEnter, QEvent.Type.DragMove, QEvent.Type.Drop
+        ):
+            files = local_files(event.mimeData())
+            if not files:
+                return False
+            event.acceptProposedAction()
+            if event.type() == QEvent.Type.Drop:
+                self.dropped.emit(files)
+            return True
+        return False
+
+
+class ChatDocuments(QObject):
+    """The chat page's documents: its attach button, drops and pastes of files, the bar under
+    the header, reading on attach (type-ahead) and the too-big check before sending."""
+
+    def __init__(self, page: ChatPage) -> None:
+        super().__init__(page)
+        self.page = page
+        self.attacher = DocumentAttacher(page.controller, page)
+        self.bar = page.documents_bar
+        self._notes: dict[str, str] = {}
+        """Chat id → why its last file was refused (shown until the next attach)."""
+        self._reading: dict[str, tuple[int, int, bool]] = {}
+        """Chat id → (held, target, reading) of its documents' read (type-ahead's view)."""
+        self.drops = DropFiles(page)
+        self.drops.dropped.connect(self.attach_files)
+        page.composer.attach_requested.connect(self.choose_files)
+        page.composer.input.files_given.connect(self.attach_files)
+        page.type_ahead.reads_documents = self._wants_read
+        page.type_ahead.changed.connect(self._on_read_ahead_changed)
+        page.current_changed.connect(lambda _cid: self.refresh())
+        page.controller.models_changed.connect(self._recount)
+        page.controller.conversation_updated.connect(self._on_conversation_updated)
+        self.attacher.changed.connect(self._on_changed)
+        self.attacher.refused.connect(self._on_refused)
+        self.attacher.attached.connect(self._on_attached)
+        self.bar.remove_requested.connect(self._remove)
+        self.bar.new_chat_requested.connect(self.new_chat_with_documents)
+
+    def choose_files(self) -> None:
+        from PySide6.QtWidgets import QFileDialog
+
+        paths, _ = QFileDialog.getOpenFileNames(
+            self.page, "Attach files", "",
+            "Documents (*.txt *.md *.markdown *.pdf *.html *.htm *.docx *.csv *.json *.log *.py *.js *.ts "
+            "*.c *.h *.cpp *.rs *.go *.java *.rb *.sh *.toml *.yaml *.yml *.xml);;All files (*)",
+        )  # fmt: skip
+        if paths:
+            self.attach_files(paths)
+
+    def attach_files(self, paths: list[str]) -> None:
+        cid = self.page.current_id or self.page.new_conversation()
+        if cid is None:
+            return
+        self._notes.pop(cid, None)
+        self.attacher.attach(cid, list(paths))
+
+    def new_chat_with_documents(self) -> str | None:
+        cid = self.page.current_id
+        if not cid:
+            return None
+        new = self.attacher.new_chat_with(cid)
+        if new is not None:
+            self.page.open_conversation(new)
+            self.attacher.count(new)
+            self.page.type_ahead.documents_changed(new)
+        return new
+
+    def too_big(self, cid: str) -> str:
+        return self.attacher.too_big(cid)
+
+    def _wants_read(self, cid: str) -> bool:
+        return bool(self.attacher.documents(cid)) and not self.attacher.too_big(cid)
+
+    def _remove(self, doc: ChatDocument) -> None:
+        cid = self.page.current_id
+        if cid:
+            self.attacher.remove(cid, doc)
+            self.page.type_ahead.documents_changed(cid)
+
+    def _on_attached(self, cid: str, _name: str) -> None:
+        self.page.type_ahead.documents_changed(cid)
+
+    def _on_refused(self, cid: str, text: str) -> None:
+        self._notes[cid] = text
+        self._on_changed(cid)
+
+    def _on_changed(self, cid: str) -> None:
+        if cid == self.page.current_id:
+            self.refresh()
+
+    def _on_conversation_updated(self, cid: str) -> None:
+        if cid == self.page.current_id and self.attacher.documents(cid):
+            self.attacher.count(cid)  # its system prompt or model changed
+
+    def _recount(self) -> None:
+        if self.page.current_id:
+            self.attacher.count(self.page.current_id)
+
+    def _on_read_ahead_changed(self, cid: str) -> None:
+        if cid != self.page.current_id or not self.attacher.documents(cid):
+            return
+        view = self.page.type_ahead.view(cid)
+        if view is None:
+            return
+        self._reading[cid] = (view.held, view.target, view.reading)
+        if view.reading and not self.page.composer.input.toPlainText().strip():
+            self.page.composer.show_reading(self.attacher.reading_words(cid, view.held, view.target))
+        elif not view.long:
+            self.page.composer.show_reading("")
+        self.refresh()
+
+    def held_words(self, cid: str) -> str:
+        """What holds the chat's documents, as far as this session saw: read ahead into the
+        chat's sequence, or reused by its last reply (from the cache, or the chat's memory)."""
+        held, target, reading = self._reading.get(cid, (0, 0, False))
+        if reading:
+            return "reading…"
+        stats = next((m.stats for m in reversed(self.page.controller.branch(cid)) if m.stats), None)
+        if stats is not None and stats.tokens_reused:
+            where = "the cache" if stats.reuse_source == "cache" else "this chat's memory"
+            return f"kept: the last reply reused {stats.tokens_reused:,} tokens from {where}"
+        if target and held >= target:
+            return "read: in this chat's memory"
+        return "kept in the cache" if stats is not None else "not read yet"
+
+    def refresh(self) -> None:
+        cid = self.page.current_id
+        docs = self.attacher.documents(cid)
+        if cid and docs and not any((self.page.controller.model_of(cid), d.sha256) in self.attacher.tokens for d in docs):
+            self.attacher.count(cid)
+        held = self.held_words(cid) if cid else ""
+        rows = [(d, document_line(d, self.attacher.doc_tokens(cid or "", d), held)) for d in docs]
+        reading = [f"Reading {name}… page {done:,} of {total:,}" if total else f"Reading {name}…"
+                   for name, done, total in self.attacher.pending(cid)]  # fmt: skip
+        note = (self._notes.get(cid or "") or self.attacher.too_big(cid)) if cid else ""
+        self.bar.show_documents(rows, reading, note)
+
