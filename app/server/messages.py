@@ -2,15 +2,20 @@
 
 Roles: ``system`` (and OpenAI's newer name for it, ``developer``), ``user``, ``assistant``
 (text and/or ``tool_calls``) and ``tool`` (a result, with the ``tool_call_id`` it answers).
-Content is a string or a list of text parts; other part types (images, audio, files) are
+Content is a string or a list of text parts; a user message's parts may also be ``file``
+parts (``{"type": "file", "file": {"filename", "file_data": "data:…;base64,…"}}``): documents,
+whose text goes where the app puts a chat's documents (``app.server.prompt``,
+``app.documents.layout``). Other part types (images, audio, uploaded files by ``file_id``) are
 refused by name — a text model cannot read them, and dropping them would change the prompt.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from app.server.errors import ApiError, invalid, unsupported
@@ -29,12 +34,23 @@ class ToolCall:
 
 
 @dataclass(frozen=True, slots=True)
+class FilePart:
+    """A document sent inline: its file name and bytes (``param`` names it in an error)."""
+
+    filename: str
+    data: bytes = field(repr=False)
+    param: str
+
+
+@dataclass(frozen=True, slots=True)
 class Message:
     role: str
     content: str | None
     tool_calls: tuple[ToolCall, ...] = ()
     tool_call_id: str | None = None
     name: str | None = None
+    files: tuple[FilePart, ...] = ()
+    """A user message's ``file`` parts, in order."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,7 +95,9 @@ def _message(raw: Any, where: str) -> Message:
     reject_unknown(msg, _ROLE_KEYS[role], f"{where}.")
     if msg.get("refusal") is not None:
         raise unsupported(f"{where}.refusal")
-    content = _content(msg.get("content"), f"{where}.content")
+    content, files = _content(msg.get("content"), f"{where}.content", files=role == "user")
+    if files:
+        return Message("user", content, files=files)
     if role == "developer":
         role = "system"
     if role == "assistant":
@@ -98,23 +116,51 @@ def _message(raw: Any, where: str) -> Message:
     return Message(role, content)
 
 
-def _content(raw: Any, where: str) -> str | None:
+def _content(raw: Any, where: str, *, files: bool = False) -> tuple[str | None, tuple[FilePart, ...]]:
+    """The text of a message's content, and its ``file`` parts (allowed when ``files``)."""
     if raw is None or isinstance(raw, str):
-        return raw
+        return raw, ()
     if not isinstance(raw, list):
         raise invalid(where, "expected a string or a list of content parts")
     texts = []
+    found: list[FilePart] = []
     for j, part in enumerate(raw):
         part = require_object(part, f"{where}[{j}]")
         kind = part.get("type")
+        if kind == "file" and files:
+            found.append(_file_part(part, f"{where}[{j}]"))
+            continue
         if kind != "text":
-            raise unsupported(f"{where}[{j}].type", f"content parts of type {kind!r} (only 'text' is supported)")
+            allowed = "'text', and 'file' in a user message" if kind == "file" or files else "'text'"
+            raise unsupported(f"{where}[{j}].type", f"content parts of type {kind!r} (only {allowed} is supported)")
         reject_unknown(part, {"type", "text"}, f"{where}[{j}].")
         text = part.get("text")
         if not isinstance(text, str):
             raise invalid(f"{where}[{j}].text", "expected a string")
         texts.append(text)
-    return "".join(texts)
+    return "".join(texts), tuple(found)
+
+
+def _file_part(part: Mapping[str, Any], where: str) -> FilePart:
+    reject_unknown(part, {"type", "file"}, f"{where}.")
+    file = require_object(part.get("file"), f"{where}.file")
+    if "file_id" in file:
+        raise unsupported(f"{where}.file.file_id", "this server keeps no uploaded files: send the file's bytes "
+                                                   "as file_data (a data: URL, base64)")
+    reject_unknown(file, {"filename", "file_data"}, f"{where}.file.")
+    name, data = file.get("filename"), file.get("file_data")
+    if not isinstance(name, str) or not name.strip() or len(name) > 255:
+        raise invalid(f"{where}.file.filename", "expected the file's name (1 to 255 characters)")
+    if not isinstance(data, str):
+        raise invalid(f"{where}.file.file_data", "expected the file as a data: URL (data:<type>;base64,<bytes>)")
+    head, sep, payload = data.partition(",")
+    if not sep or not head.startswith("data:") or not head.endswith(";base64"):
+        raise invalid(f"{where}.file.file_data", "expected a data: URL with base64 bytes (data:<type>;base64,…)")
+    try:
+        raw = base64.b64decode(payload, validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise invalid(f"{where}.file.file_data", f"not base64 ({exc})") from None
+    return FilePart(name.strip(), raw, f"{where}.file")
 
 
 def _tool_calls(raw: Any, where: str) -> tuple[ToolCall, ...]:

@@ -2,7 +2,8 @@
 
 The messages are rendered with the model's own chat template (``Model.apply_chat_template``);
 tools go through the template when it renders them (native mode), else into the system
-message (generic mode, ``tools.py``). The tokens are then aligned with what the server
+message (generic mode, ``tools.py``); ``file`` parts go into the system message, after the
+system prompt, as the app lays out a chat's documents (``documents.py``). The tokens are then aligned with what the server
 generated before (``alignment.TokenMemo``) so a re-sent conversation reuses its KV.
 """
 
@@ -14,6 +15,7 @@ from typing import Any, Literal, Protocol
 
 from app.engine.config import Markers
 from app.server.alignment import TokenMemo
+from app.server.documents import with_documents
 from app.server.grammar import (
     JSON_OBJECT_GRAMMAR,
     TOOL_CLOSE,
@@ -54,6 +56,7 @@ def build_chat_prompt(
     model: TemplateModel, request: ChatRequest, memo: TokenMemo, *, chat_template: str | None,
     tool_markers: Markers | None = None,
 ) -> ChatPrompt:
+    request = with_documents(request)  # file parts: where the app puts a chat's documents
     mode = tool_mode(request, chat_template)
     if mode == "native":
         messages = [native_message(m) for m in request.messages]

@@ -121,3 +121,24 @@ def test_stored_once_with_the_chat(tmp_path: Path) -> None:
     reopened.purge_deleted()
     with reopened._session() as s:
         assert s.execute(sql_text("select count(*) from documents")).scalar() == 0
+
+
+def test_server_file_parts_parse_and_refuse_by_name() -> None:
+    import base64
+
+    from app.server.errors import ApiError
+    from app.server.messages import parse_messages
+
+    data = "data:text/plain;base64," + base64.b64encode(b"alpha").decode()
+    (msg,) = parse_messages([{"role": "user", "content": [
+        {"type": "file", "file": {"filename": "a.txt", "file_data": data}}, {"type": "text", "text": "Q"}]}])
+    assert msg.content == "Q" and msg.files[0].filename == "a.txt" and msg.files[0].data == b"alpha"
+    bad = [
+        ({"type": "file", "file": {"file_id": "file-1"}}, "user", "file_id"),
+        ({"type": "file", "file": {"filename": "a.txt", "file_data": "alpha"}}, "user", "data: URL"),
+        ({"type": "file", "file": {"filename": "a.txt", "file_data": "data:x;base64,@@"}}, "user", "not base64"),
+        ({"type": "file", "file": {"filename": "a.txt", "file_data": data}}, "system", "only 'text'"),
+    ]
+    for part, role, words in bad:
+        with pytest.raises(ApiError, match=words):
+            parse_messages([{"role": role, "content": [part]}])
