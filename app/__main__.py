@@ -1,4 +1,4 @@
-"""``hearth`` / ``python -m app``: the GUI by default, or ``chat``, ``serve``, ``bench``, ``cache``."""
+"""``hearth`` / ``python -m app``: the GUI by default, or ``chat``, ``serve``, ``bench``, ``calibrate``, ``cache``."""
 
 from __future__ import annotations
 
@@ -109,6 +109,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     bench.set_defaults(func=cmd_bench)
 
+    sub.add_parser(  # dispatched in main() before this parser: its options are its own
+        "calibrate", add_help=False,
+        help="time the exact KV cell types on this CPU for a model and keep the fastest "
+        "(MODEL [--threads N] [--rounds N] [--candidates q8_0/f16,q8_0/q8_0]; see `hearth calibrate --help`)",
+    )
+
     cache = sub.add_parser("cache", help="inspect and repair the KV cache")
     cache.add_argument("action", choices=["ls", "stats", "gc", "verify"])
     cache.set_defaults(func=cmd_cache)
@@ -128,6 +134,10 @@ def main(argv: list[str] | None = None) -> int:
         from app.engine.native_probe import main as probe_child
 
         return probe_child(argv[1:])
+    if argv[:1] in (["--kv-calibrate"], ["calibrate"]):  # `hearth calibrate`, and the bundle's background child
+        from app.engine.kv_calibration import main as calibrate
+
+        return calibrate(argv[1:])
     parser = build_parser()
     # `hearth bench` hands its own options to benchmarks.run; every other command is strict.
     args, extra = parser.parse_known_args(argv)

@@ -17,19 +17,9 @@ from typing import Any
 import llama_cpp
 
 from app.engine.config import DEFAULT_TYPE_K, DEFAULT_TYPE_V
+from app.engine.kv_checks import PROMPTS
 from app.engine.llama_handles import KV_TYPES
 from app.engine.native_log import init_llama
-
-PROMPTS = [
-    "Tell me a short story about a lighthouse keeper.",
-    "Explain how a bicycle stays upright.",
-    "Write a haiku about autumn rain.",
-    "What are the main causes of ocean tides?",
-    "Describe the taste of a ripe mango.",
-    "List three uses for a paperclip.",
-    "Why is the sky blue during the day?",
-    "Give advice to someone learning to cook.",
-]
 
 
 def raw_decode_throughput(

@@ -7,8 +7,9 @@ from collections.abc import Callable
 
 from app.engine import Model
 from app.engine.events import Event, TokenId
+from app.engine.kv_checks import PROMPTS
 from benchmarks.common import Result, config, engine_at, median, progress
-from benchmarks.raw_loop import PROMPTS, raw_decode_throughput
+from benchmarks.raw_loop import raw_decode_throughput
 
 
 def hearth_decode_throughput(model: Model, n_streams: int, n_tokens: int = 64) -> tuple[float, int]:

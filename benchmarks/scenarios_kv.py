@@ -13,7 +13,7 @@ Timed: the prefill of one 512- and one 2,000-token prompt, and ms per decode tic
 sequence (short context) and with four 700-token streams. The settings take turns within a
 round, the order reversed every other round, so this machine's drift hits them alike;
 figures are medians over the rounds. Then each setting's exactness checks
-(``benchmarks.kv_exactness``): a setting is exact when every check is bit-identical, and
+(``app.engine.kv_checks``): a setting is exact when every check is bit-identical, and
 "same KV as the default" when its logits and KV bytes equal the default's (only then may a
 cache filled under one serve the other without the setting in ``ctx_params_hash``).
 """
@@ -24,10 +24,9 @@ import time
 from typing import Any
 
 from app.engine.backend import DecodeOp, PrefillOp
+from app.engine.kv_checks import CHECKS, PROMPTS, run_checks
 from app.engine.llama_backend import LlamaBackend
 from benchmarks.common import N_THREADS, Result, median, progress
-from benchmarks.kv_exactness import run_checks
-from benchmarks.raw_loop import PROMPTS
 
 DEFAULT = "FA on · ubatch 512 (default)"
 SETTINGS: list[tuple[str, dict[str, Any]]] = [
@@ -46,7 +45,6 @@ SETTINGS: list[tuple[str, dict[str, Any]]] = [
 ]
 DECODE_TICKS = 32
 FASTER_BY = 0.05
-CHECKS = ["chunking", "8 batched", "resumed", "next to 2", "next to 4", "next to 7"]
 TIMED = ["prefill 512", "prefill 2000", "decode N=1", "decode 4 x 700"]
 
 

@@ -19,8 +19,9 @@ from dataclasses import dataclass, field
 
 from app.engine import Model
 from app.engine.events import Done, Event, TokenId
+from app.engine.kv_checks import PROMPTS
 from benchmarks.common import Result, config, engine_at, median, progress
-from benchmarks.raw_loop import PROMPTS, raw_decode_throughput
+from benchmarks.raw_loop import raw_decode_throughput
 
 REWRITE = [
     "Fix the typos in this paragraph and write out the corrected paragraph:\n\n"

@@ -27,6 +27,14 @@ from tests.helpers.tiny_model import (
 )
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    # The KV calibration (app.engine.kv_calibration) would time every candidate pair of cell
+    # types in a child process at each model's first load; the suite runs every pair's
+    # exactness tests instead (tests/integration/backend/test_exact_kv.py), and its own tests
+    # turn it on.
+    os.environ.setdefault("HEARTH_KV_CALIBRATION", "off")
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _llama_threads() -> Iterator[None]:
     """Each ``LlamaBackend`` context runs on ``LLAMA_THREADS`` threads, whatever the config asks;

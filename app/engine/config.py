@@ -146,9 +146,11 @@ class ModelConfig:
     always does) end on other logits (by up to 0.63 on SmolLM2); decode rows next to other
     sequences, one row per sequence, stay exact. So off is no default; its KV is keyed apart
     (``ctx_params_hash``)."""
-    type_k: str = DEFAULT_TYPE_K
-    type_v: str = DEFAULT_TYPE_V
-    """KV cell types: q8_0 K + f16 V by default. NOTE (docs/design.md §3): llama.cpp's CPU
+    type_k: str = "auto"
+    type_v: str = "auto"
+    """KV cell types. ``"auto"`` (both, the default): the fastest exact pair on this machine,
+    found by a calibration (``app.engine.kv_calibration``), q8_0 K + f16 V until one has run.
+    NOTE (docs/design.md §3): llama.cpp's CPU
     flash-attention kernel has three accumulation paths: 64-cell tiles for ubatches of >= 64
     query rows, split-KV for one-token ubatches over >= 512 cells, and one chunk per query row
     otherwise. The tiled and split-KV paths are taken only when K and V are both f16 (or both
@@ -238,10 +240,12 @@ class ModelConfig:
         for name in ("read_first", "cache_enabled", "flash_attn", "swa_full", "speculative"):
             if not isinstance(getattr(self, name), bool):
                 raise InvalidConfig(f"ModelConfig.{name} must be True or False, got {getattr(self, name)!r}")
+        if (self.type_k == "auto") != (self.type_v == "auto"):
+            raise InvalidConfig("ModelConfig: type_k and type_v are both \"auto\" or both a cell type")
         for name in ("type_k", "type_v"):
-            if getattr(self, name) not in KV_CACHE_TYPES:
-                raise InvalidConfig(f"ModelConfig.{name} must be one of {', '.join(KV_CACHE_TYPES)}")
-        if self.type_v not in ("f16", "bf16", "f32") and not self.flash_attn:
+            if getattr(self, name) not in (*KV_CACHE_TYPES, "auto"):
+                raise InvalidConfig(f"ModelConfig.{name} must be \"auto\" or one of {', '.join(KV_CACHE_TYPES)}")
+        if self.type_v not in ("f16", "bf16", "f32", "auto") and not self.flash_attn:
             raise InvalidConfig(f"ModelConfig: a quantized V cache (type_v={self.type_v}) needs flash_attn=True")
         if self.thinking_signing_key is not None and not isinstance(self.thinking_signing_key, bytes):
             raise InvalidConfig("ModelConfig.thinking_signing_key must be bytes or None")

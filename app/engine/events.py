@@ -176,6 +176,8 @@ class ModelInfo:
     """The model's memory type (``MemoryCaps.kind``): attention, sliding_window, recurrent, hybrid."""
     memory_reuse: str = ""
     """What reuse applies to it, in a user's words (``MemoryCaps.reuse_words``)."""
+    kv_cells: str = ""
+    """Its KV cell types and why they were chosen (``app.engine.kv_calibration``), in words."""
 
 
 SlotState = Literal["free", "prefilling", "generating", "pinned", "reading_ahead"]

@@ -99,6 +99,7 @@ class LlamaBackend(SeqKv):
         type_v: str = DEFAULT_TYPE_V,
         kv_unified: bool = False,
         swa_full: bool = True,
+        kv_choice: str | None = None,
         fingerprint_of: Callable[[str], bytes] = file_sha256,
     ) -> None:
         """``fingerprint_of(path)`` gives the file's sha256; the engine passes its
@@ -106,7 +107,8 @@ class LlamaBackend(SeqKv):
         ``n_threads_batch`` (llama.cpp's threads for ubatches of more than one token) defaults
         to ``n_threads``; ``n_threads_background`` (a tick that only reads ahead:
         ``decode(background=True)``) to every core (up to 8) and at least ``n_threads_batch``;
-        ``n_ubatch`` to ``min(n_batch, 512)``."""
+        ``n_ubatch`` to ``min(n_batch, 512)``; ``kv_choice``: why these cell types, in words
+        (``app.engine.kv_calibration``), reported in ``info.extra``."""
         if min(n_ctx_per_seq, n_seq_max, n_batch) < 1:
             raise ValueError("n_ctx_per_seq, n_seq_max and n_batch must be >= 1")
         if n_ubatch is not None and not 1 <= n_ubatch <= n_batch:
@@ -158,7 +160,8 @@ class LlamaBackend(SeqKv):
                 ),
                 n_gpu_layers=n_gpu_layers, token_piece=self.token_piece,
                 extra={"n_ctx_per_seq": n_ctx_per_seq, "n_seq_max": n_seq_max, "n_batch": n_batch,
-                       "weight_kernels": self.kernels.describe()},
+                       "weight_kernels": self.kernels.describe(),
+                       "kv_cells": self._kv_words(type_k, type_v, kv_choice)},
                 memory=self.memory, kv_streams=self.n_stream,
             )
         except BaseException:
@@ -196,6 +199,11 @@ class LlamaBackend(SeqKv):
         self._mem = llama_cpp.llama_get_memory(ctx)
         self._batch = Batch(self.n_batch)
         self.memory = memory_caps(model)
+
+    def _kv_words(self, type_k: str, type_v: str, chosen: str | None) -> str:
+        if (self.type_k, self.type_v) != (type_k, type_v):
+            return f"{self.type_k} K+V: this model's head size does not fit a {type_k}/{type_v} cache"
+        return chosen or f"{type_k} K / {type_v} V: as configured"
 
     def _new_context(self, *, n_ctx: int | None = None, n_seq_max: int | None = None, embeddings: bool = False) -> Any:
         """A context of this model with this backend's KV settings (NULL when refused)."""

@@ -316,6 +316,7 @@ class Model:
             vram_estimate_b=info.vram_estimate_b,
             memory=info.memory.kind,
             memory_reuse=info.memory.reuse_words,
+            kv_cells=str(info.extra.get("kv_cells", "")),
         )
 
     def cache_key_meta(self) -> dict[str, Any]:

@@ -94,22 +94,30 @@ class KernelChoice:
         )
 
 
-class _GgufInitParams(ctypes.Structure):
+class GgufInitParams(ctypes.Structure):
     _fields_ = [("no_alloc", ctypes.c_bool), ("ctx", ctypes.c_void_p)]
 
 
 @functools.cache
-def _ggml_base() -> Any:
+def ggml_base() -> Any:
     """llama.cpp's ggml-base library (already loaded with libllama), its GGUF reader typed."""
     from app.engine.native_probe import lib_dir
 
     lib: Any = ctypes.CDLL(str(lib_dir() / "libggml-base.so"))
-    lib.gguf_init_from_file.argtypes = [ctypes.c_char_p, _GgufInitParams]
+    lib.gguf_init_from_file.argtypes = [ctypes.c_char_p, GgufInitParams]
     lib.gguf_init_from_file.restype = ctypes.c_void_p
     lib.gguf_get_n_tensors.argtypes = [ctypes.c_void_p]
     lib.gguf_get_n_tensors.restype = ctypes.c_int64
     lib.gguf_get_tensor_type.argtypes = [ctypes.c_void_p, ctypes.c_int64]
     lib.gguf_get_tensor_type.restype = ctypes.c_int
+    lib.gguf_find_key.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+    lib.gguf_find_key.restype = ctypes.c_int64
+    lib.gguf_get_kv_type.argtypes = [ctypes.c_void_p, ctypes.c_int64]
+    lib.gguf_get_kv_type.restype = ctypes.c_int
+    lib.gguf_get_val_str.argtypes = [ctypes.c_void_p, ctypes.c_int64]
+    lib.gguf_get_val_str.restype = ctypes.c_void_p
+    lib.gguf_get_val_u32.argtypes = [ctypes.c_void_p, ctypes.c_int64]
+    lib.gguf_get_val_u32.restype = ctypes.c_uint32
     lib.gguf_free.argtypes = [ctypes.c_void_p]
     lib.gguf_free.restype = None
     return lib
@@ -121,8 +129,8 @@ def weight_types(path: str) -> Counter[str]:
     (the load that follows says why)."""
     import gguf
 
-    lib = _ggml_base()
-    ctx = lib.gguf_init_from_file(path.encode(), _GgufInitParams(True, None))
+    lib = ggml_base()
+    ctx = lib.gguf_init_from_file(path.encode(), GgufInitParams(True, None))
     if not ctx:
         return Counter()
     try:

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from app.engine.kv_calibration import CANDIDATES
 from app.engine.llama_backend import LlamaBackend
 from tests.helpers.llama_threads import LLAMA_THREADS
 
@@ -16,6 +17,17 @@ BackendFactory = Callable[..., LlamaBackend]
 # NOTE: one thread. The test machine's two cores are shared with other suites, and ggml's
 # spinning thread barriers make an oversubscribed 2-thread decode ~50x slower than 1 thread.
 N_THREADS = LLAMA_THREADS
+
+
+KV_CANDIDATES = [({"type_k": c.type_k, "type_v": c.type_v}, f"{c.type_k}-{c.type_v}") for c in CANDIDATES]
+"""Every cell-type pair the KV calibration may choose (``app.engine.kv_calibration``), with a
+test id: test_exact_kv.py runs each on the tiny model, so whichever a machine picks is tested."""
+
+
+@pytest.fixture
+def kv_cells() -> dict[str, str]:
+    """The KV cell types of an exactness test: the default pair unless a module says more."""
+    return dict(KV_CANDIDATES[0][0])
 
 
 @pytest.fixture

@@ -1,6 +1,7 @@
-"""Bit-identical logits however a sequence is batched or chunked, on the backend alone, with the
-default KV cell types (q8_0 K, f16 V; ``ModelConfig.type_v`` says why), on both models: SmolLM2
-(Q4_1) and the tiny test model (Q8_0 layer weights)."""
+"""Bit-identical logits however a sequence is batched or chunked, on the backend alone, with
+every KV cell-type pair the calibration may choose (``kv_cells``: q8_0 K + f16 V, the default,
+q8_0 K+V and q8_0 K + bf16 V; ``ModelConfig.type_v`` says why they are exact), on both models:
+SmolLM2 (Q4_1) and the tiny test model (Q8_0 layer weights)."""
 
 from __future__ import annotations
 
@@ -12,22 +13,38 @@ from app.engine.backend import PrefillOp
 from app.engine.config import DEFAULT_TYPE_K, DEFAULT_TYPE_V
 from app.engine.llama_backend import LlamaBackend
 from tests.helpers.tiny_families import FAMILIES, ensure_tiny_family
+from tests.integration.backend.conftest import KV_CANDIDATES
 from tests.integration.backend.driver import PROMPTS, decode, prefill
 
 MODELS = [pytest.param("tiny_model_path", id="tiny"),
           pytest.param("smollm2_path", id="smollm2", marks=pytest.mark.smollm2)]
+MODELS_AND_KV = [
+    *(pytest.param(("tiny_model_path", kv), id=f"tiny-{name}") for kv, name in KV_CANDIDATES),
+    pytest.param(("smollm2_path", KV_CANDIDATES[0][0]), id="smollm2", marks=pytest.mark.smollm2),
+]
+"""Every pair the calibration may choose on the tiny model; SmolLM2 with the default pair."""
 
 
-@pytest.fixture(params=MODELS)
-def model_path(request) -> str:
-    return str(request.getfixturevalue(request.param))
+@pytest.fixture(params=MODELS_AND_KV)
+def model_and_kv(request) -> tuple[str, dict[str, str]]:
+    return request.param
+
+
+@pytest.fixture
+def model_path(request, model_and_kv) -> str:
+    return str(request.getfixturevalue(model_and_kv[0]))
+
+
+@pytest.fixture
+def kv_cells(model_and_kv) -> dict[str, str]:
+    return dict(model_and_kv[1])
 
 
 def test_the_defaults_are_q8_0_k_and_f16_v():
     assert (DEFAULT_TYPE_K, DEFAULT_TYPE_V) == ("q8_0", "f16")
 
 
-def test_batch_of_eight_equals_alone_bit_for_bit(model_path):
+def test_batch_of_eight_equals_alone_bit_for_bit(model_path, kv_cells):
     """A sequence decoded in a batch of eight computes exactly what it computes alone.
 
     NOTE: this used to hold only "except at near-ties" (a unified KV buffer and an f16 V cache
@@ -35,7 +52,7 @@ def test_batch_of_eight_equals_alone_bit_for_bit(model_path):
     0.116 on one CPU). With one KV stream per sequence and K and V of differing types (the
     one-chunk flash-attention path, issues 12 and 24) the logits are bit-identical.
     """
-    with LlamaBackend(model_path, n_ctx_per_seq=256, n_seq_max=8, n_batch=256, n_threads=1) as backend:
+    with LlamaBackend(model_path, n_ctx_per_seq=256, n_seq_max=8, n_batch=256, n_threads=1, **kv_cells) as backend:
         prompts = {seq: backend.tokenize(text) for seq, text in enumerate(PROMPTS)}
         alone = {seq: _logits_alone(backend, seq, p, 12) for seq, p in prompts.items()}
         together = _logits_together(backend, prompts, 12)
@@ -46,7 +63,7 @@ def test_batch_of_eight_equals_alone_bit_for_bit(model_path):
 
 
 @pytest.mark.parametrize("neighbours", [2, 4, 7])
-def test_a_seq_decoded_next_to_seqs_of_other_lengths_equals_it_alone(model_path, neighbours):
+def test_a_seq_decoded_next_to_seqs_of_other_lengths_equals_it_alone(model_path, neighbours, kv_cells):
     """Seq 0 is fed the same tokens one a tick, alone and in one ubatch with neighbours that
     hold 20-300 tokens: the same logits at every step and the same bytes in its KV cells
     (what a save would store). NOTE: the tiny model with f32 layer weights failed this with an
@@ -58,7 +75,7 @@ def test_a_seq_decoded_next_to_seqs_of_other_lengths_equals_it_alone(model_path,
     fed = [int(t) for t in rng.integers(100, 40000, 16)]
     others = {s: [int(t) for t in rng.integers(100, 40000, int(rng.integers(20, 300)))]
               for s in range(1, neighbours + 1)}
-    with LlamaBackend(model_path, n_ctx_per_seq=512, n_seq_max=8, n_batch=512, n_threads=1) as backend:
+    with LlamaBackend(model_path, n_ctx_per_seq=512, n_seq_max=8, n_batch=512, n_threads=1, **kv_cells) as backend:
         alone, alone_kv = _fed_one_a_tick(backend, head, fed, {})
         busy, busy_kv = _fed_one_a_tick(backend, head, fed, others)
     assert alone_kv == busy_kv
@@ -66,14 +83,14 @@ def test_a_seq_decoded_next_to_seqs_of_other_lengths_equals_it_alone(model_path,
         assert np.array_equal(a, b), (step, float(np.abs(a - b).max()))
 
 
-def test_default_kv_types_give_the_same_logits_however_the_prompt_is_run(model_path):
-    """The default KV cell types (q8_0 K, f16 V) keep llama.cpp's CPU flash-attention kernel
+def test_exact_kv_types_give_the_same_logits_however_the_prompt_is_run(model_path, kv_cells):
+    """Each exact pair of KV cell types (the default q8_0 K + f16 V, and the others) keeps llama.cpp's CPU flash-attention kernel
     on its one-chunk path for every ubatch shape: a 560-token prompt prefilled in one batch,
     in chunks of 128, 64 or 7, or prefilled to 460 and then fed one token a tick (as decode
     rows are, past the 512 cells where f16 K+V would switch to split-KV) ends on bit-identical
     logits. With f16 K and V these differ (tiled vs one-chunk vs split-KV accumulation)."""
-    with LlamaBackend(model_path, n_ctx_per_seq=1024, n_seq_max=2, n_batch=512, n_threads=1) as backend:
-        assert (backend.type_k, backend.type_v) == ("q8_0", "f16")
+    with LlamaBackend(model_path, n_ctx_per_seq=1024, n_seq_max=2, n_batch=512, n_threads=1, **kv_cells) as backend:
+        assert (backend.type_k, backend.type_v) == (kv_cells["type_k"], kv_cells["type_v"])
         prompt = backend.tokenize(" ".join(PROMPTS) * 12)[:560]
         assert len(prompt) == 560
 

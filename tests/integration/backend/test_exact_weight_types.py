@@ -18,14 +18,14 @@ from tests.integration.backend.test_exact_kv import (  # collected here, on thes
     test_a_prompt_read_ahead_on_other_threads_ends_on_the_same_logits_and_kv,
     test_a_seq_decoded_next_to_seqs_of_other_lengths_equals_it_alone,
     test_batch_of_eight_equals_alone_bit_for_bit,
-    test_default_kv_types_give_the_same_logits_however_the_prompt_is_run,
+    test_exact_kv_types_give_the_same_logits_however_the_prompt_is_run,
 )
 
 __all__ = [
     "test_a_prompt_read_ahead_on_other_threads_ends_on_the_same_logits_and_kv",
     "test_a_seq_decoded_next_to_seqs_of_other_lengths_equals_it_alone",
     "test_batch_of_eight_equals_alone_bit_for_bit",
-    "test_default_kv_types_give_the_same_logits_however_the_prompt_is_run",
+    "test_exact_kv_types_give_the_same_logits_however_the_prompt_is_run",
 ]
 
 WEIGHTS = [

@@ -1,5 +1,7 @@
-"""The exactness checks of ``hearth bench --only KV``: what one set of llama.cpp context
-settings must keep bit-identical for Hearth's cache and scheduler to be exact.
+"""Exactness checks of one set of llama.cpp context settings: what they must keep
+bit-identical for Hearth's cache and scheduler to be exact. The KV calibration
+(``app.engine.kv_calibration``) runs them on each candidate cell-type pair before it may be
+chosen, and ``hearth bench --only KV`` on every setting it times.
 
 Each check runs on the backend alone (no scheduler, no cache) and compares logits (and,
 where a save would store them, a sequence's KV bytes) with ``numpy.array_equal``:
@@ -28,6 +30,17 @@ from app.engine.backend import DecodeOp, PrefillOp
 from app.engine.llama_backend import LlamaBackend
 
 Logits = np.ndarray[Any, np.dtype[np.float32]]
+
+PROMPTS = [  # everyday chat openings; the checks tokenize them, alone and repeated
+    "Tell me a short story about a lighthouse keeper.",
+    "Explain how a bicycle stays upright.",
+    "Write a haiku about autumn rain.",
+    "What are the main causes of ocean tides?",
+    "Describe the taste of a ripe mango.",
+    "List three uses for a paperclip.",
+    "Why is the sky blue during the day?",
+    "Give advice to someone learning to cook.",
+]
 
 
 def _prefill(backend: LlamaBackend, seq: int, tokens: Sequence[int], chunk: int, pos: int = 0) -> None:
@@ -114,9 +127,10 @@ def check_resumed(backend: LlamaBackend, prompt: Sequence[int], neighbour: Seque
 
 def check_neighbours(backend: LlamaBackend, neighbours: int, steps: int = 8) -> tuple[bool, float]:
     rng = np.random.default_rng(neighbours)
-    head = [int(t) for t in rng.integers(100, 40000, 37)]
-    fed = [int(t) for t in rng.integers(100, 40000, steps)]
-    others = {s: [int(t) for t in rng.integers(100, 40000, int(rng.integers(20, 150)))]
+    top = min(40000, backend.vocab.n_vocab)  # any model's vocabulary (some have fewer than 40,000)
+    head = [int(t) for t in rng.integers(100, top, 37)]
+    fed = [int(t) for t in rng.integers(100, top, steps)]
+    others = {s: [int(t) for t in rng.integers(100, top, int(rng.integers(20, 150)))]
               for s in range(1, neighbours + 1)}
 
     def run(with_others: dict[int, list[int]]) -> tuple[list[Logits], bytes]:
@@ -138,19 +152,27 @@ def check_neighbours(backend: LlamaBackend, neighbours: int, steps: int = 8) -> 
     return same and alone_kv == busy_kv, worst
 
 
-def run_checks(path: str, settings: dict[str, Any], prompts: list[str]) -> dict[str, Any]:
-    """Every check under ``settings`` (LlamaBackend keyword arguments); per check (passed,
-    largest |Δlogit|), and the fingerprint."""
-    with LlamaBackend(path, n_ctx_per_seq=1024, n_seq_max=8, n_batch=512, **settings) as backend:
-        long = backend.tokenize(" ".join(prompts) * 12)
-        prompt, neighbour = long[:300], long[300:450]
-        out: dict[str, Any] = {}
-        ok, worst, digest, differ = check_chunking(backend, prompt)
-        out["chunking"] = (ok, worst)
-        out["chunkings that differ"] = differ
-        out["fingerprint"] = digest
-        out["8 batched"] = check_batched(backend, [backend.tokenize(p) for p in prompts[:8]])
-        out["resumed"] = check_resumed(backend, prompt, neighbour)
-        for n in (2, 4, 7):
-            out[f"next to {n}"] = check_neighbours(backend, n)
+CHECKS = ("chunking", "8 batched", "resumed", "next to 2", "next to 4", "next to 7")
+
+
+def run_checks_on(backend: LlamaBackend, prompts: list[str]) -> dict[str, Any]:
+    """Every check on ``backend`` (8 sequences of 1,024 cells or more); per check (passed,
+    largest |Δlogit|), the chunkings that differ, and the fingerprint."""
+    long = backend.tokenize(" ".join(prompts) * 12)
+    prompt, neighbour = long[:300], long[300:450]
+    out: dict[str, Any] = {}
+    ok, worst, digest, differ = check_chunking(backend, prompt)
+    out["chunking"] = (ok, worst)
+    out["chunkings that differ"] = differ
+    out["fingerprint"] = digest
+    out["8 batched"] = check_batched(backend, [backend.tokenize(p) for p in prompts[:8]])
+    out["resumed"] = check_resumed(backend, prompt, neighbour)
+    for n in (2, 4, 7):
+        out[f"next to {n}"] = check_neighbours(backend, n)
     return out
+
+
+def run_checks(path: str, settings: dict[str, Any], prompts: list[str]) -> dict[str, Any]:
+    """``run_checks_on`` a backend of ``path`` under ``settings`` (LlamaBackend keyword arguments)."""
+    with LlamaBackend(path, n_ctx_per_seq=1024, n_seq_max=8, n_batch=512, **settings) as backend:
+        return run_checks_on(backend, prompts)
