@@ -23,6 +23,7 @@ from app.storage import THEMES, ChatPreset, Preferences, Storage, StorageError
 from app.ui.chat.adapter_chip import AdapterIndicator
 from app.ui.chat.chat_page import ChatPage
 from app.ui.chat.controller import ChatController
+from app.ui.chat.tools_panel import ToolsSettings
 from app.ui.engine_api import EngineApi
 from app.ui.preferences_dialog import THEME_LABELS, PreferencesDialog
 from app.ui.server import LocalServer, LocalServerPanel
@@ -207,6 +208,7 @@ class AppActions(QObject):
             if self.window.local_server is not None:
                 panel = LocalServerPanel(self.window.local_server, self.window.storage)
                 self.dialog.tabs.addTab(panel, "Local server")
+            self.dialog.tabs.addTab(ToolsSettings(self.window.controller.tools), "Tools")
         _present(self.dialog)
         return self.dialog
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from app.conversation.state import SessionState
 from app.conversation.window import OverflowPolicy, Turn, WindowState
+from app.server.messages import ToolSpec
 from app.storage import ReplyStats
 
 __all__ = [
@@ -49,6 +50,10 @@ class GenerationRequest:
     continue_reply: bool = False
     allow_summarise: bool = True
     """False after a summary was just written: if the view still does not fit, drop turns."""
+    tools: tuple[ToolSpec, ...] = ()
+    """The tools the chat offers the model (``app.tools``); ``tool`` turns are their results."""
+    tool_choice: str = "auto"
+    """``required``: the reply must be a call (a grammar makes it one)."""
 
 
 @dataclass(frozen=True, slots=True)

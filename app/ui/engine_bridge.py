@@ -30,7 +30,7 @@ from app.conversation.prompt import PromptBuilder
 from app.conversation.type_ahead import margin_of, probe_of, readable_prefix, with_draft
 from app.conversation.window import SUMMARY_OPENING, Budget, Turn, WindowPlan
 from app.engine.chat import continuation_suffix
-from app.engine.config import request_threads
+from app.engine.config import Markers, request_threads
 from app.engine.errors import EngineError
 from app.engine.events import (
     Done,
@@ -42,8 +42,11 @@ from app.engine.events import (
     ThinkingEnd,
     Token,
     TokenId,
+    ToolCallEnd,
 )
+from app.server.grammar import TOOL_CLOSE, TOOL_OPEN
 from app.storage import ReplyStats
+from app.tools.prompt import ToolShape, forced_grammar, tool_mode_for
 from app.ui import gui_affinity
 from app.ui.bridge_records import (
     GenerationRequest,
@@ -270,6 +273,7 @@ class _BridgeWorker(QObject):
             # not rendered and tokenized again, so the engine has it sooner (B11: 1.5-7 ms of
             # this thread, the GUI thread redrawing the chat at the same time).
             _view, plan, full, self._merge_summary = read
+            self._tools(request, params)  # a forced call's grammar
             report = self._report(request, plan, budget)
             self._start_stream(request, full, params, report)
             return
@@ -279,6 +283,7 @@ class _BridgeWorker(QObject):
             request.messages,
             continue_reply=request.continue_reply,
             merge_summary=self._merge_summary,
+            shape=self._tools(request, params),
         )
         plan = builder.plan(request.window, budget, request.policy)
         if plan.kind == "summarise" and not request.allow_summarise:
@@ -291,12 +296,26 @@ class _BridgeWorker(QObject):
         full = builder.tokens(plan.start, plan.summary)
         self._start_stream(request, full, params, report)
 
+    def _tools(self, request: GenerationRequest, params: dict[str, object]) -> ToolShape | None:
+        """A chat that offers tools (``app.tools``): how its prompt renders them, as the server
+        does (native when the template renders ``tools``, else generic), and, when the chat
+        forces a call, the grammar that makes the reply one (unless the chat has its own)."""
+        if not request.tools:
+            return None
+        backend = getattr(self._model, "backend", None)
+        mode = tool_mode_for(getattr(getattr(backend, "info", None), "chat_template", None))
+        if request.tool_choice == "required" and "grammar" not in params:
+            markers = getattr(getattr(self._model, "config", None), "tool_call_markers", None)
+            pair = (markers.open, markers.close) if isinstance(markers, Markers) else None
+            params["grammar"] = forced_grammar(request.tools, mode, pair)
+        return ToolShape(request.tools, mode)
+
     def _view(self, request: GenerationRequest, turns: tuple[Turn, ...], max_tokens: int) -> object:
         """What a request's plan and prompt follow from: its turns (the last one's id aside: a
         draft has none yet), system prompt, window, policy and reply budget."""
         *head, last = turns
         return (tuple(head), last.role, last.content, request.system, request.window, request.policy, max_tokens,
-                self._merge_summary)  # fmt: skip
+                self._merge_summary, request.tools, request.tool_choice)  # fmt: skip
 
     def _start_stream(
         self,
@@ -373,11 +392,13 @@ class _BridgeWorker(QObject):
 
         def render(text: str, start: int, summary: str) -> list[int]:
             turns = with_draft(request.messages, text)
-            builder = PromptBuilder(self._model, request.system, turns, merge_summary=self._merge_summary)
+            builder = PromptBuilder(self._model, request.system, turns, merge_summary=self._merge_summary,
+                                    shape=self._tools(request, {}))  # fmt: skip
             return self._session_prompt(sid, request.session, builder.tokens(start, summary))
 
         turns = with_draft(request.messages, draft)
-        builder = PromptBuilder(self._model, request.system, turns, merge_summary=self._merge_summary)
+        builder = PromptBuilder(self._model, request.system, turns, merge_summary=self._merge_summary,
+                                shape=self._tools(request, {}))  # fmt: skip
         max_tokens = _int(dict(request.params).get("response_tokens"), DEFAULT_REPLY_TOKENS)
         plan = builder.plan(request.window, Budget.for_reply(self._n_ctx, max_tokens), request.policy)
         if plan.kind not in ("fits", "cut"):
@@ -630,6 +651,8 @@ class _BridgeWorker(QObject):
                 thinking.append(ev.text)
             elif isinstance(ev, ThinkingEnd):
                 thinking_ended = True
+            elif isinstance(ev, ToolCallEnd):  # native mode: the call, as the server writes it
+                text.append(f"{TOOL_OPEN}{ev.full}{TOOL_CLOSE}")
             elif isinstance(ev, Done):
                 live.finished = True
                 done = reply_stats(ev.stats)

@@ -2,7 +2,8 @@
 ``python tests/helpers/mcp_servers.py KIND [ARG]`` (stdio), or ``… http PORT`` (Streamable HTTP).
 
 Kinds:
-- ``calc``: ``add``, ``multiply`` (integers), ``delete_file`` (which only says it would have);
+- ``calc [LOG]``: ``add``, ``multiply`` (integers), ``delete_file`` (which only says it would
+  have); with LOG, each call appends a line to that file (what ran, for the consent tests);
 - ``files DIR``: ``read_file(path)`` confined to DIR (a path leaving it is refused);
 - ``sleepy``: ``wait`` never returns;
 - ``flood``: ``dump`` returns 10 MB of text;
@@ -33,20 +34,28 @@ def command(kind: str, *args: str) -> str:
     return shlex.join([sys.executable, str(HERE), kind, *args])
 
 
-def _calc(server: MCPServer) -> None:
+def _calc(server: MCPServer, log: Path | None) -> None:
+    def ran(line: str) -> None:
+        if log is not None:
+            with log.open("a", encoding="utf-8") as f:
+                f.write(line + "\n")
+
     @server.tool()
     def add(a: int, b: int) -> str:
         """Add two integers."""
+        ran(f"add {a} {b}")
         return str(a + b)
 
     @server.tool()
     def multiply(a: int, b: int) -> str:
         """Multiply two integers."""
+        ran(f"multiply {a} {b}")
         return str(a * b)
 
     @server.tool()
     def delete_file(path: str) -> str:
         """Delete a file (this test server only says what it would delete)."""
+        ran(f"delete_file {path}")
         return f"would delete {path}"
 
 
@@ -63,8 +72,10 @@ def _files(server: MCPServer, root: Path) -> None:
 def main() -> None:
     kind = sys.argv[1]
     server = MCPServer(f"test-{kind}")
-    if kind in ("calc", "http"):
-        _calc(server)
+    if kind == "calc":
+        _calc(server, Path(sys.argv[2]) if len(sys.argv) > 2 else None)
+    elif kind == "http":
+        _calc(server, None)
     elif kind == "files":
         _files(server, Path(sys.argv[2]))
     elif kind == "sleepy":

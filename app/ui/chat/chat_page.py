@@ -56,6 +56,8 @@ class ChatPage(QWidget):
         self.composer = Composer()
         self.settings_panel = SettingsPanel()
         self.settings_panel.hide()
+        self.settings_panel.tools.attach(controller.tools)
+        controller.tools.dialog_parent = self  # the approval dialog asks over the chat
 
         header = QFrame()
         header.setObjectName("chatHeader")

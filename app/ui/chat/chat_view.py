@@ -33,9 +33,11 @@ from PySide6.QtWidgets import (
 from app.conversation.window import WindowState
 from app.conversation.wording import prefill_words, reply_line
 from app.storage import Message, ReplyStats
+from app.tools.loop import call_labels
 from app.ui.chat.controller import ChatController
 from app.ui.chat.message_widget import MessageWidget
 from app.ui.chat.replies import UNLOADED
+from app.ui.chat.tool_widgets import ToolMessageWidget
 
 MAX_COLUMN_WIDTH = 820
 SETTLE_PASSES = 8
@@ -166,6 +168,7 @@ class ConversationPage(QScrollArea):
             live is not None and bool(live.continued) and bool(branch)
             and branch[-1][0].role == "assistant" and branch[-1][0].id == live.leaf_id
         )  # fmt: skip
+        calls = call_labels([(m.role, m.content) for m, _ in branch])  # the call each tool message answers
         for i, (msg, position) in enumerate(branch):
             if msg.id == window.start_id and i > 0:
                 self.divider = _divider(window)
@@ -179,7 +182,7 @@ class ConversationPage(QScrollArea):
                 msg.stats.context_full or msg.stats.finish_reason == UNLOADED
             )
             can_continue = last and live is None and cut
-            key = (msg, position, label, can_continue)
+            key = (msg, position, calls[i] if msg.role == "tool" else label, can_continue)
             widget = kept.pop(msg.id, None)
             if widget is None and last and kept_live is not None and _became(kept_live, live_key, msg):
                 # The reply that streamed here was saved: its widget becomes the message's.
@@ -189,7 +192,7 @@ class ConversationPage(QScrollArea):
                 )
                 self._connect(widget)
             elif widget is None or self._keys.get(msg.id) != key:
-                widget = self._message_widget(msg, position, label, can_continue)
+                widget = self._message_widget(msg, position, str(key[2]), can_continue)
             keys[msg.id] = key
             self._messages.append(widget)
             shown.append(widget)
@@ -224,6 +227,10 @@ class ConversationPage(QScrollArea):
     def _message_widget(
         self, msg: Message, position: tuple[int, int], label: str, can_continue: bool
     ) -> MessageWidget:
+        if msg.role == "tool":  # ``label``: the tool's name
+            tool = ToolMessageWidget(msg, label, position)
+            self._connect(tool)
+            return tool
         widget = MessageWidget(
             msg.role,
             msg.content,

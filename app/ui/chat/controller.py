@@ -36,6 +36,7 @@ from app.storage.export import conversation_markdown
 from app.storage.text import check_text
 from app.ui.bridges import ModelBridges
 from app.ui.chat.replies import ContextUse, LiveReply, ReplyRunner
+from app.ui.chat.tool_steps import ToolSteps
 from app.ui.state.conversation_catalog import ConversationCatalog, ConversationEntry
 from app.ui.state.library_memory import ModelFiles
 
@@ -75,6 +76,8 @@ class ChatController(QObject):
         self.default_system_prompt = default_system_prompt
         self.catalog = ConversationCatalog()
         self.replies = ReplyRunner(storage, models)
+        self.tools = ToolSteps(storage, self.replies)
+        """MCP servers' tools in chats that enable them (the agent loop, ``app.tools``)."""
         self.model_files: ModelFiles | None = None
         """Where each local model was loaded from (set when a Library can load files): a chat
         whose model is not loaded offers to load it again, or to locate a file that is gone."""
@@ -407,7 +410,7 @@ class ChatController(QObject):
             if target is None:
                 return None
             msg = self.storage.get_message(target)
-            user_id = msg.id if msg.role == "user" else msg.parent_id
+            user_id = msg.id if msg.role in ("user", "tool") else msg.parent_id  # a tool result is answered too
             if user_id is not None:
                 self.storage.set_active_leaf(cid, user_id)
             return user_id
@@ -466,6 +469,7 @@ class ChatController(QObject):
 
     def shutdown(self) -> None:
         self.replies.shutdown()
+        self.tools.shutdown()
 
     # -- helpers ----------------------------------------------------------------------------
 

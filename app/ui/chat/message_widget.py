@@ -23,6 +23,7 @@ from PySide6.QtWidgets import (
 
 from app.conversation.wording import reply_line, reply_tooltip
 from app.storage import Message, ReplyStats
+from app.tools.prompt import display_text
 from app.ui.chat.edit_keys import EditKeys
 from app.ui.chat.long_words import breakable
 from app.ui.chat.message_body import MarkdownBody
@@ -312,7 +313,8 @@ class MessageWidget(QFrame):
         if self.role != "user" and self.streaming and not content and not thinking:
             self.body.set_markdown("…")
         else:
-            self.body.set_markdown(content)
+            # a reply that called tools shows each call as its name and readable arguments
+            self.body.set_markdown(display_text(content) if self.role == "assistant" else content)
         if self.thinking_toggle is not None and self.thinking_text is not None:
             self.thinking_toggle.setVisible(bool(thinking))
             busy = self.streaming and not thinking_done

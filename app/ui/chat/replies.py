@@ -87,6 +87,24 @@ class ContextUse:
     of the same conversation must not show it)."""
 
 
+class ReplyHooks:
+    """What a chat's tools add to its replies (``app.ui.chat.tool_steps.ToolSteps``): the
+    tools a request offers, the tool step a reply's calls start, its busy time and its Stop.
+    These defaults add nothing."""
+
+    def request(self, cid: str, history: list[Message], request: GenerationRequest) -> GenerationRequest:
+        return request
+
+    def replied(self, cid: str, reply: Message) -> None:
+        return None
+
+    def busy(self, cid: str) -> bool:
+        return False
+
+    def stop(self, cid: str) -> None:
+        return None
+
+
 class ReplyRunner(QObject):
     changed = Signal(str)  # re-render this conversation
     progressed = Signal(str)  # its live reply grew
@@ -110,6 +128,7 @@ class ReplyRunner(QObject):
         """Conversations whose error is that their model is not loaded (it goes away when
         the model is loaded)."""
         self.context: dict[str, ContextUse] = {}
+        self.hooks = ReplyHooks()
         models.update_received.connect(self._on_update_received)
         models.released.connect(self._on_model_released)
 
@@ -117,7 +136,7 @@ class ReplyRunner(QObject):
         return self._live.get(cid)
 
     def is_busy(self, cid: str) -> bool:
-        return cid in self._live
+        return cid in self._live or self.hooks.busy(cid)
 
     def writing(self, model_id: str | None = None) -> list[str]:
         """The conversations whose reply (or its summary) is being written, by ``model_id`` or
@@ -206,6 +225,7 @@ class ReplyRunner(QObject):
             policy=policy,
             continue_reply=continue_of is not None,
         )
+        request = self.hooks.request(cid, history, request)
         parent = continue_of.parent_id if continue_of is not None else leaf_id
         live = LiveReply(request.request_id, cid, parent or "", conv.model_id, started=time.monotonic())
         if continue_of is not None:
@@ -243,7 +263,7 @@ class ReplyRunner(QObject):
         except StorageError as exc:
             log.info("no read-ahead for %s: %s", cid, exc)
             return None
-        return GenerationRequest(
+        request = GenerationRequest(
             request_id="",
             session_id=cid,
             messages=tuple(Turn(m.id, m.role, m.content) for m in history if m.role != "system"),
@@ -253,9 +273,16 @@ class ReplyRunner(QObject):
             window=window,
             policy=policy,
         )
+        return self.hooks.request(cid, history, request)  # a tool chat reads ahead with its tools
 
     def _fail_early(self, cid: str, leaf_id: str, text: str) -> None:
         self._set_failure(cid, ReplyFailure(leaf_id, text, not_loaded=True))
+        self.changed.emit(cid)
+        self.chat_error.emit(cid, text[:1].upper() + text[1:])
+
+    def report_failure(self, cid: str, leaf_id: str, text: str) -> None:
+        """A failure after the reply (a tool step's): its card, with Retry, under ``leaf_id``."""
+        self._set_failure(cid, ReplyFailure(leaf_id, text))
         self.changed.emit(cid)
         self.chat_error.emit(cid, text[:1].upper() + text[1:])
 
@@ -303,6 +330,7 @@ class ReplyRunner(QObject):
             log.warning("could not save the last failure of %s: %s", cid, exc)
 
     def stop(self, cid: str) -> None:
+        self.hooks.stop(cid)
         live = self._live.get(cid)
         if live is None:
             return
@@ -435,6 +463,7 @@ class ReplyRunner(QObject):
                 self.error_raised.emit(f"Could not save the reply: {exc}")
             else:
                 self.reply_saved.emit(cid)
+                self.hooks.replied(cid, saved)
         if stats is not None and cid in self.context:
             used = stats.prompt_tokens + stats.completion_tokens
             leaf = saved.id if saved is not None else live.leaf_id

@@ -24,6 +24,7 @@ from PySide6.QtWidgets import (
 from app.storage import ChatPreset, Conversation, Preferences, SamplingSettings, StorageError
 from app.ui.chat.overflow_box import OverflowBox
 from app.ui.chat.sampling_form import ChatSettingsForm, section
+from app.ui.chat.tools_panel import ChatToolsBox
 from app.ui.widgets.elided import ElidedComboBox
 
 log = logging.getLogger(__name__)
@@ -87,6 +88,8 @@ class SettingsPanel(QScrollArea):
         self.type_ahead.toggled.connect(self._on_type_ahead_toggled)
         layout.addWidget(section("TYPING"))
         layout.addWidget(self.type_ahead)
+        self.tools = ChatToolsBox()  # the MCP servers this chat may use (app.ui.chat.tools_panel)
+        layout.addWidget(self.tools)
         layout.addStretch(1)
         self.setWidget(body)
         # Never narrower than what the form needs: the scroll area does not scroll sideways,
@@ -124,6 +127,7 @@ class SettingsPanel(QScrollArea):
         self.flush()
         self._cid = conv.id if conv else None
         self.setEnabled(conv is not None)
+        self.tools.show_chat(self._cid)
         if conv is None:
             return
         self.form.load(conv.system_prompt, conv.sampling)

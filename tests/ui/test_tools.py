@@ -1,0 +1,295 @@
+"""Tools in the chat, driven by clicks on the real window: a real MCP server (the SDK test
+servers in tests/helpers/mcp_servers.py), the tiny model forced to call a tool (the grammar),
+and the approval dialog answered by its buttons. Every test checks what actually ran on the
+server (its call log), so a call without the user's consent would fail it."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from PySide6.QtCore import QElapsedTimer, Qt, QTimer
+from PySide6.QtWidgets import QApplication, QCheckBox, QComboBox, QLineEdit, QPushButton
+
+from app.storage import SamplingSettings
+from app.tools.config import Limits, ServerConfig
+from app.tools.loop import denied_message, stopped_message
+from app.ui.chat.message_widget import MessageWidget
+from app.ui.chat.tool_widgets import ToolApproval, ToolMessageWidget
+from app.ui.main_window import MainWindow
+from tests.helpers.mcp_servers import command
+from tests.ui.helpers import chat_view, stop_button, type_and_send, wait_idle
+from tests.ui.screens import screenshot
+
+# No grammar of the chat's own: the forced call's grammar is the one that applies.
+TOOL_SAMPLING = SamplingSettings(temperature=0.0, max_tokens=96)
+WAIT_MS = 60_000
+
+
+def _settings_tools(window: MainWindow, qtbot: Any) -> Any:
+    dialog = window.app_actions.open_settings()
+    qtbot.waitExposed(dialog)
+    index = next(i for i in range(dialog.tabs.count()) if dialog.tabs.tabText(i) == "Tools")
+    dialog.tabs.setCurrentIndex(index)
+    return dialog
+
+
+def _add_server_by_clicks(window: MainWindow, qtbot: Any, name: str, line: str) -> ServerConfig:
+    dialog = _settings_tools(window, qtbot)
+    page = dialog.tabs.currentWidget()
+    qtbot.keyClicks(page.findChild(QLineEdit, "toolServerName"), name)
+    page.findChild(QLineEdit, "toolServerCommand").setText(line)  # a long path: typed at once
+    qtbot.mouseClick(page.findChild(QPushButton, "addToolServerButton"), Qt.MouseButton.LeftButton)
+    steps = window.controller.tools
+    server = steps.settings.servers()[-1]
+    qtbot.waitUntil(lambda: steps.status(server.id).state == "running", timeout=WAIT_MS)
+    qtbot.waitUntil(lambda: "running" in page.server_list.item(page.server_list.count() - 1).text())
+    assert "• add: Add two integers." in page.details.toPlainText()
+    screenshot(dialog, "settings-tools")
+    dialog.close()
+    return server
+
+
+def _new_chat_with(window: MainWindow, qtbot: Any, server: ServerConfig, force: str) -> str:
+    page = window.chat_page
+    cid = page.new_conversation()
+    if not page.settings_button.isChecked():
+        qtbot.mouseClick(page.settings_button, Qt.MouseButton.LeftButton)
+    box = page.settings_panel.tools
+    check = next(c for c in box.findChildren(QCheckBox, "chatToolServer") if c.property("serverId") == server.id)
+    assert not check.isChecked()  # off by default
+    check.click()
+    combo: QComboBox = box.findChild(QComboBox, "chatToolsForce")
+    combo.setCurrentIndex(combo.findData(force))
+    combo.activated.emit(combo.currentIndex())
+    assert window.controller.tools.settings.chat(cid).servers == (server.id,)
+    return cid
+
+
+def _approval(qtbot: Any, window: MainWindow, asked: list[ToolApproval]) -> ToolApproval:
+    qtbot.waitUntil(lambda: len(asked) > 0 and asked[-1].isVisible(), timeout=WAIT_MS)
+    return asked[-1]
+
+
+def _click(dialog: ToolApproval, name: str) -> None:
+    button = dialog.findChild(QPushButton, name)
+    assert button is not None, name
+    button.click()
+
+
+def _roles(window: MainWindow, cid: str) -> list[str]:
+    return [m.role for m in window.controller.storage.active_branch(cid)]
+
+
+def _expected(call_line: str) -> str:
+    op, *args = call_line.split()
+    if op == "add":
+        return str(int(args[0]) + int(args[1]))
+    if op == "multiply":
+        return str(int(args[0]) * int(args[1]))
+    return f"would delete {' '.join(args)}"
+
+
+@pytest.fixture
+def calls_log(tmp_path: Path) -> Path:
+    return tmp_path / "calls.log"
+
+
+def _ran(log: Path) -> list[str]:
+    return log.read_text(encoding="utf-8").splitlines() if log.exists() else []
+
+
+def test_add_server_enable_forced_call_allow_once_then_reply_and_restart(make_window, qtbot, data_dir, calls_log):
+    window = make_window(sampling=TOOL_SAMPLING)
+    server = _add_server_by_clicks(window, qtbot, "calculator", command("calc", str(calls_log)))
+    asked: list[ToolApproval] = []
+    window.controller.tools.approval_opened.connect(asked.append)
+    cid = _new_chat_with(window, qtbot, server, "first")
+    type_and_send(qtbot, window, "What is 2 plus 3?")
+    dialog = _approval(qtbot, window, asked)
+    assert _ran(calls_log) == []  # nothing runs before the answer
+    args = json.loads(dialog.arguments)
+    assert isinstance(args, dict)
+    screenshot(dialog, "tool-approval")
+    _click(dialog, "allowOnceButton")
+    wait_idle(qtbot, window, cid)
+    assert len(asked) == 1
+    ran = _ran(calls_log)
+    assert len(ran) == 1
+    branch = window.controller.storage.active_branch(cid)
+    assert [m.role for m in branch] == ["user", "assistant", "tool", "assistant"]
+    assert branch[2].content == _expected(ran[0])
+    # The model went on in the same sticky session: only the tool result (and the template's
+    # turn markers) was read for the last reply.
+    stats = branch[3].stats
+    assert stats is not None
+    assert stats.prompt_tokens - stats.tokens_reused <= 40, stats
+    view = chat_view(window)
+    tools = view.findChildren(ToolMessageWidget)
+    assert len(tools) == 1 and not tools[0].body.isVisible()
+    qtbot.mouseClick(tools[0].toggle, Qt.MouseButton.LeftButton)
+    assert tools[0].body.isVisible()
+    call = next(w for w in view.findChildren(MessageWidget) if w.message_id == branch[1].id)
+    assert f"**Tool call:** `{ran[0].split()[0]}`" in call.body.source()
+    screenshot(window, "tool-chat")
+    window.close()
+    # A restart restores the call and its result.
+    again = make_window(sampling=TOOL_SAMPLING)
+    again.chat_page.open_conversation(cid)
+    qtbot.waitUntil(lambda: len(chat_view(again).findChildren(ToolMessageWidget)) == 1)
+    assert _roles(again, cid) == ["user", "assistant", "tool", "assistant"]
+    restored = chat_view(again).findChildren(ToolMessageWidget)[0]
+    assert restored.body.source().strip("~\n") == _expected(ran[0])
+
+
+def test_deny_runs_nothing_and_tells_the_model(make_window, qtbot, calls_log):
+    window = make_window(sampling=TOOL_SAMPLING)
+    steps = window.controller.tools
+    server = ServerConfig.stdio("calculator", command("calc", str(calls_log)))
+    steps.settings.add_server(server)
+    asked: list[ToolApproval] = []
+    steps.approval_opened.connect(asked.append)
+    cid = _new_chat_with(window, qtbot, server, "first")
+    qtbot.waitUntil(lambda: server.id in steps.listing, timeout=WAIT_MS)
+    type_and_send(qtbot, window, "Add 2 and 3")
+    dialog = _approval(qtbot, window, asked)
+    _click(dialog, "denyButton")
+    wait_idle(qtbot, window, cid)
+    branch = window.controller.storage.active_branch(cid)
+    assert [m.role for m in branch] == ["user", "assistant", "tool", "assistant"]
+    assert branch[2].content == denied_message(dialog.tool)
+    assert _ran(calls_log) == []
+
+
+def test_always_allow_asks_once_and_the_step_limit_ends_the_loop(make_window, qtbot, calls_log):
+    window = make_window(sampling=TOOL_SAMPLING)
+    steps = window.controller.tools
+    steps.settings.set_limits(Limits(max_steps=3, timeout_s=20, max_result_chars=8000))
+    server = ServerConfig.stdio("calculator", command("calc", str(calls_log)))
+    steps.settings.add_server(server)
+    asked: list[ToolApproval] = []
+    steps.approval_opened.connect(asked.append)
+    cid = _new_chat_with(window, qtbot, server, "every")
+    qtbot.waitUntil(lambda: server.id in steps.listing, timeout=WAIT_MS)
+    type_and_send(qtbot, window, "Keep adding numbers")
+    _click(_approval(qtbot, window, asked), "alwaysAllowButton")
+    qtbot.waitUntil(lambda: window.controller.failure(cid) is not None, timeout=WAIT_MS)
+    wait_idle(qtbot, window, cid)
+    assert len(asked) == 1  # the later calls of that tool did not ask
+    roles = _roles(window, cid)
+    assert roles.count("tool") == 3 and roles[-1] == "tool"
+    assert len(_ran(calls_log)) == 3
+    assert "3 tool steps" in (window.controller.failure(cid) or "")
+    key = steps.settings.chat(cid).always
+    assert key and all(k.startswith(server.id + "/") for k in key)
+    screenshot(window, "tool-step-limit")
+
+
+def test_stop_while_asking_runs_nothing(make_window, qtbot, calls_log):
+    window = make_window(sampling=TOOL_SAMPLING)
+    steps = window.controller.tools
+    server = ServerConfig.stdio("calculator", command("calc", str(calls_log)))
+    steps.settings.add_server(server)
+    asked: list[ToolApproval] = []
+    steps.approval_opened.connect(asked.append)
+    cid = _new_chat_with(window, qtbot, server, "first")
+    qtbot.waitUntil(lambda: server.id in steps.listing, timeout=WAIT_MS)
+    type_and_send(qtbot, window, "Add 2 and 3")
+    dialog = _approval(qtbot, window, asked)
+    assert window.controller.is_busy(cid) and stop_button(window).isVisible()
+    qtbot.mouseClick(stop_button(window), Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: not dialog.isVisible())
+    wait_idle(qtbot, window, cid)
+    branch = window.controller.storage.active_branch(cid)
+    assert [m.role for m in branch] == ["user", "assistant", "tool"]
+    assert branch[2].content == stopped_message(dialog.tool)
+    assert _ran(calls_log) == []
+    assert window.controller.failure(cid) is None
+
+
+def test_a_reply_that_is_not_a_call_is_a_normal_reply(make_window, qtbot, calls_log):
+    window = make_window(sampling=TOOL_SAMPLING)
+    steps = window.controller.tools
+    server = ServerConfig.stdio("calculator", command("calc", str(calls_log)))
+    steps.settings.add_server(server)
+    asked: list[ToolApproval] = []
+    steps.approval_opened.connect(asked.append)
+    cid = _new_chat_with(window, qtbot, server, "")  # not forced
+    qtbot.waitUntil(lambda: server.id in steps.listing, timeout=WAIT_MS)
+    type_and_send(qtbot, window, "Hello there")
+    wait_idle(qtbot, window, cid)
+    branch = window.controller.storage.active_branch(cid)
+    assert [m.role for m in branch] == ["user", "assistant"]
+    assert "<tool_call>" not in branch[1].content
+    assert asked == [] and _ran(calls_log) == []
+
+
+class _StallMeter:
+    """The longest gap between 10 ms timer ticks on the GUI thread while it runs."""
+
+    def __init__(self) -> None:
+        self.clock = QElapsedTimer()
+        self.worst = 0
+        self.timer = QTimer()
+        self.timer.setInterval(10)
+        self.timer.timeout.connect(self._tick)
+
+    def start(self) -> None:
+        self.clock.start()
+        self.timer.start()
+
+    def _tick(self) -> None:
+        self.worst = max(self.worst, self.clock.restart())
+
+    def stop(self) -> int:
+        self.timer.stop()
+        return self.worst
+
+
+@pytest.mark.parametrize(
+    ("kind", "tool", "says"),
+    [
+        ("sleepy", "wait", "did not answer the call to wait within 2 s"),
+        ("crash", "boom", "failed the call to boom"),
+        ("badjson", "garble", "wrote something that is not JSON-RPC"),
+        ("flood", "dump", ""),
+    ],
+)
+def test_hostile_server_costs_one_error_card_and_the_gui_stays_responsive(make_window, qtbot, kind, tool, says):
+    window = make_window(sampling=TOOL_SAMPLING)
+    steps = window.controller.tools
+    steps.settings.set_limits(Limits(max_steps=10, timeout_s=2.0, max_result_chars=2000))
+    server = ServerConfig.stdio(kind, command(kind))
+    steps.settings.add_server(server)
+    asked: list[ToolApproval] = []
+    steps.approval_opened.connect(asked.append)
+    cid = _new_chat_with(window, qtbot, server, "first")
+    qtbot.waitUntil(lambda: server.id in steps.listing, timeout=WAIT_MS)
+    type_and_send(qtbot, window, "Go")
+    dialog = _approval(qtbot, window, asked)
+    assert dialog.tool == tool
+    meter = _StallMeter()
+    meter.start()
+    t0 = time.monotonic()
+    _click(dialog, "allowOnceButton")
+    qtbot.waitUntil(lambda: "tool" in _roles(window, cid), timeout=WAIT_MS)
+    took = time.monotonic() - t0
+    worst = meter.stop()
+    wait_idle(qtbot, window, cid)
+    branch = window.controller.storage.active_branch(cid)
+    result = branch[[m.role for m in branch].index("tool")].content
+    if kind == "flood":  # a result, cut to the setting, and the cut said
+        assert len(result) < 2200 and "cut: the tool returned 10,000,000 characters" in result
+        assert window.controller.failure(cid) is None
+    else:
+        assert says in result
+        assert took < 2.0 + 1.0, took
+        failure = window.controller.failure(cid) or ""
+        assert "tool call failed" in failure and says in failure
+        cards = [w for w in QApplication.allWidgets() if w.objectName() == "errorCard" and w.isVisible()]
+        assert len(cards) <= 1
+        screenshot(window, f"tool-hostile-{kind}")
+    assert worst <= 100, f"the GUI thread stalled {worst} ms"
