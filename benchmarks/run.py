@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
             "command": "hearth bench " + " ".join(argv or sys.argv[1:]),
             "started": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(started)),
             "machine": {"platform": platform.platform(), "python": platform.python_version(),
-                        "cpus": __import__("os").cpu_count(), **machine_facts()},
+                        "cpus": __import__("os").cpu_count(), **machine_facts(path)},
             "model": path,
             "scenarios": [r.to_json() for r in results],
         }
@@ -106,10 +106,11 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def machine_facts() -> dict[str, str]:
+def machine_facts(model: str) -> dict[str, str]:
     """What a figure depends on beyond the code: the CPU, the llama.cpp build (its CPU backends
-    and the one loaded here), the KV setting and the weight kernels Hearth uses."""
-    from app.engine.config import DEFAULT_TYPE_K, DEFAULT_TYPE_V
+    and the one loaded here), the KV setting Hearth's "auto" gives ``model`` here (calibrated by
+    ``hearth calibrate``, else the default pair) and the weight kernels Hearth uses."""
+    from app.engine.kv_calibration import resolve
     from app.engine.native_log import init_llama
     from app.engine.native_probe import cpu_report
     from app.engine.weight_kernels import tiled_setting
@@ -117,7 +118,7 @@ def machine_facts() -> dict[str, str]:
     init_llama()
     return {
         "cpu": cpu_report(),
-        "kv": f"{DEFAULT_TYPE_K} K / {DEFAULT_TYPE_V} V, flash attention on, one KV stream per sequence",
+        "kv": f"{resolve(model, background=False).why}; flash attention on, one KV stream per sequence",
         "k-quant tiled matmul": tiled_setting(),
     }
 
@@ -129,7 +130,7 @@ def markdown(results: list[Result], command: str, model: str, started: float) ->
         f"Run: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(started))} on {platform.platform()}, "
         f"{__import__('os').cpu_count()} CPUs, Python {platform.python_version()}  ",
         f"Model: `{model.rsplit('/', 1)[-1]}`  ",
-        "Machine: " + "; ".join(f"{k}: {v}" for k, v in machine_facts().items()),
+        "Machine: " + "; ".join(f"{k}: {v}" for k, v in machine_facts(model).items()),
         "",
     ]
     for r in results:

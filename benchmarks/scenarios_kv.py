@@ -24,6 +24,7 @@ import time
 from typing import Any
 
 from app.engine.backend import DecodeOp, PrefillOp
+from app.engine.kv_calibration import resolve
 from app.engine.kv_checks import CHECKS, PROMPTS, run_checks
 from app.engine.llama_backend import LlamaBackend
 from benchmarks.common import N_THREADS, Result, median, progress
@@ -124,26 +125,36 @@ def kv_settings(path: str, rounds: int = 2, only: list[str] | None = None, n_thr
         ])
         res.figures[name] = {"median": med, "runs": runs[name], "checks": {c: list(got[c]) for c in CHECKS},
                              "chunkings that differ": got["chunkings that differ"], "fingerprint": got["fingerprint"]}
-    res.met, verdict = _verdict(res.rows)
+    auto = resolve(path, background=False)
+    res.met, verdict = _verdict(res.rows, AUTO_ROWS.get((auto.type_k, auto.type_v), DEFAULT))
     res.note = (f"{rounds} rounds, settings alternated (order reversed every other round); "
-                f"n_threads {n_threads}, n_batch 512, prefill chunk = n_ubatch; SmolLM2 weights. {verdict}")
+                f"n_threads {n_threads}, n_batch 512, prefill chunk = n_ubatch; SmolLM2 weights. "
+                f"Hearth's \"auto\" KV cells here: {auto.why}. {verdict}")
     return res
 
 
-def _verdict(rows: list[list[Any]]) -> tuple[bool, str]:
-    """Met when the default is exact and no other exact setting prefills 2,000 tokens in less
-    than ``1 - FASTER_BY`` of its time (closer than that is within this machine's drift between
+AUTO_ROWS = {("q8_0", "f16"): DEFAULT, ("q8_0", "q8_0"): "FA on · q8_0 K+V · ubatch 512",
+             ("q8_0", "bf16"): "FA on · q8_0 K / bf16 V · ubatch 512"}
+"""The row of each pair the KV calibration may choose (``app.engine.kv_calibration``)."""
+
+
+def _verdict(rows: list[list[Any]], chosen: str = DEFAULT) -> tuple[bool, str]:
+    """Met when the setting Hearth uses here (``chosen``: the calibrated pair's row, else the
+    default) is exact and no other exact setting prefills 2,000 tokens in less than
+    ``1 - FASTER_BY`` of its time (closer than that is within this machine's drift between
     rounds); the fastest inexact setting is named, the Library's "Faster prefill" choice."""
     ratio = {row[0]: row[5] for row in rows}
     exact = {row[0] for row in rows if row[6] == "yes"}
-    faster = sorted((r, name) for name, r in ratio.items() if name in exact and r < 1 - FASTER_BY)
+    base = ratio.get(chosen, 1.0)
+    faster = sorted((r / base, name) for name, r in ratio.items() if name in exact and r < base * (1 - FASTER_BY))
     words = []
     if faster:
-        words.append(f"an exact setting is faster than the default: {faster[0][1]} ({faster[0][0]:.3f} ×)")
+        words.append(f"an exact setting is faster than the one Hearth uses ({chosen}): "
+                     f"{faster[0][1]} ({faster[0][0]:.3f} ×); `hearth calibrate` times them on this CPU")
     inexact = sorted((r, name) for name, r in ratio.items() if name not in exact)
     if inexact and inexact[0][0] < 1:
         words.append(f"fastest inexact: {inexact[0][1]} ({inexact[0][0]:.3f} ×); flash attention off is "
                      "only a labelled choice (the Library's \"Faster prefill, not bit-identical\", "
                      "`hearth serve --fast-prefill`)")
     text = "; ".join(words)
-    return DEFAULT in exact and not faster, text[:1].upper() + text[1:] + "." if text else ""
+    return chosen in exact and not faster, text[:1].upper() + text[1:] + "." if text else ""
