@@ -250,6 +250,14 @@ class Engine:
         """The store a load may make room in: opened already, or about to be (cache on)."""
         return self.cache if config.cache_enabled or self._cache is not None else None
 
+    def fit_verdict(self, path: str, n_ctx: int, n_seq_max: int, n_batch: int = 512) -> Any:
+        """Would loading ``path`` with these settings fit now (``MemoryBudget.verdict``)?"""
+        return self.memory.verdict(path, n_ctx, n_seq_max, n_batch=n_batch, store=self._cache)
+
+    def fit_choice(self, path: str, n_ctx: int, n_seq_max: int, n_batch: int = 512) -> Any:
+        """What ``load_model(fit="choose")`` would pick now (``MemoryBudget.choice``)."""
+        return self.memory.choice(path, n_ctx, n_seq_max, n_batch=n_batch, store=self._cache)
+
     def memory_status(self) -> dict[str, Any]:
         """The budget's parts and cap (bytes), and what each model's fit chose."""
         out = self.memory.parts(self._cache).as_dict()

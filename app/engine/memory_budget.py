@@ -34,6 +34,7 @@ from typing import Any, Literal
 from app.engine.config import ModelConfig
 from app.engine.memory_fit import (
     DoesNotFit,
+    Fit,
     LoadNeed,
     Machine,
     choose_fit,
@@ -107,6 +108,18 @@ class BudgetParts:
         return d
 
 
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """Whether a load would fit now, and the numbers in words."""
+
+    fits: bool
+    need: LoadNeed
+    room: int
+    words: str
+    short: str
+    """"Does not fit on this machine: needs 474.5 MiB, has 260.0 MiB." (``words``: every part)."""
+
+
 class MemoryBudget:
     """See the module doc. ``cap``: bytes, None for the automatic share; ``read``: what the
     machine has (tests hand in fakes through ``HEARTH_MEMINFO`` / ``HEARTH_CGROUP_DIR``)."""
@@ -146,13 +159,7 @@ class MemoryBudget:
             return config, None
         opts = {"n_batch": config.n_batch, "n_ubatch": config.n_ubatch, "type_k": config.type_k, "type_v": config.type_v}
         machine, rss = self._read(), process_rss()
-        sheddable = self._sheddable(store)
-        by_machine = machine.available + sheddable
-        by_cap = self.cap(rss, machine) - rss + sheddable
-        room = max(0, min(by_machine, by_cap))
-        where = "this machine has"
-        if self.cap_setting is not None and by_cap < by_machine:
-            where = f"Hearth's memory cap of {human_bytes(self.cap_setting)} leaves"
+        room, where = self._room(store, machine, rss)
         words = None
         if fitting == "choose":
             fit = choose_fit(shape, room, n_seq_max=config.n_seq_max, n_ctx_max=config.n_ctx,
@@ -163,14 +170,50 @@ class MemoryBudget:
             if need.total > room:
                 text = refusal(need, room, where)
                 if fitting != "force":
-                    raise DoesNotFit(f"does not fit: {text}. Choose a smaller context or fewer chats, "
-                                     "or load it anyway (force) if you know better")
+                    advice = ". Choose a smaller context or fewer chats"
+                    raise DoesNotFit(f"does not fit: {text}{advice}",
+                                     short=f"does not fit: {refusal(need, room, where, parts=False)}{advice}")
                 words = f"loaded against the estimate: {text}"
                 log.warning("%s: %s", config.path, words)
         short = need.total - min(machine.available, self.cap(rss, machine) - rss)
         if short > 0 and store is not None:
             self._give_way(store, short, f"to load {config.path.rsplit('/', 1)[-1]}")
         return config, words
+
+    def _room(self, store: Any, machine: Machine, rss: int) -> tuple[int, str]:
+        """What a load may take now (the RAM tier and pool counted as room: they give way),
+        and who says so: "this machine has", or the cap setting when it leaves less."""
+        sheddable = self._sheddable(store)
+        by_machine = machine.available + sheddable
+        by_cap = self.cap(rss, machine) - rss + sheddable
+        where = "this machine has"
+        if self.cap_setting is not None and by_cap < by_machine:
+            where = f"Hearth's memory cap of {human_bytes(self.cap_setting)} leaves"
+        return max(0, min(by_machine, by_cap)), where
+
+    def verdict(self, path: str, n_ctx: int, n_seq_max: int, *, n_batch: int = 512, store: Any = None) -> Verdict | None:
+        """Would this load fit now (the Library asks before anything loads)? None for a file
+        whose header cannot be read."""
+        shape = read_shape(path)
+        if shape is None:
+            return None
+        need = shape.need(n_ctx, n_seq_max, n_batch=n_batch)
+        room, where = self._room(store, self._read(), process_rss())
+        fits = need.total <= room
+        short = f"needs {human_bytes(need.total)}, {where.replace('this machine ', '')} {human_bytes(room)}"
+        if fits:
+            words = f"Fits on this machine: {refusal(need, room, where)}."
+            return Verdict(True, need, room, words, f"Fits on this machine: {short}.")
+        words = f"Does not fit on this machine: {refusal(need, room, where)}."
+        return Verdict(False, need, room, words, f"Does not fit on this machine: {short}.")
+
+    def choice(self, path: str, n_ctx: int, n_seq_max: int, *, n_batch: int = 512, store: Any = None) -> Fit | None:
+        """What ``load_model(fit="choose")`` would pick now for these settings (the most wanted)."""
+        shape = read_shape(path)
+        if shape is None:
+            return None
+        room, where = self._room(store, self._read(), process_rss())
+        return choose_fit(shape, room, n_seq_max=n_seq_max, n_ctx_max=n_ctx, n_batch=n_batch, where=where)
 
     def loaded(self, model_id: str, config: ModelConfig) -> None:
         shape = read_shape(config.path)
@@ -269,4 +312,4 @@ class MemoryBudget:
             self._watch.join(timeout=5)
 
 
-__all__ = ["BudgetParts", "DoesNotFit", "Fitting", "MemoryBudget", "process_rss", "resident_of"]
+__all__ = ["BudgetParts", "DoesNotFit", "Fitting", "MemoryBudget", "Verdict", "process_rss", "resident_of"]

@@ -21,6 +21,7 @@ it chose and why. Nothing here allocates; the engine (``app.engine.memory_budget
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from dataclasses import dataclass
@@ -54,6 +55,12 @@ class DoesNotFit(ModelLoadFailed):
     """A load refused by Hearth's own estimate before llama.cpp allocated anything."""
 
     code = "does_not_fit"
+
+    def __init__(self, message: str, *, short: str | None = None) -> None:
+        super().__init__(message)
+        self.short = short or message
+        """The numbers without the parts: "4,096 tokens × 4 chats needs 474.5 MiB; this
+        machine has 260.0 MiB" (a window's error line)."""
 
 
 # -- what the machine has --------------------------------------------------------------------
@@ -208,7 +215,17 @@ class ModelShape:
 
 
 def read_shape(path: str | Path) -> ModelShape | None:
-    """The memory shape of a GGUF file; None when it cannot be read (llama.cpp says why)."""
+    """The memory shape of a GGUF file; None when it cannot be read (llama.cpp says why).
+    Remembered by (path, size, mtime): the Library asks for every row it paints."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return _read_shape(str(path), st.st_size, st.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=256)
+def _read_shape(path: str, _size: int, _mtime_ns: int) -> ModelShape | None:
     try:
         header = read_gguf_header(path)
     except (OSError, ValueError):
@@ -234,11 +251,12 @@ class Fit:
     words: str
 
 
-def refusal(need: LoadNeed, room: int, where: str = "this machine has") -> str:
-    """"needs X, this machine has Y": the words of a refused load."""
+def refusal(need: LoadNeed, room: int, where: str = "this machine has", *, parts: bool = True) -> str:
+    """"needs X, this machine has Y": the words of a refused load (``parts``: what X is made of)."""
     chats = "chat" if need.n_seq_max == 1 else "chats"
-    return (f"{need.n_ctx:,} tokens × {need.n_seq_max} {chats} needs {human_bytes(need.total)} "
-            f"({need.words()}); {where} {human_bytes(room)}")
+    of = f" ({need.words()})" if parts else ""
+    return (f"{need.n_ctx:,} tokens × {need.n_seq_max} {chats} needs {human_bytes(need.total)}"
+            f"{of}; {where} {human_bytes(room)}")
 
 
 def choose_fit(shape: ModelShape, room: int, *, n_seq_max: int = 4, n_ctx_max: int | None = None,
@@ -264,7 +282,8 @@ def choose_fit(shape: ModelShape, room: int, *, n_seq_max: int = 4, n_ctx_max: i
             if got.total <= room:
                 return Fit(ctx, seqs, got, _why(got, wanted, room))
     smallest = need(256, 1)
-    raise DoesNotFit(f"does not fit: {refusal(smallest, room, where)}")
+    raise DoesNotFit(f"does not fit: {refusal(smallest, room, where)}",
+                     short=f"does not fit: {refusal(smallest, room, where, parts=False)}")
 
 
 def _ladder(top: int) -> list[int]:

@@ -127,7 +127,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         server.stop()
         return 0
     except EngineError as exc:
-        print(f"hearth serve: ({exc.code}) {exc}", file=sys.stderr)
+        hint = " (--fit choose takes what fits; --fit force loads anyway)" if exc.code == "does_not_fit" else ""
+        print(f"hearth serve: ({exc.code}) {exc}{hint}", file=sys.stderr)
         return 1
     finally:
         engine.close()

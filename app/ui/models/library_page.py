@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import MutableMapping
+from collections.abc import Callable, MutableMapping
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from PySide6.QtCore import QItemSelection, Qt, Signal
 from PySide6.QtWidgets import (
@@ -29,7 +31,7 @@ from PySide6.QtWidgets import (
 from app.chat_formats import CUSTOM, FORMATS, NO_FORMAT, format_label
 from app.engine.backend import REUSE_WORDS
 from app.engine.chat_template import render_chat_template
-from app.engine.errors import InvalidRequest
+from app.engine.errors import EngineError, InvalidRequest
 from app.models.library import ModelEntry, ModelLibrary, estimate_memory, memory_words
 from app.ui.models.settings import LoadSettings, load_settings_for, save_settings_for
 from app.ui.models.widgets import MessageCard, beside_card, button, caption, section, side_card
@@ -87,8 +89,13 @@ class LibraryPage(QWidget):
         self._loading_form = False
         self._chat_template: str | None = None  # the pasted template, once checked
         self._select_after_rescan: Path | None = None  # a file just added
+        self.fit_check: Callable[[str, LoadSettings], Any] | None = None
+        """``Engine.fit_verdict`` for (path, settings): would it fit now (set by the manager)."""
+        self.fit_choice: Callable[[str, LoadSettings], Any] | None = None
+        """``Engine.fit_choice``: the context × chats that fit now (the "Fit" button)."""
         self.table_model = LibraryTableModel(
-            catalog, lambda row: load_settings_for(settings, row.path, row.entry.context_length).chat_format)
+            catalog, lambda row: load_settings_for(settings, row.path, row.entry.context_length).chat_format,
+            self._fit_cell)
 
         top = QHBoxLayout()
         top.addWidget(caption(
@@ -213,6 +220,17 @@ class LibraryPage(QWidget):
         v.addWidget(self.memory_label)
         self.memory_detail = caption("")
         v.addWidget(self.memory_detail)
+        fit_row = QHBoxLayout()
+        self.fit_label = caption("")  # "Fits on this machine: …" / "Does not fit on this machine: …"
+        self.fit_label.setObjectName("fitVerdict")
+        self.fit_label.setWordWrap(True)
+        fit_row.addWidget(self.fit_label, 1)
+        self.fit_button = button("Fit", "fitButton")
+        self.fit_button.setToolTip("Set Context and Parallel to the most that fit this machine now: the "
+                                   "context first, then fewer conversations, then a smaller context.")
+        self.fit_button.hide()
+        fit_row.addWidget(self.fit_button, 0, Qt.AlignmentFlag.AlignTop)
+        v.addLayout(fit_row)
         v.addWidget(section("What the cache can reuse"))
         self.reuse_label = caption("")  # the model's memory type (docs/design.md §8)
         self.reuse_label.setObjectName("reuseKinds")
@@ -236,6 +254,7 @@ class LibraryPage(QWidget):
         v.addStretch(1)
         self.load_button.clicked.connect(self._on_load_clicked)
         self.unload_button.clicked.connect(self._on_unload_clicked)
+        self.fit_button.clicked.connect(self._on_fit_clicked)
         return card
 
     def _build_chat_format(self) -> None:
@@ -351,6 +370,7 @@ class LibraryPage(QWidget):
         if row is not None and not row.entry.is_broken and not row.entry.is_adapter:
             save_settings_for(self.settings, row.path, self.form_settings())
         self._refresh_memory(row)
+        self.table_model.fits_changed()  # (its dataChanged refreshes the details once more)
 
     def _on_chat_format_activated(self, _index: int) -> None:
         if self.chat_format.currentData() == CUSTOM:
@@ -415,6 +435,31 @@ class LibraryPage(QWidget):
 
     def show_error(self, text: str) -> None:
         self.error_card.show_text(text)
+
+    def _on_fit_clicked(self) -> None:
+        row = self.selected_row()
+        if row is None or self.fit_choice is None:
+            return
+        s = self.form_settings()
+        try:
+            fit = self.fit_choice(str(row.path), s)
+        except EngineError as exc:  # not even one short conversation fits
+            self.error_card.show_text(f"{row.entry.name} {exc}")
+            return
+        if fit is not None:
+            self.error_card.clear()
+            self.catalog.update(row.path, error=None)  # the refusal no longer holds
+            self.set_form_settings(replace(s, n_ctx=fit.n_ctx, n_seq_max=fit.n_seq_max))
+
+    def _fit_cell(self, row: LibraryRow) -> tuple[str, str] | None:
+        """The Memory column: would the row load with its remembered settings now?"""
+        if self.fit_check is None or row.entry.is_broken or row.entry.is_adapter or row.is_loaded:
+            return None
+        s = load_settings_for(self.settings, row.path, row.entry.context_length)
+        verdict = self.fit_check(str(row.path), s)
+        if verdict is None:
+            return None
+        return ("Fits" if verdict.fits else "Does not fit"), verdict.words
 
     # -- helpers ------------------------------------------------------------------------------
 
@@ -515,6 +560,8 @@ class LibraryPage(QWidget):
         if row is None or row.entry.is_broken or row.entry.is_adapter:
             self.memory_label.setText("–")
             self.memory_detail.setText("")
+            self.fit_label.setText("")
+            self.fit_button.hide()
             self.reuse_label.setText("")
             self.attention_note.hide()
             return
@@ -527,6 +574,12 @@ class LibraryPage(QWidget):
         self.memory_detail.setText(
             f"{human_bytes(e.size_bytes)} of weights + {human_bytes(total - e.size_bytes)} of "
             f"{memory_words(e, s.n_ctx, s.n_seq_max)}; compute buffers come on top.")
+        verdict = None if self.fit_check is None or row.is_loaded else self.fit_check(str(row.path), s)
+        self.fit_label.setText("" if verdict is None else verdict.short)
+        self.fit_label.setToolTip("" if verdict is None else verdict.words)
+        self.fit_label.setProperty("fits", None if verdict is None else verdict.fits)
+        self.fit_label.setStyleSheet("" if verdict is None or verdict.fits else "color: #dc2626;")
+        self.fit_button.setVisible(verdict is not None and not verdict.fits and self.fit_choice is not None)
 
 
 class TemplateDialog(QDialog):

@@ -29,6 +29,7 @@ from PySide6.QtWidgets import (
 
 from app.cache.policy import DESKTOP_POLICY
 from app.engine.config import ModelConfig
+from app.engine.memory_fit import DoesNotFit
 from app.models.hub import HubClient
 from app.models.library import ModelEntry, ModelLibrary
 from app.ui.engine_api import EngineApi
@@ -117,6 +118,10 @@ class ModelManager(QWidget):
         self.downloads = DownloadManager(hub, parent=self)
 
         self.library_page = LibraryPage(library, self.catalog, settings)
+        verdict, choice = getattr(engine, "fit_verdict", None), getattr(engine, "fit_choice", None)
+        if callable(verdict) and callable(choice):  # fits / does not fit on this machine (issue 54)
+            self.library_page.fit_check = lambda path, s: verdict(path, s.n_ctx, s.n_seq_max, s.n_batch)
+            self.library_page.fit_choice = lambda path, s: choice(path, s.n_ctx, s.n_seq_max, s.n_batch)
         self.hub_page = HubPage(hub, self.downloads, self.io_runner)
         self.adapters_page = AdaptersPage(engine, self.engine_runner)
         self.stack = QStackedWidget()
@@ -286,7 +291,8 @@ class ModelManager(QWidget):
             self.model_loaded.emit(mid)
 
         def failed(e: Exception) -> None:
-            text = f"Could not load {row.entry.name}: {_text(e)}"
+            words = e.short + " (or press Fit)" if isinstance(e, DoesNotFit) else _text(e)
+            text = f"Could not load {row.entry.name}: {words}"
             self.catalog.update(path, busy=None, error=text)
             self.library_page.show_error(text)
             self._report(text)

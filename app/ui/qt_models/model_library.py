@@ -19,8 +19,11 @@ from app.units import human_bytes
 ROW_ROLE = Qt.ItemDataRole.UserRole + 1  # the LibraryRow
 PATH_ROLE = Qt.ItemDataRole.UserRole + 2  # str path of the file
 
-COLUMNS = ("Name", "Architecture", "Params", "Quant", "Context", "Size", "Chat format", "Status")
-COL_NAME, COL_ARCH, COL_PARAMS, COL_QUANT, COL_CTX, COL_SIZE, COL_TEMPLATE, COL_STATUS = range(8)
+COLUMNS = ("Name", "Architecture", "Params", "Quant", "Context", "Size", "Chat format", "Status", "Memory")
+COL_NAME, COL_ARCH, COL_PARAMS, COL_QUANT, COL_CTX, COL_SIZE, COL_TEMPLATE, COL_STATUS, COL_FITS = range(9)
+FitCell = Callable[["LibraryRow"], "tuple[str, str] | None"]
+"""(the words in the Memory column, its tooltip) for a row: "Fits" / "Does not fit" on this
+machine with the row's load settings; None: nothing to say (broken, an adapter, loaded)."""
 
 _STATUS_COLORS = {"loaded": "#16a34a", "broken": "#dc2626", "busy": "#f59e0b",
                   "failed": "#dc2626", "idle": "#9ca3af"}
@@ -29,13 +32,20 @@ _STATUS_COLORS = {"loaded": "#16a34a", "broken": "#dc2626", "busy": "#f59e0b",
 class LibraryTableModel(ListAdapter[LibraryRow, Path], FlatTableModel):
     columns = COLUMNS
 
-    def __init__(self, catalog: LibraryCatalog, chat_choice: Callable[[LibraryRow], str] | None = None) -> None:
+    def __init__(self, catalog: LibraryCatalog, chat_choice: Callable[[LibraryRow], str] | None = None,
+                 fit_of: FitCell | None = None) -> None:  # fmt: skip
         """``chat_choice(row)``: the chat format the user chose for the row's file ("":
-        automatic; ``LoadSettings.chat_format``)."""
+        automatic; ``LoadSettings.chat_format``); ``fit_of(row)``: the Memory column."""
         super().__init__()
         self._catalog = catalog
         self._chat_choice = chat_choice or (lambda _row: "")
+        self._fit_of: FitCell = fit_of or (lambda _row: None)
         self.observe(catalog)
+
+    def fits_changed(self) -> None:
+        """Memory or settings changed: the Memory column reads again."""
+        if len(self._catalog):
+            self.dataChanged.emit(self.index(0, COL_FITS), self.index(len(self._catalog) - 1, COL_FITS))
 
     def chat_choice_changed(self, path: Path) -> None:
         """The user chose another chat format for ``path``: its cell reads it again."""
@@ -57,6 +67,9 @@ class LibraryTableModel(ListAdapter[LibraryRow, Path], FlatTableModel):
         if col == COL_TEMPLATE and role in (Qt.ItemDataRole.DisplayRole, Qt.ItemDataRole.ToolTipRole):
             words = chat_format_words(row.entry, self._chat_choice(row))
             return words[0] if role == Qt.ItemDataRole.DisplayRole else words[1]
+        if col == COL_FITS and role in (Qt.ItemDataRole.DisplayRole, Qt.ItemDataRole.ToolTipRole):
+            cell = self._fit_of(row)
+            return ("" if cell is None else cell[0]) if role == Qt.ItemDataRole.DisplayRole else (cell and cell[1])
         if role == Qt.ItemDataRole.DisplayRole:
             return _display(row, col)
         if role == Qt.ItemDataRole.ToolTipRole:
