@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import fcntl
 import functools
 import hashlib
 import json
@@ -319,6 +320,8 @@ def calibrate(path: str, candidates: Sequence[Candidate] = CANDIDATES, *, n_thre
 # ----------------------------------------------------------------------------- in the background
 
 BACKGROUND_NICE = 19
+BUSY = 3
+"""The child's exit status when another calibration holds the machine's lock."""
 CHILD_OPTIONS: list[str] = []
 """More ``hearth calibrate`` options for the background child (tests: fewer candidates)."""
 _running: dict[str, subprocess.Popen[bytes]] = {}
@@ -332,12 +335,12 @@ def child_command(path: str) -> list[str]:
 
 
 def start_background(path: str) -> subprocess.Popen[bytes] | None:
-    """Calibrate ``path``'s kind in a child process at the lowest CPU priority (one per kind
-    at a time); None when one is already running. Its result serves the next load."""
-    key, _ = calibration_key(path)
+    """Calibrate ``path``'s kind in a child process at the lowest CPU priority; None when a
+    calibration child of this process is still running (one at a time: a session that loads
+    five models calibrates the next kind at a later load). The child's result serves the next
+    load; across processes, a lock file lets one calibration run at a time on the machine."""
     with _running_lock:
-        running = _running.get(key)
-        if running is not None and running.poll() is None:
+        if any(child.poll() is None for child in _running.values()):
             return None
         try:
             child = subprocess.Popen(
@@ -348,14 +351,16 @@ def start_background(path: str) -> subprocess.Popen[bytes] | None:
         except OSError as e:
             log.warning("KV calibration could not start: %s", e)
             return None
-        _running[key] = child
+        _running[path] = child
     threading.Thread(target=_reap, args=(path, child), name="kv-calibration", daemon=True).start()
     return child
 
 
 def _reap(path: str, child: subprocess.Popen[bytes]) -> None:
     _, err = child.communicate()
-    if child.returncode != 0:
+    if child.returncode == BUSY:
+        log.info("KV calibration of %s waits: another one runs on this machine", path)
+    elif child.returncode != 0:
         log.warning("KV calibration of %s failed (exit %s): %s", path, child.returncode,
                     err.decode(errors="replace").strip()[-500:])
 
@@ -399,8 +404,20 @@ def main(argv: list[str]) -> int:
         from app.models.default_model import default_model_path
 
         args.model = str(default_model_path())
-    native_probe.ensure(args.model)
-    choice, measured = calibrate(args.model, candidates, n_threads=args.threads, rounds=max(1, args.rounds))
+    results_path().parent.mkdir(parents=True, exist_ok=True)
+    with open(results_path().with_suffix(".lock"), "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            print("another KV calibration is running on this machine; try again when it has finished",
+                  file=sys.stderr)
+            return BUSY
+        native_probe.ensure(args.model)
+        return _calibrate_and_print(args.model, candidates, args.threads, max(1, args.rounds))
+
+
+def _calibrate_and_print(model: str, candidates: list[Candidate], threads: int | None, rounds: int) -> int:
+    choice, measured = calibrate(model, candidates, n_threads=threads, rounds=rounds)
     print(table(measured))
     print(f"chosen: {choice.why}")
     print(f"kept in {results_path()}")

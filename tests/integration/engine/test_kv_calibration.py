@@ -99,6 +99,8 @@ def test_a_first_load_calibrates_in_a_child_and_the_next_load_uses_its_choice(
     with Engine(tmp_path / "data") as engine:
         first = engine.load_model("m", config)
         assert "the default while this CPU is calibrated" in first.model_info().kv_cells
+        # One calibration child at a time: another kind's first load meanwhile starts none.
+        assert kv_calibration.start_background(str(tiny_model_path)) is None
         kv_calibration.wait_for_background(timeout=300)
     assert calibrating.exists()
     found = kv_calibration.lookup(str(tiny_model_path))
