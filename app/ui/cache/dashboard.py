@@ -28,6 +28,7 @@ from app.engine.errors import NotFound
 from app.ui.cache import style
 from app.ui.cache.actions import CacheActions
 from app.ui.cache.feed import CacheFeed
+from app.ui.cache.memory_bar import MemoryBar
 from app.ui.cache.reuse_panel import PastRequests, ReusePanel
 from app.ui.cache.rows_panel import RowsPanel
 from app.ui.cache.scheduler_panel import SchedulerPanel, SessionNamer
@@ -89,6 +90,7 @@ class CacheDashboard(QWidget):
 
         self.rows_panel = RowsPanel(self.rows_model, self.previews, self.cache_actions)
         self.tiers_panel = TiersPanel(self.cache_actions)
+        self.memory_bar = MemoryBar()  # the one memory budget (issue 54)
         self.stats_panel = StatsPanel()
         self.tree_panel = TreePanel(self.store, self.state, self.previews, self.titles)
         self.scheduler_panel = SchedulerPanel(engine, session_namer)
@@ -100,6 +102,7 @@ class CacheDashboard(QWidget):
         space.setObjectName("cacheScrollInner")
         space_layout = QVBoxLayout(space)
         space_layout.setContentsMargins(0, 8, 0, 0)
+        space_layout.addWidget(self.memory_bar)
         space_layout.addWidget(self.tiers_panel)
         space_layout.addWidget(self.stats_panel, 1)
         space_scroll = QScrollArea()
@@ -215,6 +218,8 @@ class CacheDashboard(QWidget):
         self.titles.clear()  # chats may have been renamed; re-read when next shown
         self.history.add(counters)
         self.tiers_panel.update_usage(usage)
+        if self.tabs.currentIndex() == TAB_SPACE:
+            self.refresh_memory()
         self.stats_panel.update_stats(self.history)
         self._update_model_lists()
         if self.tabs.currentIndex() == TAB_TREE:
@@ -255,7 +260,16 @@ class CacheDashboard(QWidget):
         if self.tabs.currentIndex() == TAB_TREE:
             self.tree_panel.refresh()
 
+    def refresh_memory(self) -> None:
+        """The memory bar, from the engine's budget (an engine without one: no bar)."""
+        status = getattr(self.engine, "memory_status", None)
+        self.memory_bar.setVisible(callable(status))
+        if callable(status):
+            self.memory_bar.update_budget(status())
+
     def _on_tab_changed(self, index: int) -> None:
+        if index == TAB_SPACE:
+            self.refresh_memory()
         if index == TAB_TREE:
             self.tree_panel.refresh()
         if index == TAB_SCHEDULER:
