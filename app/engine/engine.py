@@ -143,7 +143,7 @@ class Engine:
                 raise
             with self._registry:
                 self._models = MappingProxyType({**self._models, model_id: model})
-            self.memory.loaded(model_id, config)
+            self.memory.loaded(model_id, config, self._cache)
             if words:
                 self.fit_words[model_id] = words
             self.memory.watch(lambda: self._cache)
@@ -237,7 +237,7 @@ class Engine:
                 except EngineError as exc:
                     log.warning("model %s: detaching draft model %s: %s", other.id, model_id, exc)
         model.close()
-        self.memory.unloaded(model_id)
+        self.memory.unloaded(model_id, self._cache)
         self.fit_words.pop(model_id, None)
         if thread is not None and hasattr(thread, "join"):
             thread.join(timeout=30)

@@ -185,7 +185,7 @@ class MemoryBudget:
         and who says so: "this machine has", or the cap setting when it leaves less."""
         sheddable = self._sheddable(store)
         by_machine = machine.available + sheddable
-        by_cap = self.cap(rss, machine) - rss + sheddable
+        by_cap = self.cap(rss, machine) - max(rss - sheddable, self.committed())
         where = "this machine has"
         if self.cap_setting is not None and by_cap < by_machine:
             where = f"Hearth's memory cap of {human_bytes(self.cap_setting)} leaves"
@@ -215,7 +215,7 @@ class MemoryBudget:
         room, where = self._room(store, self._read(), process_rss())
         return choose_fit(shape, room, n_seq_max=n_seq_max, n_ctx_max=n_ctx, n_batch=n_batch, where=where)
 
-    def loaded(self, model_id: str, config: ModelConfig) -> None:
+    def loaded(self, model_id: str, config: ModelConfig, store: Any = None) -> None:
         shape = read_shape(config.path)
         if shape is None:
             return
@@ -223,11 +223,40 @@ class MemoryBudget:
                           type_k=config.type_k, type_v=config.type_v)  # fmt: skip
         with self._lock:
             self._needs[model_id], self._paths[model_id] = need, config.path
+        self.fit_tier(store)
 
-    def unloaded(self, model_id: str) -> None:
+    def unloaded(self, model_id: str, store: Any = None) -> None:
         with self._lock:
             self._needs.pop(model_id, None)
             self._paths.pop(model_id, None)
+        self.fit_tier(store)
+
+    def committed(self) -> int:
+        """What the budget holds besides the parts that give way: the fixed part measured at
+        the start and every loaded model's estimate (upper bounds: a compute buffer's pages
+        are not all touched at once, but they will be)."""
+        with self._lock:
+            return self.fixed_at_start + sum(n.total for n in self._needs.values())
+
+    def fit_tier(self, store: Any) -> None:
+        """The RAM tier (and the pool inside its quota) lives in what the cap leaves beside
+        ``committed``: its quota is lowered to that (rows demoted to disk), and given back,
+        up to the quota it had, once there is room again."""
+        if store is None:
+            return
+        allowed = max(0, self.cap() - self.committed())
+        quota = store.tier_usage()["ram"][1]
+        with self._lock:
+            own = self._ram_quota if self._ram_quota is not None else quota
+            if allowed < own:
+                self._ram_quota = own
+            else:
+                self._ram_quota = None
+        want = min(own, allowed)
+        if want != quota:
+            store.set_quota("ram", want)
+            if want < quota:
+                log.info("the RAM tier holds %s, what Hearth's memory cap leaves beside the models", human_bytes(want))
 
     # -- the parts ---------------------------------------------------------------------------
 
@@ -283,12 +312,8 @@ class MemoryBudget:
         short = max(LOW_WATER - machine.available, rss - self.cap(rss, machine))
         if short > 0:
             return self._give_way(store, short, "because the machine is short of memory")
-        with self._lock:
-            quota, back = self._ram_quota, machine.available > 2 * LOW_WATER
-            if quota is not None and back:
-                self._ram_quota = None
-        if quota is not None and back:
-            store.set_quota("ram", quota)
+        if machine.available > 2 * LOW_WATER:  # room again: the tier gets back what the cap allows
+            self.fit_tier(store)
         return 0
 
     def watch(self, store: Callable[[], Any], interval: float = WATCH_SECONDS) -> None:
