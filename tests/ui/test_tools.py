@@ -164,27 +164,33 @@ def test_deny_runs_nothing_and_tells_the_model(make_window, qtbot, calls_log):
     assert _ran(calls_log) == []
 
 
-def test_always_allow_asks_once_and_the_step_limit_ends_the_loop(make_window, qtbot, calls_log):
+def test_always_allow_asks_once_per_tool_and_the_step_limit_ends_the_loop(make_window, qtbot, calls_log):
     window = make_window(sampling=TOOL_SAMPLING)
     steps = window.controller.tools
     steps.settings.set_limits(Limits(max_steps=3, timeout_s=20, max_result_chars=8000))
     server = ServerConfig.stdio("calculator", command("calc", str(calls_log)))
     steps.settings.add_server(server)
     asked: list[ToolApproval] = []
-    steps.approval_opened.connect(asked.append)
+
+    def always(dialog: ToolApproval) -> None:  # every question is answered "Always allow"
+        asked.append(dialog)
+        QTimer.singleShot(0, lambda: _click(dialog, "alwaysAllowButton"))
+
+    steps.approval_opened.connect(always)
     cid = _new_chat_with(window, qtbot, server, "every")
     qtbot.waitUntil(lambda: server.id in steps.listing, timeout=WAIT_MS)
     type_and_send(qtbot, window, "Keep adding numbers")
-    _click(_approval(qtbot, window, asked), "alwaysAllowButton")
     qtbot.waitUntil(lambda: window.controller.failure(cid) is not None, timeout=WAIT_MS)
     wait_idle(qtbot, window, cid)
-    assert len(asked) == 1  # the later calls of that tool did not ask
     roles = _roles(window, cid)
     assert roles.count("tool") == 3 and roles[-1] == "tool"
-    assert len(_ran(calls_log)) == 3
+    ran = _ran(calls_log)
+    assert len(ran) == 3
+    tools = [d.tool for d in asked]
+    assert len(tools) == len(set(tools)) >= 1  # a tool allowed always was not asked about again
+    assert {line.split()[0] for line in ran} == set(tools)
     assert "3 tool steps" in (window.controller.failure(cid) or "")
-    key = steps.settings.chat(cid).always
-    assert key and all(k.startswith(server.id + "/") for k in key)
+    assert steps.settings.chat(cid).always == {f"{server.id}/{t}" for t in tools}
     screenshot(window, "tool-step-limit")
 
 
@@ -261,7 +267,7 @@ class _StallMeter:
 def test_hostile_server_costs_one_error_card_and_the_gui_stays_responsive(make_window, qtbot, kind, tool, says):
     window = make_window(sampling=TOOL_SAMPLING)
     steps = window.controller.tools
-    steps.settings.set_limits(Limits(max_steps=10, timeout_s=2.0, max_result_chars=2000))
+    steps.settings.set_limits(Limits(max_steps=10, timeout_s=2.0, max_result_chars=300))
     server = ServerConfig.stdio(kind, command(kind))
     steps.settings.add_server(server)
     asked: list[ToolApproval] = []
@@ -282,7 +288,7 @@ def test_hostile_server_costs_one_error_card_and_the_gui_stays_responsive(make_w
     branch = window.controller.storage.active_branch(cid)
     result = branch[[m.role for m in branch].index("tool")].content
     if kind == "flood":  # a result, cut to the setting, and the cut said
-        assert len(result) < 2200 and "cut: the tool returned 10,000,000 characters" in result
+        assert len(result) < 400 and "cut: the tool returned 10,000,000 characters" in result
         assert window.controller.failure(cid) is None
     else:
         assert says in result
