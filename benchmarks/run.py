@@ -21,7 +21,7 @@ def _scenarios(path: str, args: argparse.Namespace) -> dict[str, Callable[[], Re
     from benchmarks.scenarios_families import b8_families, checkpoint_interval_sweep
     from benchmarks.scenarios_gui import b6_gui
     from benchmarks.scenarios_kv import kv_settings
-    from benchmarks.scenarios_memory import b7_memory
+    from benchmarks.scenarios_memory import b7_memory, b15_budget
     from benchmarks.scenarios_reuse import b8_reuse
     from benchmarks.scenarios_server import b9_agent_trace
     from benchmarks.scenarios_spec import b12_speculation
@@ -43,12 +43,13 @@ def _scenarios(path: str, args: argparse.Namespace) -> dict[str, Callable[[], Re
         "B9": lambda: b9_agent_trace(path, args.llama_server),
         "B11": lambda: _in_fresh_process(b11_fresh, path),
         "B12": lambda: b12_speculation(path),
+        "B15": lambda: _in_fresh_process(b15_budget, path),
         "KV": lambda: kv_settings(path),
     }
 
 
 def _in_fresh_process(fn: Callable[[str], Result], path: str) -> Result:
-    """B7 measures RSS and B6 the GUI thread: run them in a new interpreter, so the baseline is
+    """B7 and B15 measure RSS and B6 the GUI thread: run them in a new interpreter, so the baseline is
     the model alone (not whatever the scenarios before it left in this process's heap) and the
     Qt application is set up offscreen before Qt is imported."""
     import multiprocessing

@@ -51,6 +51,9 @@ class StateMemory:
     def __init__(self, keep: int = KEEP, max_pooled_bytes: int = MAX_POOLED_BYTES) -> None:
         self._keep = keep
         self._max = max_pooled_bytes
+        self.limit: int | None = None
+        """The most bytes all tracked buffers may hold together (the store sets its RAM tier's
+        quota: the pool lives inside it); a buffer past it is lent once and not kept."""
         self._bufs: list[bytearray] = []
         self._lock = threading.Lock()
 
@@ -64,7 +67,7 @@ class StateMemory:
                 return memoryview(self._bufs[fits[0]])[:n]
             size = _with_headroom(n, HEADROOM, self._max)
             new = _unwritten(size)
-            if size <= self._max:
+            if size <= self._max and self._room_for(size):
                 self._track(new, small)
             return memoryview(new)[:n]
 
@@ -84,6 +87,8 @@ class StateMemory:
         with self._lock:
             fits, small = self._free(n)
             for _ in range(count - len(fits)):
+                if not self._room_for(_with_headroom(n, HEADROOM, self._max)):
+                    break
                 buf = _touched(_with_headroom(n, HEADROOM, self._max), n)
                 if not self._track(buf, small):
                     break
@@ -95,6 +100,10 @@ class StateMemory:
         those too small). Under the lock."""
         free = sorted((i for i, buf in enumerate(self._bufs) if _unread(buf)), key=lambda i: len(self._bufs[i]))
         return [i for i in free if len(self._bufs[i]) >= n], [i for i in free if len(self._bufs[i]) < n]
+
+    def _room_for(self, size: int) -> bool:
+        """Another ``size`` bytes stay within ``limit``. Under the lock."""
+        return self.limit is None or sum(len(b) for b in self._bufs) + size <= self.limit
 
     def _track(self, buf: bytearray, small: list[int]) -> bool:
         """Track ``buf`` in place of the first of ``small`` (free buffers too small; the one

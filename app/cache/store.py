@@ -139,6 +139,7 @@ class CacheStore:
         (``app.cache.state_buffers``): the engine's saves lend from it too. It lives inside
         the RAM tier's quota: the tier's rows get what the pool leaves."""
         memory = self.memory
+        memory.limit = self._evictor.quotas[TIER_RAM]
         self._evictor.held = lambda tier: memory.kept_bytes if tier == TIER_RAM else 0
         self._lookup = Lookup(cat, tiers, self._blobs, self._chunked, journal, counters, self.memory)
         self._lookup.on_whole_read = self._convert
@@ -417,6 +418,10 @@ class CacheStore:
         check_quota(tier, quota)
         with self._io_lock:
             self._evictor.quotas[tier] = quota
+            if tier == TIER_RAM:
+                self.memory.limit = quota
+                if self.memory.kept_bytes > quota:
+                    self.memory.release_free()
             self._evictor.gc()
 
     def tier_usage(self) -> dict[str, tuple[int, int]]:

@@ -235,8 +235,9 @@ class MemoryBudget:
         """What the budget holds besides the parts that give way: the fixed part measured at
         the start and every loaded model's estimate (upper bounds: a compute buffer's pages
         are not all touched at once, but they will be)."""
+        fixed = min(self.fixed_at_start, process_rss())  # (less when memory held at the start was freed)
         with self._lock:
-            return self.fixed_at_start + sum(n.total for n in self._needs.values())
+            return fixed + sum(n.total for n in self._needs.values())
 
     def fit_tier(self, store: Any) -> None:
         """The RAM tier (and the pool inside its quota) lives in what the cap leaves beside

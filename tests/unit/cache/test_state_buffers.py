@@ -122,3 +122,21 @@ def test_lends_from_many_threads_never_share_a_buffer() -> None:
     for t in threads:
         t.join()
     assert seen == []
+
+
+def test_the_pool_stays_within_its_limit_and_lets_free_buffers_go():
+    """Issue 54: the pool lives inside the RAM tier's quota (``limit``); a buffer past it is lent
+    once and not kept, and ``release_free`` lets every buffer nobody reads go."""
+    pool = StateMemory(keep=4, max_pooled_bytes=1 << 20)
+    pool.limit = 300_000
+    a = pool.lend(100_000)  # kept: 150,000 bytes with headroom
+    b = pool.lend(100_000)  # 300,000 in all: kept
+    c = pool.lend(100_000)  # past the limit: lent, not kept
+    assert pool.kept_bytes == 300_000
+    assert pool.reserve(100_000, count=4) == 0  # (a and b are read: no room for more)
+    pool.give(c)
+    pool.give(a)
+    assert pool.release_free() == 150_000  # b is still read
+    assert pool.kept_bytes == 150_000
+    pool.give(b)
+    assert pool.release_free() == 150_000 and pool.kept_bytes == 0
