@@ -247,6 +247,22 @@ def resolve(path: str, *, flash_attn: bool = True, background: bool = True) -> C
     return Choice(DEFAULT.type_k, DEFAULT.type_v, f"{DEFAULT.name}: the default (not calibrated)", False)
 
 
+def describe(path: str, flash_attn: bool = True) -> str:
+    """What a load of ``path`` gets for "auto" on this machine, in a user's words (the Library)."""
+    try:
+        choice = resolve(path, flash_attn=flash_attn, background=False)
+    except (OSError, ValueError) as e:
+        return f"{DEFAULT.name} (the default; this file could not be read for its kind: {e})"
+    if choice.calibrated:
+        return f"{choice.why}. Calibrated on this CPU (\"hearth calibrate\" measures again)."
+    if not flash_attn:
+        return f"{DEFAULT.name}: the default, since flash attention is off."
+    if disabled():
+        return f"{DEFAULT.name}: the default (calibration is off: {ENV}=off)."
+    return (f"{DEFAULT.name}: the default until this CPU is calibrated for this kind of model — "
+            "in the background at its first load, or now with \"hearth calibrate\".")
+
+
 # ----------------------------------------------------------------------------- measuring
 
 def _prefill_ms(backend: Any, tokens: list[int]) -> float:

@@ -83,7 +83,9 @@ def test_the_window_fits_800_pixels(make_window, qtbot, scheme):
     qtbot.waitUntil(combo_boxes_draw_arrows, timeout=5_000)
     screenshot(window, f"layout-800-cache-rows-{scheme}")
 
-    # Models › Library: the table keeps most of the width, the card stays whole.
+    # Models › Library: the table keeps most of the width, the card stays whole (it scrolls
+    # in its own area when the window is too short for it, never squeezing its settings:
+    # at this size they were squeezed to nothing until the card scrolled).
     window.nav_buttons["models"].click()
     lib = window.model_manager.library_page
     card = lib.details_card
@@ -92,7 +94,9 @@ def test_the_window_fits_800_pixels(make_window, qtbot, scheme):
         assert lib.isVisible()
         assert 240 <= card.width() <= 300, card.width()
         assert lib.table.width() > card.width()
-        assert _inside(card, window.model_manager)
+        assert _inside(lib.details_scroll, window.model_manager)
+        for spin in (lib.n_ctx, lib.n_seq_max, lib.n_batch):
+            assert spin.height() >= spin.fontMetrics().height() + 8, (spin.objectName(), spin.height())
 
     qtbot.waitUntil(library_fits, timeout=5_000)
     screenshot(window, f"layout-800-models-{scheme}")

@@ -22,6 +22,8 @@ from PySide6.QtWidgets import (
     QLabel,
     QPlainTextEdit,
     QProgressBar,
+    QScrollArea,
+    QSizePolicy,
     QSpinBox,
     QTableView,
     QVBoxLayout,
@@ -32,6 +34,7 @@ from app.chat_formats import CUSTOM, FORMATS, NO_FORMAT, format_label
 from app.engine.backend import REUSE_WORDS
 from app.engine.chat_template import render_chat_template
 from app.engine.errors import EngineError, InvalidRequest
+from app.engine.kv_calibration import describe as kv_cells_words
 from app.models.library import ModelEntry, ModelLibrary, estimate_memory, memory_words
 from app.ui.models.settings import LoadSettings, load_settings_for, save_settings_for
 from app.ui.models.widgets import MessageCard, beside_card, button, caption, section, side_card
@@ -62,6 +65,7 @@ def _spin(lo: int, hi: int, step: int = 1, special: str | None = None) -> QSpinB
     s.setAccelerated(True)
     if special:
         s.setSpecialValueText(special)
+    s.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Fixed)  # never squeezed: the card scrolls
     return s
 
 
@@ -134,7 +138,8 @@ class LibraryPage(QWidget):
         layout = QHBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.setSpacing(16)
-        beside_card(layout, left, self._build_details())
+        self.details_scroll = _scrolling(self._build_details())
+        beside_card(layout, left, self.details_scroll)
 
         self.add_folder_button.clicked.connect(self._on_add_folder_clicked)
         self.add_file_button.clicked.connect(self._on_add_file_clicked)
@@ -235,6 +240,11 @@ class LibraryPage(QWidget):
         self.reuse_label = caption("")  # the model's memory type (docs/design.md §8)
         self.reuse_label.setObjectName("reuseKinds")
         v.addWidget(self.reuse_label)
+        v.addWidget(section("KV cells on this CPU"))
+        self.kv_cells_label = caption("")  # the calibrated pair and why (app.engine.kv_calibration)
+        self.kv_cells_label.setObjectName("kvCells")
+        self.kv_cells_label.setWordWrap(True)
+        v.addWidget(self.kv_cells_label)
         v.addSpacing(6)
         buttons = QHBoxLayout()
         self.load_button = button("Load", "loadButton", primary=True)
@@ -563,11 +573,13 @@ class LibraryPage(QWidget):
             self.fit_label.setText("")
             self.fit_button.hide()
             self.reuse_label.setText("")
+            self.kv_cells_label.setText("")
             self.attention_note.hide()
             return
         e, s = row.entry, self.form_settings()
         words = REUSE_WORDS.get(e.memory_kind, e.memory_kind)
         self.reuse_label.setText(words[0].upper() + words[1:] + ".")
+        self.kv_cells_label.setText(kv_cells_words(str(e.path), s.flash_attn))
         self.attention_note.setVisible(not s.flash_attn)
         total = estimate_memory(e, s.n_ctx, s.n_seq_max)
         self.memory_label.setText(f"≈ {human_bytes(total)}")
@@ -580,6 +592,22 @@ class LibraryPage(QWidget):
         self.fit_label.setProperty("fits", None if verdict is None else verdict.fits)
         self.fit_label.setStyleSheet("" if verdict is None or verdict.fits else "color: #dc2626;")
         self.fit_button.setVisible(verdict is not None and not verdict.fits and self.fit_choice is not None)
+
+
+def _scrolling(card: QFrame) -> QScrollArea:
+    """The details card in a scroll area of its width: in a short window its settings keep
+    their height (they were squeezed until their numbers were cut) and the card scrolls."""
+    scroll = QScrollArea()
+    scroll.setObjectName("detailsScroll")
+    scroll.setWidget(card)
+    scroll.setWidgetResizable(True)
+    scroll.setFrameShape(QFrame.Shape.NoFrame)
+    scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+    scroll.setMinimumWidth(card.minimumWidth())
+    scroll.setMaximumWidth(card.maximumWidth() + scroll.verticalScrollBar().sizeHint().width())
+    scroll.setStyleSheet("QScrollArea#detailsScroll, QScrollArea#detailsScroll > QWidget > QWidget "
+                         "{ background: transparent; }")
+    return scroll
 
 
 class TemplateDialog(QDialog):
