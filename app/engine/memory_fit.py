@@ -89,14 +89,15 @@ class Machine:
         return text
 
 
-def read_machine(meminfo: str | None = None, cgroup_dir: str | None = None) -> Machine:
+def read_machine(meminfo: str | None = None, cgroup_dir: str | None = None, *,
+                 proc_cgroup: str = "/proc/self/cgroup", cgroup_root: str = "/sys/fs/cgroup") -> Machine:  # fmt: skip
     """``/proc/meminfo`` (or ``$HEARTH_MEMINFO``) and the tightest cgroup memory limit above
     this process (or the one in ``$HEARTH_CGROUP_DIR``)."""
     fields = _meminfo(meminfo or os.environ.get(MEMINFO_ENV) or "/proc/meminfo")
     total = fields.get("MemTotal", 0)
     available = fields.get("MemAvailable", fields.get("MemFree", 0))
     forced = cgroup_dir or os.environ.get(CGROUP_ENV)
-    dirs = [Path(forced)] if forced else _cgroup_dirs()
+    dirs = [Path(forced)] if forced else _cgroup_dirs(proc_cgroup, cgroup_root)
     limit = used = None
     for d in dirs:
         lim = _read_int(d / "memory.max") or _read_int(d / "memory.limit_in_bytes")
@@ -273,6 +274,7 @@ def choose_fit(shape: ModelShape, room: int, *, n_seq_max: int = 4, n_ctx_max: i
 
     ladder = _ladder(top)
     wanted = need(top, n_seq_max)
+    whole = "the whole trained context" if top >= (shape.context_length or top) else "what was asked"
     for seqs in range(n_seq_max, 0, -1):
         floor = MIN_AUTO_CTX if seqs > 1 else 256
         for ctx in ladder:
@@ -280,7 +282,7 @@ def choose_fit(shape: ModelShape, room: int, *, n_seq_max: int = 4, n_ctx_max: i
                 break
             got = need(ctx, seqs)
             if got.total <= room:
-                return Fit(ctx, seqs, got, _why(got, wanted, room))
+                return Fit(ctx, seqs, got, _why(got, wanted, room, whole))
     smallest = need(256, 1)
     raise DoesNotFit(f"does not fit: {refusal(smallest, room, where)}",
                      short=f"does not fit: {refusal(smallest, room, where, parts=False)}")
@@ -297,10 +299,10 @@ def _ladder(top: int) -> list[int]:
     return out
 
 
-def _why(got: LoadNeed, wanted: LoadNeed, room: int) -> str:
+def _why(got: LoadNeed, wanted: LoadNeed, room: int, whole: str) -> str:
     chose = f"{got.n_ctx:,} tokens × {got.n_seq_max} chat{'s' if got.n_seq_max > 1 else ''}"
     if got.n_ctx == wanted.n_ctx and got.n_seq_max == wanted.n_seq_max:
-        return f"{chose}: the whole trained context fits ({human_bytes(got.total)} of {human_bytes(room)})"
+        return f"{chose}: {whole} fits ({human_bytes(got.total)} of {human_bytes(room)})"
     more = wanted.total - room
     return (f"{chose}; {wanted.n_ctx:,} × {wanted.n_seq_max} would need {human_bytes(more)} more "
             f"({human_bytes(wanted.total)} against {human_bytes(room)})")
