@@ -250,6 +250,11 @@ class Engine:
         """The store a load may make room in: opened already, or about to be (cache on)."""
         return self.cache if config.cache_enabled or self._cache is not None else None
 
+    def set_memory_cap(self, cap: int | None) -> None:
+        """The most bytes Hearth's memory may take (None: automatic); the RAM tier follows."""
+        self.memory.cap_setting = cap
+        self.memory.fit_tier(self._cache)
+
     def fit_verdict(self, path: str, n_ctx: int, n_seq_max: int, n_batch: int = 512) -> Any:
         """Would loading ``path`` with these settings fit now (``MemoryBudget.verdict``)?"""
         return self.memory.verdict(path, n_ctx, n_seq_max, n_batch=n_batch, store=self._cache)

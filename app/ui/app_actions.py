@@ -25,6 +25,7 @@ from app.ui.chat.chat_page import ChatPage
 from app.ui.chat.controller import ChatController
 from app.ui.chat.tools_panel import ToolsSettings
 from app.ui.engine_api import EngineApi
+from app.ui.memory_settings import MemorySettings, apply_stored_cap
 from app.ui.preferences_dialog import THEME_LABELS, PreferencesDialog
 from app.ui.server import LocalServer, LocalServerPanel
 from app.ui.shortcuts import ShortcutsDialog, shortcut
@@ -75,6 +76,7 @@ class AppActions(QObject):
         stored = self.prefs.chat_defaults()
         if stored is not None:
             self.apply_defaults(stored)
+        apply_stored_cap(window.engine, window.storage)  # Settings › Memory
         self.actions: dict[str, QAction] = {}
         self.dialog: PreferencesDialog | None = None
         self.shortcuts_dialog: ShortcutsDialog | None = None
@@ -209,6 +211,7 @@ class AppActions(QObject):
                 panel = LocalServerPanel(self.window.local_server, self.window.storage)
                 self.dialog.tabs.addTab(panel, "Local server")
             self.dialog.tabs.addTab(ToolsSettings(self.window.controller.tools), "Tools")
+            self.dialog.tabs.addTab(MemorySettings(self.window.engine, self.window.storage), "Memory")
         _present(self.dialog)
         return self.dialog
 
