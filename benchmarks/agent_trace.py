@@ -10,6 +10,7 @@ own template (llama-server without ``--jinja`` rejects a ``tools`` field).
 from __future__ import annotations
 
 import json
+from typing import Any
 
 N_TURNS = 10
 RESTART_AFTER = 5
@@ -149,9 +150,10 @@ _TASKS = {
 }
 
 
-def system_prompt(kind: str) -> str:
-    """The agent's rules and its tool definitions (JSON), ≈1,500 tokens on SmolLM2's tokenizer."""
-    tools = [
+def tools(kind: str) -> list[dict[str, Any]]:
+    """The agent's tool definitions as OpenAI ``tools`` entries (B9 writes them into its system
+    prompt; B14 offers them as real tools)."""
+    return [
         {"type": "function", "function": {
             "name": name, "description": desc,
             "parameters": {"type": "object", "properties": {
@@ -159,8 +161,17 @@ def system_prompt(kind: str) -> str:
                 "required": list(params)}}}
         for name, desc, params in _TOOLS[kind]
     ]  # fmt: skip
-    text = _RULES[kind] + _CONVENTIONS[kind] + "\n\nYou can call these tools. Answer a call with <tool_call>{\"name\": …, " \
-        "\"arguments\": {…}}</tool_call>.\n<tools>\n" + "\n".join(json.dumps(t) for t in tools) + "\n</tools>"
+
+
+def rules(kind: str) -> str:
+    """The agent's rules and its repository's conventions, without the tools."""
+    return _RULES[kind] + _CONVENTIONS[kind]
+
+
+def system_prompt(kind: str) -> str:
+    """The agent's rules and its tool definitions (JSON), ≈1,500 tokens on SmolLM2's tokenizer."""
+    text = rules(kind) + "\n\nYou can call these tools. Answer a call with <tool_call>{\"name\": …, " \
+        "\"arguments\": {…}}</tool_call>.\n<tools>\n" + "\n".join(json.dumps(t) for t in tools(kind)) + "\n</tools>"
     return text
 
 

@@ -25,6 +25,7 @@ def _scenarios(path: str, args: argparse.Namespace) -> dict[str, Callable[[], Re
     from benchmarks.scenarios_reuse import b8_reuse
     from benchmarks.scenarios_server import b9_agent_trace
     from benchmarks.scenarios_spec import b12_speculation
+    from benchmarks.scenarios_tools import b14_tools
     from benchmarks.scenarios_typeahead import b11_fresh
 
     return {
@@ -43,6 +44,7 @@ def _scenarios(path: str, args: argparse.Namespace) -> dict[str, Callable[[], Re
         "B9": lambda: b9_agent_trace(path, args.llama_server),
         "B11": lambda: _in_fresh_process(b11_fresh, path),
         "B12": lambda: b12_speculation(path),
+        "B14": lambda: b14_tools(path, args.llama_server),
         "B15": lambda: _in_fresh_process(b15_budget, path),
         "KV": lambda: kv_settings(path),
     }
