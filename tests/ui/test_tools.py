@@ -135,12 +135,23 @@ def test_add_server_enable_forced_call_allow_once_then_reply_and_restart(make_wi
     call = next(w for w in view.findChildren(MessageWidget) if w.message_id == branch[1].id)
     assert f"**Tool call:** `{ran[0].split()[0]}`" in call.body.source()
     screenshot(window, "tool-chat")
+    # Exported with the conversation; a regenerated reply answers the same result (the call
+    # is not run again).
+    exported = json.loads(window.controller.storage.export_json(cid))
+    assert [m["role"] for m in exported["messages"]] == ["user", "assistant", "tool", "assistant"]
+    last = next(w for w in view.findChildren(MessageWidget) if w.message_id == branch[3].id)
+    qtbot.mouseClick(last.action_buttons["regenerate"], Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: window.controller.storage.active_branch(cid)[-1].id != branch[3].id, timeout=WAIT_MS)
+    wait_idle(qtbot, window, cid)
+    again_branch = window.controller.storage.active_branch(cid)
+    assert [m.id for m in again_branch[:3]] == [m.id for m in branch[:3]] and again_branch[3].role == "assistant"
+    assert len(_ran(calls_log)) == 1
     window.close()
     # A restart restores the call and its result.
     again = make_window(sampling=TOOL_SAMPLING)
     again.chat_page.open_conversation(cid)
     qtbot.waitUntil(lambda: len(chat_view(again).findChildren(ToolMessageWidget)) == 1)
-    assert _roles(again, cid) == ["user", "assistant", "tool", "assistant"]
+    assert [m.id for m in again.controller.storage.active_branch(cid)] == [m.id for m in again_branch]
     restored = chat_view(again).findChildren(ToolMessageWidget)[0]
     assert restored.body.source().strip("~\n") == _expected(ran[0])
 
