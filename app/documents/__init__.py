@@ -9,7 +9,7 @@ from app.documents.extract import (
     extract_bytes,
     extract_file,
 )
-from app.documents.layout import Attached, document_block, system_with_documents
+from app.documents.layout import Attached, document_block, document_names, system_with_documents
 
 __all__ = [
     "MAX_FILE_BYTES",
@@ -17,6 +17,7 @@ __all__ = [
     "DocumentError",
     "Extracted",
     "document_block",
+    "document_names",
     "extract_bytes",
     "extract_file",
     "system_with_documents",

@@ -17,6 +17,7 @@ server puts the ``file`` parts of a request at the same place (``app.server.prom
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -53,3 +54,12 @@ def system_with_documents(system: str, documents: Sequence[Document]) -> str:
     parts = [system] if system else []
     parts += [document_block(d.name, d.text) for d in documents]
     return "\n\n".join(parts)
+
+
+_OPENING = re.compile(r'<document name="([^"\n]{1,255})">\n')
+
+
+def document_names(text: str) -> list[str]:
+    """The names of the documents whose wrappers open in ``text`` (a prompt's start), in order
+    (the Cache dashboard names a row by them)."""
+    return _OPENING.findall(text)

@@ -1,7 +1,8 @@
 """Text previews of cache rows, detokenized lazily with the row's loaded model and cached.
 
 Previews are plain words: chat-template markup is turned into "User: …" by
-``app.template_text``. Rows only hold token ids; turning them into text needs the model's vocabulary, so a row
+``app.template_text``. A row whose prompt starts with attached documents is named by them
+("[contract.pdf] …", ``app.documents.layout``). Rows only hold token ids; turning them into text needs the model's vocabulary, so a row
 whose model is not loaded shows ``NO_PREVIEW``. Only rows a view asks for are decoded
 (the table asks for the visible ones), and each decode is remembered (bounded LRU).
 """
@@ -14,6 +15,7 @@ from collections.abc import Callable, Sequence
 
 from app.cache.index import Row
 from app.cache.keys import decode_tokens
+from app.documents import document_names
 from app.engine.errors import EngineError
 from app.template_text import readable
 
@@ -21,6 +23,9 @@ log = logging.getLogger(__name__)
 
 NO_PREVIEW = "— model not loaded"
 TAIL_TOKENS = 48  # the table shows how a conversation ends: its start is often a shared prompt
+HEAD_TOKENS = 256
+"""Tokens of a row's start decoded to find the documents it opens with (their wrappers come
+right after the system prompt's own text)."""
 Detokenizer = Callable[[Sequence[int]], str]
 DetokenizerFor = Callable[[Row], Detokenizer | None]
 
@@ -49,10 +54,22 @@ class PreviewCache:
         if body is None:
             return NO_PREVIEW
         text = ("…" if start else "") + readable(body)
+        names = self._documents(detok, row)
+        if names:
+            text = f"[{', '.join(names)}] {text}"
         self._tails[row.key] = text
         if len(self._tails) > self._capacity:
             self._tails.popitem(last=False)
         return text
+
+    def _documents(self, detok: Detokenizer, row: Row) -> list[str]:
+        """The documents the row's prompt opens with: a wrapper's opening in its first
+        ``HEAD_TOKENS`` tokens, and every later one up to the last document's end."""
+        head = _safe(detok, decode_tokens(row.tokens_le[: HEAD_TOKENS * 4]))
+        if not head or not document_names(head):
+            return []
+        whole = _safe(detok, decode_tokens(row.tokens_le))
+        return document_names(whole or head)
 
     def text(self, row: Row, start: int = 0) -> str | None:
         """Tokens ``start..`` of the row as raw text (template markup included), or None
