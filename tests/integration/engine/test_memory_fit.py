@@ -17,6 +17,7 @@ from app.engine import Engine, ModelConfig
 from app.engine.memory_budget import DESKTOP_ROOM, DESKTOP_SHARE, LOW_WATER
 from app.engine.memory_fit import CGROUP_ENV, MEMINFO_ENV, DoesNotFit, read_shape
 from app.units import human_bytes
+from tests.helpers.tiny_families import ensure_tiny_family
 
 MiB = 1 << 20
 LLAMA_LOG = "app.engine.llama_cpp"
@@ -59,15 +60,20 @@ def engine(tmp_path):
     e.close()
 
 
-MIB_LINE = re.compile(r"(model buffer|KV buffer|compute buffer|output buffer) size =\s+([0-9.]+) MiB")
+MIB_LINE = re.compile(r"(model buffer|KV buffer|RS buffer|compute buffer|output buffer) size =\s+([0-9.]+) MiB")
 
 
-@pytest.mark.parametrize("which", ["tiny", "smollm2"])
-@pytest.mark.parametrize(("n_ctx", "n_seq", "n_batch"), [(1024, 2, 512), (2048, 1, 64)])
+@pytest.mark.parametrize(("which", "n_ctx", "n_seq", "n_batch"), [
+    ("tiny", 1024, 2, 512), ("tiny", 2048, 1, 64), ("smollm2", 1024, 2, 512), ("smollm2", 2048, 1, 64),
+    ("mamba2", 1024, 2, 512), ("lfm2", 1024, 2, 512), ("gemma3", 1024, 2, 512),
+])  # fmt: skip
 def test_the_estimate_is_what_llama_cpp_allocates(
-    tmp_path, tiny_model_path, smollm2_path, which, n_ctx, n_seq, n_batch, caplog
+    tmp_path, assets_dir, tiny_model_path, smollm2_path, which, n_ctx, n_seq, n_batch, caplog
 ):
-    path = tiny_model_path if which == "tiny" else smollm2_path
+    """Every part against the size llama.cpp logs as it allocates it, for every memory type
+    (attention, recurrent, hybrid, sliding window)."""
+    paths = {"tiny": tiny_model_path, "smollm2": smollm2_path}
+    path = paths.get(which) or ensure_tiny_family(which, assets_dir)
     need = read_shape(path).need(n_ctx, n_seq, n_batch=n_batch)  # type: ignore[union-attr]
     caplog.set_level(logging.DEBUG, logger=LLAMA_LOG)
     with Engine(tmp_path / "data") as engine:
@@ -77,7 +83,8 @@ def test_the_estimate_is_what_llama_cpp_allocates(
         m = MIB_LINE.search(r.getMessage()) if r.name == LLAMA_LOG else None
         if m and "~llama_context" not in r.getMessage():
             logged[m.group(1)] = logged.get(m.group(1), 0.0) + float(m.group(2)) * MiB
-    assert need.kv == pytest.approx(logged["KV buffer"], rel=0.01, abs=0.01 * MiB)
+    memory = logged.get("KV buffer", 0.0) + logged.get("RS buffer", 0.0)
+    assert need.kv + need.recurrent == pytest.approx(memory, rel=0.01, abs=0.01 * MiB)
     assert need.weights == pytest.approx(logged["model buffer"], rel=0.03)
     buffers = logged["compute buffer"] + logged["output buffer"]
     assert buffers <= need.buffers <= 1.15 * buffers + MiB, (need.buffers / MiB, buffers / MiB)
