@@ -124,9 +124,11 @@ def test_add_server_enable_forced_call_allow_once_then_reply_and_restart(make_wi
     assert branch[2].content == _expected(ran[0])
     # The model went on in the same sticky session: only the tool result (and the template's
     # turn markers) was read for the last reply.
-    stats = branch[3].stats
-    assert stats is not None
-    assert stats.prompt_tokens - stats.tokens_reused <= 40, stats
+    stats, call = branch[3].stats, branch[1].stats
+    assert stats is not None and call is not None
+    # The template writes the call its own way (spacing, key order), so the next step reads
+    # the call again as well as the result: at most the call's tokens more than generic mode.
+    assert stats.prompt_tokens - stats.tokens_reused <= 40 + call.completion_tokens, stats
     view = chat_view(window)
     tools = view.findChildren(ToolMessageWidget)
     assert len(tools) == 1 and not tools[0].body.isVisible()
@@ -310,3 +312,32 @@ def test_hostile_server_costs_one_error_card_and_the_gui_stays_responsive(make_w
         assert len(cards) <= 1
         screenshot(window, f"tool-hostile-{kind}")
     assert worst <= 100, f"the GUI thread stalled {worst} ms"
+
+
+def test_a_model_whose_template_renders_tools_calls_them_natively(make_window, qtbot, tmp_path, calls_log):
+    """Native mode: the tools go through the model's own template, the call comes back as the
+    engine's tool-call span, and the result is rendered by the template as a ``tool`` message."""
+    from tests.helpers.tiny_model import write_tiny_model
+    from tests.integration.server.test_native_tools import TEMPLATE
+
+    model = write_tiny_model(tmp_path / "tiny-tools.gguf", chat_template=TEMPLATE)
+    window = make_window(sampling=TOOL_SAMPLING, model_path=model, model_id="tiny-tools")
+    steps = window.controller.tools
+    server = ServerConfig.stdio("calculator", command("calc", str(calls_log)))
+    steps.settings.add_server(server)
+    asked: list[ToolApproval] = []
+    steps.approval_opened.connect(asked.append)
+    cid = _new_chat_with(window, qtbot, server, "first")
+    qtbot.waitUntil(lambda: server.id in steps.listing, timeout=WAIT_MS)
+    type_and_send(qtbot, window, "Add 2 and 3")
+    _click(_approval(qtbot, window, asked), "allowOnceButton")
+    wait_idle(qtbot, window, cid)
+    branch = window.controller.storage.active_branch(cid)
+    assert [m.role for m in branch] == ["user", "assistant", "tool", "assistant"]
+    ran = _ran(calls_log)
+    assert len(ran) == 1 and branch[2].content == _expected(ran[0])
+    stats, call = branch[3].stats, branch[1].stats
+    assert stats is not None and call is not None
+    # The template writes the call its own way (spacing, key order), so the next step reads
+    # the call again as well as the result: at most the call's tokens more than generic mode.
+    assert stats.prompt_tokens - stats.tokens_reused <= 40 + call.completion_tokens, stats
