@@ -47,7 +47,7 @@ class Generation:
             api = self._grammar_error(exc) if isinstance(exc, InvalidGrammar) else from_engine(exc)
             self.state.activity.finish(self.record.id, "error", status=api.status, error=api.message)
             raise api from exc
-        self.state.running.add(self)
+        self.state.admitted(self)
 
     def _grammar_error(self, exc: InvalidGrammar) -> ApiError:
         """The engine refused the grammar before llama.cpp saw it: a 400 naming the field."""
@@ -64,12 +64,12 @@ class Generation:
             elif isinstance(event, Done):
                 self._done(event.stats)
             elif isinstance(event, Error):
-                self.state.running.discard(self)
+                self.state.finished(self)
                 self.state.activity.finish(self.record.id, "error", status=500, error=event.reason)
             yield event
 
     def _done(self, stats: Stats) -> None:
-        self.state.running.discard(self)
+        self.state.finished(self)
         self.stats = stats
         self.state.memo(self.model).remember(self.tokens + self.generated)
         self.state.activity.finish(

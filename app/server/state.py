@@ -38,13 +38,26 @@ class ServerState:
         self.config = config
         self.activity = activity or Activity()
         self._memos: dict[tuple[str, float], TokenMemo] = {}
-        self.running: set[Any] = set()
-        """The ``Generation``s admitted and not finished (for ``stop_all``)."""
+        self._running: set[Any] = set()
+        """The ``Generation``s admitted and not finished (for ``stop_all``), under ``_lock``:
+        added and discarded on uvicorn's thread, read by the thread that stops the server."""
         self._lock = threading.Lock()
+
+    def admitted(self, gen: Any) -> None:
+        with self._lock:
+            self._running.add(gen)
+
+    def finished(self, gen: Any) -> None:
+        with self._lock:
+            self._running.discard(gen)
+
+    def running(self) -> list[Any]:
+        with self._lock:
+            return list(self._running)
 
     def stop_all(self) -> None:
         """The server is stopping: end every running generation (from any thread)."""
-        for gen in list(self.running):
+        for gen in self.running():
             gen.stop_for_shutdown()
 
     def model(self, model_id: str) -> Model:
