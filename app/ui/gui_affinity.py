@@ -56,11 +56,14 @@ def current_cpu() -> int | None:
 
 
 class CoreGuard:
-    """The calling (GUI) thread's cores, narrowed by ``keep_off`` until ``release``."""
+    """The cores of the thread that called ``keep_off`` (the GUI thread), narrowed until
+    ``release`` — which gives that thread its cores back whichever thread calls it."""
 
     def __init__(self) -> None:
         self._whole: set[int] | None = None
         """The thread's cores before ``keep_off`` narrowed them (None: not narrowed)."""
+        self._owner = 0
+        """The native id of the thread ``keep_off`` narrowed."""
         self._narrow: set[int] = set()
         self.request_id: str | None = None
         """The request whose reading narrowed them."""
@@ -77,6 +80,7 @@ class CoreGuard:
             return False
         self.release()
         try:
+            owner = threading.get_native_id()
             whole = os.sched_getaffinity(0)
             narrow = whole - {cpu}
             if cpu not in whole or not narrow or threads >= len(whole):
@@ -85,26 +89,25 @@ class CoreGuard:
         except OSError as exc:  # a sandbox may refuse: the thread then runs anywhere, as before
             log.debug("could not keep the GUI thread off core %d: %s", cpu, exc)
             return False
-        self._whole, self._narrow, self.request_id = whole, narrow, request_id
+        self._whole, self._narrow, self.request_id, self._owner = whole, narrow, request_id, owner
         return True
 
     def release(self) -> None:
         """The thread's whole set of cores back, and that of any thread of the process
         started meanwhile with the narrowed one."""
-        whole, narrow = self._whole, self._narrow
+        whole, narrow, owner = self._whole, self._narrow, self._owner
         if whole is None:
             return
         self._whole, self._narrow, self.request_id = None, set(), None
         try:
-            os.sched_setaffinity(0, whole)
+            os.sched_setaffinity(owner, whole)  # the narrowed thread's, not the caller's
             tids = [int(t) for t in os.listdir("/proc/self/task")]
-        except OSError as exc:  # a sandbox
+        except OSError as exc:  # a sandbox, or the thread has ended
             log.debug("could not give the GUI thread its cores back: %s", exc)
             return
-        own = threading.get_native_id()
         for tid in tids:
             try:
-                if tid != own and os.sched_getaffinity(tid) == narrow:
+                if tid != owner and os.sched_getaffinity(tid) == narrow:
                     os.sched_setaffinity(tid, whole)
             except OSError:  # it ended meanwhile
                 pass

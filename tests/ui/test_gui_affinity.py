@@ -58,6 +58,29 @@ def test_keep_off_narrows_the_thread_until_release_and_frees_threads_started_mea
     assert os.sched_getaffinity(0) == whole
 
 
+def test_release_from_another_thread_frees_the_narrowed_thread_not_the_caller(guard):
+    """The bridge releases on whichever thread sees the request's first update; the cores go
+    back to the thread ``keep_off`` narrowed (until this was fixed, ``release`` set the
+    calling thread's own cores and left the GUI thread narrowed)."""
+    whole = os.sched_getaffinity(0)
+    cpu = min(whole)
+    assert guard.keep_off(cpu, threads=1, request_id="r1")
+    other_before: list[set[int]] = []
+
+    def elsewhere() -> None:
+        os.sched_setaffinity(0, {cpu})  # a thread with its own, different set
+        other_before.append(os.sched_getaffinity(0))
+        guard.release()
+        other_before.append(os.sched_getaffinity(0))
+
+    thread = threading.Thread(target=elsewhere)
+    thread.start()
+    thread.join(10)
+    assert os.sched_getaffinity(0) == whole  # this (the narrowed) thread has its cores back
+    assert other_before == [{cpu}, {cpu}]  # the caller's own set is untouched
+    assert not guard.active
+
+
 def test_the_core_is_asked_with_the_gil_held():
     """``current_cpu`` runs in ``on_reading``, right before the ``llama_decode``: a ctypes call
     that let the GIL go there would let another thread take it and the read wait."""
