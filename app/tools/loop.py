@@ -146,7 +146,9 @@ def denied_message(name: str) -> str:
     return f"The user denied this call to {name}; it did not run."
 
 
-def stopped_message(name: str) -> str:
+def stopped_message(name: str, *, running: bool = False) -> str:
+    if running:
+        return f"The user stopped this call to {name} while it ran; what it did is not known."
     return f"The user stopped the reply before this call to {name} ran."
 
 

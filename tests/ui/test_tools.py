@@ -341,3 +341,27 @@ def test_a_model_whose_template_renders_tools_calls_them_natively(make_window, q
     # The template writes the call its own way (spacing, key order), so the next step reads
     # the call again as well as the result: at most the call's tokens more than generic mode.
     assert stats.prompt_tokens - stats.tokens_reused <= 40 + call.completion_tokens, stats
+
+
+def test_stop_while_a_call_runs_abandons_it(make_window, qtbot):
+    window = make_window(sampling=TOOL_SAMPLING)
+    steps = window.controller.tools
+    steps.settings.set_limits(Limits(max_steps=10, timeout_s=60.0, max_result_chars=2000))
+    server = ServerConfig.stdio("sleepy", command("sleepy"))
+    steps.settings.add_server(server)
+    asked: list[ToolApproval] = []
+    steps.approval_opened.connect(asked.append)
+    cid = _new_chat_with(window, qtbot, server, "first")
+    qtbot.waitUntil(lambda: server.id in steps.listing, timeout=WAIT_MS)
+    type_and_send(qtbot, window, "Wait for me")
+    _click(_approval(qtbot, window, asked), "allowOnceButton")
+    qtbot.wait(300)  # the call is running (it never returns)
+    assert window.controller.is_busy(cid)
+    t0 = time.monotonic()
+    qtbot.mouseClick(stop_button(window), Qt.MouseButton.LeftButton)
+    wait_idle(qtbot, window, cid)
+    assert time.monotonic() - t0 < 1.0
+    branch = window.controller.storage.active_branch(cid)
+    assert [m.role for m in branch] == ["user", "assistant", "tool"]
+    assert branch[2].content == stopped_message("wait", running=True)
+    assert window.controller.failure(cid) is None

@@ -163,12 +163,13 @@ class ToolSteps(QObject, ReplyHooks):
         if step is None:
             return
         step.stopped = True
+        running = step.future is not None
         if step.future is not None:
             step.future.cancel()
         if step.dialog is not None:
             step.dialog.close_unanswered()
         if step.index < len(step.calls):
-            self._record(step, stopped_message(step.calls[step.index].call.name))
+            self._record(step, stopped_message(step.calls[step.index].call.name, running=running))
         self._end(step)
 
     # -- the step -----------------------------------------------------------------------------
