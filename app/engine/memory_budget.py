@@ -42,6 +42,7 @@ from app.engine.memory_fit import (
     read_shape,
     refusal,
 )
+from app.listeners import Listeners
 from app.units import human_bytes
 
 log = logging.getLogger(__name__)
@@ -135,6 +136,8 @@ class MemoryBudget:
         self._ram_quota: int | None = None  # the tier's own quota while it gives way
         self.shed_bytes = 0
         self.notices: list[str] = []
+        self.listeners: Listeners[str] = Listeners()
+        """Told each notice as it is made (the desktop app's banner), on the thread that made it."""
         self._stop = threading.Event()
         self._watch: threading.Thread | None = None
 
@@ -301,6 +304,7 @@ class MemoryBudget:
                     f"{why} (the RAM tier moves rows to disk)")
             log.warning(text)
             self.notices.append(f"{time.strftime('%H:%M:%S')} {text}")
+            self.listeners.notify(text[0].upper() + text[1:] + ".")
         return freed
 
     def relieve(self, store: Any) -> int:

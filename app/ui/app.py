@@ -32,6 +32,7 @@ from app.ui.confirm import confirm_stop, writing_words
 from app.ui.engine_api import EngineApi, ServedEngine
 from app.ui.engine_bridge import qthread_starter
 from app.ui.main_window import MainWindow
+from app.ui.memory_settings import MemoryNotices
 from app.ui.models.manager import default_config_factory
 from app.ui.models.settings import (
     SETTINGS_FILE,
@@ -199,6 +200,9 @@ def create_window(
         cache_dashboard=cache_dashboard,
     )
     window.log_file = log_path
+    if engine is not None:  # the memory budget's notices ("memory short: …") in the banner
+        notices = MemoryNotices(engine, window)  # (its subscription and its parent keep it)
+        notices.said.connect(lambda text: window.banner.show_message(text, kind="info"))
     if log_path is not None:
         log.info("Hearth started; data dir %s", base)
     window.restore_session()

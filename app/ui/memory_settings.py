@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from PySide6.QtCore import QObject, Signal
 from PySide6.QtWidgets import QDoubleSpinBox, QFormLayout, QLabel, QVBoxLayout, QWidget
 
 from app.storage import Storage, StorageError
@@ -31,6 +32,23 @@ def apply_stored_cap(engine: Any, storage: Storage) -> None:
     setter = getattr(engine, "set_memory_cap", None)
     if callable(setter):
         setter(stored_cap(storage))
+
+
+class MemoryNotices(QObject):
+    """The budget's notices ("memory short: … let go …"), made on the engine's watch thread,
+    said on the GUI thread (``said``: the window's banner shows them)."""
+
+    said = Signal(str)
+
+    def __init__(self, engine: Any, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        budget = getattr(engine, "memory", None)
+        listeners = getattr(budget, "listeners", None)
+        self._unsubscribe = listeners.subscribe(self.said.emit) if listeners is not None else None
+
+    def stop(self) -> None:
+        if self._unsubscribe is not None:
+            self._unsubscribe()
 
 
 class MemorySettings(QWidget):

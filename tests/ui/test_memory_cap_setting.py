@@ -58,3 +58,24 @@ def test_the_memory_cap_is_kept_and_holds(make_window, qtbot, tiny_model_path):
     assert page.cap.text() == "Automatic" and again.engine.memory.cap_setting is None
     again.engine.load_model("fits", big)
     dialog.close()
+
+
+def test_a_shortage_is_said_in_the_banner(make_window, qtbot, tmp_path, monkeypatch):
+    """Another app takes the memory: the watch lets the cache's buffers and RAM rows go and the
+    window says so (here the look the watch thread makes every 2 s is made at once)."""
+    from app.engine.memory_budget import LOW_WATER
+    from app.engine.memory_fit import MEMINFO_ENV
+
+    window = make_window()
+    engine = window.engine
+    qtbot.waitUntil(lambda: bool(engine.list_models()), timeout=30_000)
+    store = engine.cache
+    store.memory.reserve(4 << 20)  # (what a load's restores keep ready)
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text(f"MemTotal: {4 << 20} kB\nMemAvailable: {LOW_WATER // 2048} kB\n")
+    monkeypatch.setenv(MEMINFO_ENV, str(meminfo))
+    assert engine.memory.relieve(store) > 0
+    qtbot.waitUntil(lambda: window.banner.isVisible(), timeout=5000)
+    assert window.banner.text().startswith("Memory short: ")
+    assert window.banner.kind() == "info"
+    screenshot(window, "memory-short-banner")
