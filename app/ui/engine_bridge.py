@@ -419,14 +419,15 @@ class _BridgeWorker(QObject):
             empty = (view, render("", plan.start, plan.summary))
             self._empty[sid] = empty
         draft_start = common_prefix_len(prompt, empty[1])
-        with self._lock:
-            old = self._reading.get(sid)
         if not tokens:
             self._skip(ask, "short")
             return
-        if old is not None and old.tokens == tuple(tokens) and not old.cancelled:
-            with self._lock:
+        with self._lock:  # ``cancelled`` is set under it on the scheduler's thread
+            old = self._reading.get(sid)
+            same = old is not None and old.tokens == tuple(tokens) and not old.cancelled
+            if same and old is not None:
                 old.generation, old.dirty = ask.generation, True  # read, or being read, already
+        if same:
             self._start_frames()
             return
         reading = _Reading(sid, ask.generation, tuple(tokens), draft_start)
@@ -600,8 +601,8 @@ class _BridgeWorker(QObject):
 
     @Slot()
     def _flush(self) -> None:
-        self._flushed_at = time.perf_counter()
         with self._lock:
+            self._flushed_at = time.perf_counter()  # read under the lock on the scheduler's thread
             batches = [(rid, live, live.events) for rid, live in self._live.items() if live.events]
             for _rid, live, _events in batches:
                 live.events = []
