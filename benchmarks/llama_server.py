@@ -11,7 +11,7 @@ import subprocess
 import threading
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from benchmarks.common import N_THREADS
@@ -24,11 +24,13 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def running_server(binary: str, model: str, n_parallel: int = 4, n_ctx_per_slot: int = 2048) -> Iterator[str]:
+def running_server(binary: str, model: str, n_parallel: int = 4, n_ctx_per_slot: int = 2048,
+                   extra: Sequence[str] = ()) -> Iterator[str]:  # fmt: skip
+    """``extra``: more llama-server flags (B13: ``--cache-ram``)."""
     port = _free_port()
     proc = subprocess.Popen(
         [binary, "-m", model, "--host", "127.0.0.1", "--port", str(port), "-np", str(n_parallel),
-         "-c", str(n_ctx_per_slot * n_parallel), "-t", str(N_THREADS), "--temp", "0"],
+         "-c", str(n_ctx_per_slot * n_parallel), "-t", str(N_THREADS), "--temp", "0", *extra],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
     base = f"http://127.0.0.1:{port}"

@@ -18,6 +18,7 @@ def _scenarios(path: str, args: argparse.Namespace) -> dict[str, Callable[[], Re
     from benchmarks.scenarios_chat import b2_chats
     from benchmarks.scenarios_decode import b1_decode, b1e_end_to_end
     from benchmarks.scenarios_disk import b8d_disk
+    from benchmarks.scenarios_documents import b13_documents
     from benchmarks.scenarios_families import b8_families, checkpoint_interval_sweep
     from benchmarks.scenarios_gui import b6_gui
     from benchmarks.scenarios_kv import kv_settings
@@ -45,6 +46,7 @@ def _scenarios(path: str, args: argparse.Namespace) -> dict[str, Callable[[], Re
         "B11": lambda: _in_fresh_process(b11_fresh, path),
         "B12": lambda: b12_speculation(path),
         "B14": lambda: b14_tools(path, args.llama_server),
+        "B13": lambda: b13_documents(path, args.llama_server),
         "B15": lambda: _in_fresh_process(b15_budget, path),
         "KV": lambda: kv_settings(path),
     }
@@ -68,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="hearth bench")
     parser.add_argument("--json", help="write the results to this file")
     parser.add_argument("--only", help="comma-separated scenario ids (default: all)")
-    parser.add_argument("--llama-server", help="path of a llama-server binary (peer for B2, B8 and B9)")
+    parser.add_argument("--llama-server", help="path of a llama-server binary (peer for B2, B8, B9 and B13)")
     parser.add_argument("--model", help="GGUF to benchmark (default: SmolLM2-135M-Instruct Q4_1)")
     parser.add_argument("--markdown", help="also write the tables as Markdown to this file")
     args = parser.parse_args(argv)
