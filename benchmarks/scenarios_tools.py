@@ -39,6 +39,7 @@ from app.engine.chat import continuation_suffix
 from app.engine.config import Markers
 from app.engine.events import Done, TokenId
 from app.server.messages import parse_tools
+from app.server.tools import parse_calls
 from app.tools.prompt import ToolShape, forced_grammar, tool_mode_for
 from benchmarks import agent_trace
 from benchmarks.common import N_THREADS, Result, config, progress
@@ -159,33 +160,45 @@ def _piece(model: Model) -> Any:
 # --------------------------------------------------------------------------- the server
 
 
-def hearth_server(path: str, data_dir: Path, results: Sequence[str]) -> list[Step]:
+def hearth_server(path: str, data_dir: Path, results: Sequence[str], app_calls: Sequence[str]) -> tuple[list[Step], int]:
+    """The trace over the API; a reply that is not a call (cut at ``N_NEW``) is replaced by the
+    app path's call of that step, and counted."""
     from benchmarks.scenarios_server import hearth_launcher
 
     messages: list[dict[str, Any]] = [{"role": "system", "content": agent_trace.rules("coder")},
                                       {"role": "user", "content": TASK}]  # fmt: skip
     steps: list[Step] = []
     held = 0
+    missed = 0
     with hearth_launcher(path, data_dir)() as base:
+        with urllib.request.urlopen(base + "/v1/models", timeout=30) as r:
+            model = json.load(r)["data"][0]["id"]
         for i in range(N_STEPS):
-            call_ms, calls, prompt, completion, cached = _server_step(base, messages)
+            call_ms, calls, prompt, completion, cached = _server_step(base, model, messages)
             steps.append(Step(None, prompt, prompt - held, prompt - cached, call_ms))
             held = prompt + completion
+            if not calls:
+                missed += 1
+                parsed = parse_calls(app_calls[i], parse_tools(agent_trace.tools("coder"))).calls
+                calls = [{"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+                         for c in parsed]  # fmt: skip
             messages.append({"role": "assistant", "content": None, "tool_calls": calls})
             for call in calls:
                 messages.append({"role": "tool", "tool_call_id": call["id"], "content": results[i]})
             progress(f"B14: Hearth server, step {i + 1}: {prompt - cached} prefilled, the call {call_ms:.0f} ms")
-    return steps
+    return steps, missed
 
 
-def _server_step(base: str, messages: list[dict[str, Any]]) -> tuple[float, list[dict[str, Any]], int, int, int]:
-    body = {"model": "default", "messages": messages, "tools": agent_trace.tools("coder"), "tool_choice": "required",
+def _server_step(base: str, model: str, messages: list[dict[str, Any]]) -> tuple[float, list[dict[str, Any]], int, int, int]:
+    body = {"model": model, "messages": messages, "tools": agent_trace.tools("coder"), "tool_choice": "required",
             "max_tokens": N_NEW, "temperature": 0, "stream": True, "stream_options": {"include_usage": True}}
     req = urllib.request.Request(base + "/v1/chat/completions", json.dumps(body).encode(),
                                  {"Content-Type": "application/json"})  # fmt: skip
     t0 = time.perf_counter()
     calls: dict[int, dict[str, Any]] = {}
     usage: dict[str, Any] = {}
+    text: list[str] = []
+    reason = None
     with urllib.request.urlopen(req, timeout=900) as resp:
         for raw in resp:
             line = raw.decode().strip()
@@ -195,13 +208,15 @@ def _server_step(base: str, messages: list[dict[str, Any]]) -> tuple[float, list
             usage = chunk.get("usage") or usage
             for choice in chunk.get("choices") or ():
                 delta = choice.get("delta") or {}
+                text.append(delta.get("content") or "")
+                reason = choice.get("finish_reason") or reason
                 for c in delta.get("tool_calls") or ():
                     calls.setdefault(c["index"], {"id": c.get("id"), "type": "function", "function": c["function"]})
     call_ms = (time.perf_counter() - t0) * 1000
     cached = int((usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0)
     found = [calls[k] for k in sorted(calls)]
     if not found:
-        raise RuntimeError("the server's reply was not a tool call")
+        progress(f"B14: the server's reply was not a tool call ({reason}): {''.join(text)[:120]!r}")
     return call_ms, found, int(usage["prompt_tokens"]), int(usage["completion_tokens"]), cached
 
 
@@ -295,7 +310,7 @@ def b14_tools(path: str, llama_server_binary: str | None = None) -> Result:
                 held = list(prompt)
         finally:
             floor.close()
-        server = hearth_server(path, tmp / "server", app["results"])
+        server, missed = hearth_server(path, tmp / "server", app["results"], app["calls"])
     peers: dict[str, list[Step]] = {}
     progress("B14: llama-cpp-python, LlamaRAMCache")
     peers["llama-cpp-python (LlamaRAMCache)"] = llama_cpp_python(path, app["prompts"], app["grammar"])
@@ -329,10 +344,10 @@ def b14_tools(path: str, llama_server_binary: str | None = None) -> Result:
         "result_tokens": list(SIZES),
         "steps": {"app": [s.__dict__ for s in app["steps"]], "server": [s.__dict__ for s in server],
                   **{k: [s.__dict__ for s in v] for k, v in peers.items()}},
-        "calls": app["calls"], "vs_llama_server": vs_server,
+        "calls": app["calls"], "vs_llama_server": vs_server, "server_replies_not_calls": missed,
     }  # fmt: skip
     res.note = (
-        f"tool mode {app['mode']}; first prompt {app['steps'][0].prompt:,} tokens, last {app['steps'][-1].prompt:,}"
+        f"tool mode {app['mode']}; server replies that were not a call: {missed}; first prompt {app['steps'][0].prompt:,} tokens, last {app['steps'][-1].prompt:,}"
         + (f"; {vs_server:.3f} × llama-server's summed TTFT" if vs_server is not None else
            "; no --llama-server binary given: llama-server was not measured (its goal is not checked)")
     )  # fmt: skip
