@@ -70,6 +70,10 @@ class _Job:
     name: str
     done: int = 0
     total: int = 0
+    pages: tuple[int, int] | None = None
+    """Keep only these pages (first, last) of a PDF."""
+    replaces: ChatDocument | None = None
+    """The chat's document this job's result takes the place of (a page range of it)."""
 
 
 class DocumentAttacher(QObject):
@@ -78,6 +82,7 @@ class DocumentAttacher(QObject):
     changed = Signal(str)  # conversation id: its documents (or their counts, or a job) changed
     refused = Signal(str, str)  # conversation id, why a file was not attached
     attached = Signal(str, str)  # conversation id, file name
+    counted = Signal(str)  # conversation id: its system message and documents were counted
     _progress = Signal(str, int, int)  # job id, pages done, pages (worker thread → GUI)
     _finished = Signal(str, object)  # job id, Extracted | str (worker thread → GUI)
 
@@ -91,6 +96,9 @@ class DocumentAttacher(QObject):
         chat's whole system message (its system prompt and documents)."""
         self.watched: set[str] = set()
         """Chats whose documents were counted (told when a count arrives)."""
+        self.sources: dict[tuple[str, str], str] = {}
+        """(chat id, a document's SHA-256) → the file it was read from (this session: a page
+        range is read from it again)."""
         self._progress.connect(self._on_progress)
         self._finished.connect(self._on_finished)
         controller.models.count_received.connect(self._on_count)
@@ -105,9 +113,21 @@ class DocumentAttacher(QObject):
             threading.Thread(target=self._extract, args=(job,), name="hearth-document", daemon=True).start()
         self.changed.emit(cid)
 
+    def attach_pages(self, cid: str, doc: ChatDocument, first: int, last: int) -> None:
+        """Read pages ``first``..``last`` of ``doc``'s file again, and attach them in its place."""
+        path = self.sources.get((cid, doc.sha256))
+        if path is None:
+            self.refused.emit(cid, f"{doc.name}'s file is not known any more: attach it again.")
+            return
+        job = _Job(uuid.uuid4().hex, cid, path, Path(path).name, pages=(first, last), replaces=doc)
+        self.jobs[job.job_id] = job
+        threading.Thread(target=self._extract, args=(job,), name="hearth-document", daemon=True).start()
+        self.changed.emit(cid)
+
     def _extract(self, job: _Job) -> None:  # worker thread: emit only
         try:
-            result: Extracted | str = extract_file(job.path, lambda d, t: self._progress.emit(job.job_id, d, t))
+            doc = extract_file(job.path, lambda d, t: self._progress.emit(job.job_id, d, t))
+            result: Extracted | str = doc.page_range(*job.pages) if job.pages is not None else doc
         except DocumentError as exc:
             result = str(exc)
         except Exception as exc:  # a bug must not leave the job hanging
@@ -126,12 +146,14 @@ class DocumentAttacher(QObject):
         if job is None:
             return
         if isinstance(result, Extracted):
-            self._store(job.cid, result)
+            if job.replaces is not None:
+                self.remove(job.cid, job.replaces)
+            self._store(job.cid, result, job.path)
         else:
             self.refused.emit(job.cid, str(result))
         self.changed.emit(job.cid)
 
-    def _store(self, cid: str, doc: Extracted) -> None:
+    def _store(self, cid: str, doc: Extracted, path: str) -> None:
         if self.controller.conversation(cid) is None:
             self.refused.emit(cid, f"{doc.name} was not attached: its chat is gone.")
             return
@@ -139,10 +161,11 @@ class DocumentAttacher(QObject):
         if history and not self._confirm_reread(cid, doc, len(history)):
             return
         try:
-            self.controller.storage.attach_document(cid, doc.name, doc.text, kind=doc.kind, pages=doc.pages)
+            stored = self.controller.storage.attach_document(cid, doc.name, doc.text, kind=doc.kind, pages=doc.pages)
         except StorageError as exc:
             self.refused.emit(cid, f"{doc.name} was not attached: {exc}")
             return
+        self.sources[(cid, stored.sha256)] = path
         self.attached.emit(cid, doc.name)
         self.count(cid)
 
@@ -216,6 +239,8 @@ class DocumentAttacher(QObject):
         self.tokens[(model_id, ident)] = n
         for cid in {ident} if kind == "docs" else {j for j in self.watched}:
             self.changed.emit(cid)
+        if kind == "docs":
+            self.counted.emit(ident)
 
     def doc_tokens(self, cid: str, doc: ChatDocument) -> int | None:
         return self.tokens.get((self.controller.model_of(cid), doc.sha256))
@@ -239,6 +264,13 @@ class DocumentAttacher(QObject):
                 "Models › Library (it estimates the memory it takes), attach only the pages you need, or "
                 "remove a document. Nothing is sent until it fits: no part of a document is cut.")
 
+    def pages_to_keep(self, cid: str | None) -> ChatDocument | None:
+        """The chat's last PDF that a page range could shrink, while its documents are too big."""
+        if not cid or not self.too_big(cid):
+            return None
+        pdfs = [d for d in self.documents(cid) if d.pages > 1 and (cid, d.sha256) in self.sources]
+        return pdfs[-1] if pdfs else None
+
     def reading_words(self, cid: str, held: int, target: int) -> str:
         """"Reading contract.pdf… 2,314 / 5,120 tokens" while the chat's documents are read."""
         docs = self.documents(cid)
@@ -253,6 +285,7 @@ class DocumentsBar(QFrame):
 
     new_chat_requested = Signal()
     remove_requested = Signal(object)  # ChatDocument
+    pages_requested = Signal()  # "Keep pages…": a page range of the last PDF
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -267,9 +300,15 @@ class DocumentsBar(QFrame):
         self.new_chat.setObjectName("newChatWithDocumentsButton")
         self.new_chat.setToolTip("A new chat that starts from these documents, already read (from the cache)")
         self.new_chat.clicked.connect(self.new_chat_requested)
+        self.pages = QPushButton("Keep pages…")
+        self.pages.setObjectName("documentPagesButton")
+        self.pages.setToolTip("Attach only some pages of the PDF, so that it fits the context")
+        self.pages.clicked.connect(self.pages_requested)
+        self.pages.hide()
         foot = QHBoxLayout()
         foot.addWidget(self.note, 10)
         foot.addStretch(1)
+        foot.addWidget(self.pages, 0, Qt.AlignmentFlag.AlignTop)
         foot.addWidget(self.new_chat, 0, Qt.AlignmentFlag.AlignTop)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(20, 6, 12, 6)
@@ -288,8 +327,11 @@ class DocumentsBar(QFrame):
             f"QLabel#documentsNote {{ color: {c.error_text}; font-size: 8.5pt; }}"
         )
 
-    def show_documents(self, rows: list[tuple[ChatDocument, str]], reading: list[str], note: str) -> None:
-        """``rows``: each document and its line; ``reading``: lines of files being read."""
+    def show_documents(self, rows: list[tuple[ChatDocument, str]], reading: list[str], note: str,
+                       pages: bool = False) -> None:  # fmt: skip
+        """``rows``: each document and its line; ``reading``: lines of files being read;
+        ``pages``: offer "Keep pages…"."""
+        self.pages.setVisible(pages)
         while self._rows.count():
             item = self._rows.takeAt(0)
             w = item.widget() if item is not None else None
@@ -381,8 +423,10 @@ class ChatDocuments(QObject):
         self.attacher.changed.connect(self._on_changed)
         self.attacher.refused.connect(self._on_refused)
         self.attacher.attached.connect(self._on_attached)
+        self.attacher.counted.connect(self._on_counted)
         self.bar.remove_requested.connect(self._remove)
         self.bar.new_chat_requested.connect(self.new_chat_with_documents)
+        self.bar.pages_requested.connect(self.choose_pages)
 
     def choose_files(self) -> None:
         from PySide6.QtWidgets import QFileDialog
@@ -401,6 +445,24 @@ class ChatDocuments(QObject):
             return
         self._notes.pop(cid, None)
         self.attacher.attach(cid, list(paths))
+
+    def choose_pages(self) -> None:
+        """Ask which pages of the too-big PDF to keep, and attach those in its place."""
+        from PySide6.QtWidgets import QInputDialog
+
+        cid = self.page.current_id
+        doc = self.attacher.pages_to_keep(cid)
+        if cid is None or doc is None:
+            return
+        text, ok = QInputDialog.getText(self.page, "Keep pages",
+                                        f"{doc.name} has {doc.pages} pages. Pages to keep (for example 1-5):")  # fmt: skip
+        if not ok:
+            return
+        span = parse_pages(text, doc.pages)
+        if span is None:
+            self._on_refused(cid, f"“{text}” is not a page range of {doc.name} (pages 1 to {doc.pages}).")
+            return
+        self.attacher.attach_pages(cid, doc, *span)
 
     def new_chat_with_documents(self) -> str | None:
         cid = self.page.current_id
@@ -427,6 +489,12 @@ class ChatDocuments(QObject):
 
     def _on_attached(self, cid: str, _name: str) -> None:
         self.page.type_ahead.documents_changed(cid)
+
+    def _on_counted(self, cid: str) -> None:
+        """Whether the documents fit is known now: read them if they do (a read asked before
+        the count, while an earlier count said "too big", was not sent)."""
+        if self._wants_read(cid):
+            self.page.type_ahead.documents_changed(cid)
 
     def _on_refused(self, cid: str, text: str) -> None:
         self._notes[cid] = text
@@ -481,5 +549,14 @@ class ChatDocuments(QObject):
         reading = [f"Reading {name}… page {done:,} of {total:,}" if total else f"Reading {name}…"
                    for name, done, total in self.attacher.pending(cid)]  # fmt: skip
         note = (self._notes.get(cid or "") or self.attacher.too_big(cid)) if cid else ""
-        self.bar.show_documents(rows, reading, note)
+        self.bar.show_documents(rows, reading, note, self.attacher.pages_to_keep(cid) is not None)
 
+
+
+def parse_pages(text: str, pages: int) -> tuple[int, int] | None:
+    """"3-10" / "3–10" / "4" → (first, last) within 1..``pages``; None for anything else."""
+    parts = text.replace("–", "-").replace(" ", "").split("-")
+    if not 1 <= len(parts) <= 2 or not all(p.isdigit() for p in parts):
+        return None
+    first, last = int(parts[0]), int(parts[-1])
+    return (first, last) if 1 <= first <= last <= pages else None
