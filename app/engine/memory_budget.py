@@ -162,7 +162,7 @@ class MemoryBudget:
             return config, None
         opts = {"n_batch": config.n_batch, "n_ubatch": config.n_ubatch, "type_k": config.type_k, "type_v": config.type_v}
         machine, rss = self._read(), process_rss()
-        room, where = self._room(store, machine, rss)
+        room, where, unshed = self._room(store, machine, rss)
         words = None
         if fitting == "choose":
             fit = choose_fit(shape, room, n_seq_max=config.n_seq_max, n_ctx_max=config.n_ctx,
@@ -178,21 +178,24 @@ class MemoryBudget:
                                      short=f"does not fit: {refusal(need, room, where, parts=False)}{advice}")
                 words = f"loaded against the estimate: {text}"
                 log.warning("%s: %s", config.path, words)
-        short = need.total - min(machine.available, self.cap(rss, machine) - rss)
+        short = need.total - unshed
         if short > 0 and store is not None:
             self._give_way(store, short, f"to load {config.path.rsplit('/', 1)[-1]}")
         return config, words
 
-    def _room(self, store: Any, machine: Machine, rss: int) -> tuple[int, str]:
+    def _room(self, store: Any, machine: Machine, rss: int) -> tuple[int, str, int]:
         """What a load may take now (the RAM tier and pool counted as room: they give way),
-        and who says so: "this machine has", or the cap setting when it leaves less."""
+        who says so ("this machine has", or the cap setting when it leaves less), and what it
+        may take before they give way."""
         sheddable = self._sheddable(store)
+        cap, committed = self.cap(rss, machine), self.committed()
         by_machine = machine.available + sheddable
-        by_cap = self.cap(rss, machine) - max(rss - sheddable, self.committed())
+        by_cap = cap - max(rss - sheddable, committed)
         where = "this machine has"
         if self.cap_setting is not None and by_cap < by_machine:
             where = f"Hearth's memory cap of {human_bytes(self.cap_setting)} leaves"
-        return max(0, min(by_machine, by_cap)), where
+        unshed = min(machine.available, cap - max(rss, committed + sheddable))
+        return max(0, min(by_machine, by_cap)), where, unshed
 
     def verdict(self, path: str, n_ctx: int, n_seq_max: int, *, n_batch: int = 512, store: Any = None) -> Verdict | None:
         """Would this load fit now (the Library asks before anything loads)? None for a file
@@ -201,7 +204,7 @@ class MemoryBudget:
         if shape is None:
             return None
         need = shape.need(n_ctx, n_seq_max, n_batch=n_batch)
-        room, where = self._room(store, self._read(), process_rss())
+        room, where, _ = self._room(store, self._read(), process_rss())
         fits = need.total <= room
         short = f"needs {human_bytes(need.total)}, {where.replace('this machine ', '')} {human_bytes(room)}"
         if fits:
@@ -215,7 +218,7 @@ class MemoryBudget:
         shape = read_shape(path)
         if shape is None:
             return None
-        room, where = self._room(store, self._read(), process_rss())
+        room, where, _ = self._room(store, self._read(), process_rss())
         return choose_fit(shape, room, n_seq_max=n_seq_max, n_ctx_max=n_ctx, n_batch=n_batch, where=where)
 
     def loaded(self, model_id: str, config: ModelConfig, store: Any = None) -> None:
