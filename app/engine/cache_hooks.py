@@ -28,6 +28,7 @@ from app.cache.lookup import NotFound
 from app.cache.policy import CachePolicy, cold_save_split, should_continued_save, should_finish_save
 from app.cache.preview import Detokenizer, tail_preview
 from app.cache.state_buffers import StateMemory
+from app.engine.events import MissReason
 
 if TYPE_CHECKING:
     from app.cache.store import CacheStore
@@ -35,7 +36,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 SaveReason = Literal["cold", "continued", "finish", "evict", "shutdown"]
-MissReason = Literal["nothing_shared", "evicted", "other_identity", "corrupt", "too_short", "no_checkpoint"]
 
 # NOTE: a restore of n cells gives n - 1 reused tokens (the last prompt token is prefilled
 # again for fresh logits), so fewer than 2 shared tokens reuse nothing.
@@ -131,18 +131,8 @@ class CacheHooks(Protocol):
         ...
 
 
-class NullCache:
-    """Cache off: every lookup misses, nothing is saved."""
-
-    def __init__(self, policy: CachePolicy | None = None) -> None:
-        self.policy = policy or CachePolicy()
-        self.memory = StateMemory()
-
-    def lookup(
-        self, meta: KeyMeta, prompt: Sequence[int], parent_key: bytes | None, session_id: str | None = None,
-        *, min_tokens: int = MIN_RESTORE_TOKENS,
-    ) -> Hit | Miss:
-        return Miss("nothing_shared", 0)
+class CountsNothing:
+    """The request counters of ``CacheHooks``, counting nothing (``NullCache``, ``QuietCache``)."""
 
     def count_hit(self, source: str) -> None:
         pass
@@ -158,6 +148,20 @@ class NullCache:
 
     def count_prompt(self, num_prompt: int, num_reused: int) -> None:
         pass
+
+
+class NullCache(CountsNothing):
+    """Cache off: every lookup misses, nothing is saved."""
+
+    def __init__(self, policy: CachePolicy | None = None) -> None:
+        self.policy = policy or CachePolicy()
+        self.memory = StateMemory()
+
+    def lookup(
+        self, meta: KeyMeta, prompt: Sequence[int], parent_key: bytes | None, session_id: str | None = None,
+        *, min_tokens: int = MIN_RESTORE_TOKENS,
+    ) -> Hit | Miss:
+        return Miss("nothing_shared", 0)
 
     def count_load(self, ns: int) -> None:
         pass
@@ -189,7 +193,7 @@ class NullCache:
         pass
 
 
-class QuietCache:
+class QuietCache(CountsNothing):
     """A request's view of the cache that counts nothing: a background read is no request
     (the real one that follows counts once). Lookups, loads and saves go through."""
 
@@ -203,21 +207,6 @@ class QuietCache:
         *, min_tokens: int = MIN_RESTORE_TOKENS,
     ) -> Hit | Miss:
         return self._inner.lookup(meta, prompt, parent_key, session_id, min_tokens=min_tokens)
-
-    def count_hit(self, source: str) -> None:
-        pass
-
-    def count_miss(self) -> None:
-        pass
-
-    def count_sticky(self) -> None:
-        pass
-
-    def count_live(self) -> None:
-        pass
-
-    def count_prompt(self, num_prompt: int, num_reused: int) -> None:
-        pass
 
     def count_load(self, ns: int) -> None:
         self._inner.count_load(ns)

@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, TypeAlias
+
+from app.cache.lookup import MissReason as CacheMissReason
 
 CacheHitKind = Literal["exact", "partial", "cold", "sticky", "continuation"]
 FinishReason = Literal["stop", "length", "cancelled"]
 ReuseSource = Literal["none", "cache", "session", "live"]
 """Where a request's reused KV came from: nothing, a saved cache row, the request's own sticky
 session seq, or another live seq (a running request or an idle session)."""
-MissReason = Literal["nothing_shared", "evicted", "other_identity", "corrupt", "too_short", "no_checkpoint"]
+MissReason: TypeAlias = CacheMissReason | Literal["no_checkpoint"]
+"""Why a request reused nothing: the cache's reasons (``app.cache.lookup``), or a recurrent
+model's sequence holding no checkpoint to roll back to."""
 
 
 @dataclass(frozen=True, slots=True)
