@@ -18,7 +18,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.ui.chat.chat_style import amber
-from app.ui.chat.documents import local_files
+from app.ui.chat.documents_bar import local_files
 from app.ui.theme import colors, current_icon
 from app.ui.widgets.icons import icon
 

@@ -21,17 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from PySide6.QtCore import QEvent, QMimeData, QObject, Qt, Signal
-from PySide6.QtGui import QDragEnterEvent, QDropEvent
-from PySide6.QtWidgets import (
-    QFrame,
-    QHBoxLayout,
-    QLabel,
-    QPushButton,
-    QToolButton,
-    QVBoxLayout,
-    QWidget,
-)
+from PySide6.QtCore import QObject, Signal
+from PySide6.QtWidgets import QWidget
 
 from app.documents import (
     DocumentError,
@@ -42,8 +33,8 @@ from app.documents import (
 )
 from app.storage import ChatDocument, StorageError
 from app.ui.chat.controller import ChatController
+from app.ui.chat.documents_bar import DocumentsBar, DropFiles, document_line
 from app.ui.confirm import confirm_stop
-from app.ui.theme import colors
 
 if TYPE_CHECKING:
     from app.ui.chat.chat_page import ChatPage
@@ -53,13 +44,6 @@ log = logging.getLogger(__name__)
 REPLY_ROOM = 512
 """Tokens a chat's documents leave for the conversation and the reply, at the least, before
 the app says they do not fit."""
-
-
-def local_files(mime: QMimeData) -> list[str]:
-    """The local files a drop or a paste carries (none for text)."""
-    if not mime.hasUrls():
-        return []
-    return [u.toLocalFile() for u in mime.urls() if u.isLocalFile() and u.toLocalFile()]
 
 
 @dataclass(slots=True)
@@ -74,6 +58,9 @@ class _Job:
     """Keep only these pages (first, last) of a PDF."""
     replaces: ChatDocument | None = None
     """The chat's document this job's result takes the place of (a page range of it)."""
+
+
+__all__ = ["ChatDocuments", "DocumentAttacher", "DocumentsBar", "parse_pages"]
 
 
 class DocumentAttacher(QObject):
@@ -192,10 +179,17 @@ class DocumentAttacher(QObject):
         self.count(cid)
 
     def new_chat_with(self, cid: str) -> str | None:
-        """A new chat (the app's defaults) with ``cid``'s documents, in their order."""
+        """A new chat with ``cid``'s documents in their order, and its system prompt and model:
+        the same prompt head, so the new chat starts from the documents' KV."""
+        source = self.controller.conversation(cid)
         conv = self.controller.new_conversation()
         if conv is None:
             return None
+        if source is not None:
+            if source.system_prompt != conv.system_prompt:
+                self.controller.update_settings(conv.id, system_prompt=source.system_prompt)
+            if source.model_id and source.model_id != conv.model_id and self.controller.models.get(source.model_id):
+                self.controller.set_model(conv.id, source.model_id)
         try:
             self.controller.storage.copy_documents(cid, conv.id)
         except StorageError as exc:
@@ -277,125 +271,6 @@ class DocumentAttacher(QObject):
         if not docs:
             return ""
         return f"Reading {docs[-1].name}… {held:,} / {target:,} tokens"
-
-
-class DocumentsBar(QFrame):
-    """Under the chat's header: each document (name, pages, tokens, what holds it) with a ×,
-    files being read, why a file was refused, and "New chat with these documents"."""
-
-    new_chat_requested = Signal()
-    remove_requested = Signal(object)  # ChatDocument
-    pages_requested = Signal()  # "Keep pages…": a page range of the last PDF
-
-    def __init__(self, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
-        self.setObjectName("documentsBar")
-        self._rows = QVBoxLayout()
-        self._rows.setSpacing(2)
-        self.note = QLabel()
-        self.note.setObjectName("documentsNote")
-        self.note.setWordWrap(True)
-        self.note.hide()
-        self.new_chat = QPushButton("New chat with these documents")
-        self.new_chat.setObjectName("newChatWithDocumentsButton")
-        self.new_chat.setToolTip("A new chat that starts from these documents, already read (from the cache)")
-        self.new_chat.clicked.connect(self.new_chat_requested)
-        self.pages = QPushButton("Keep pages…")
-        self.pages.setObjectName("documentPagesButton")
-        self.pages.setToolTip("Attach only some pages of the PDF, so that it fits the context")
-        self.pages.clicked.connect(self.pages_requested)
-        self.pages.hide()
-        foot = QHBoxLayout()
-        foot.addWidget(self.note, 10)
-        foot.addStretch(1)
-        foot.addWidget(self.pages, 0, Qt.AlignmentFlag.AlignTop)
-        foot.addWidget(self.new_chat, 0, Qt.AlignmentFlag.AlignTop)
-        layout = QVBoxLayout(self)
-        layout.setContentsMargins(20, 6, 12, 6)
-        layout.setSpacing(4)
-        layout.addLayout(self._rows)
-        layout.addLayout(foot)
-        self.refresh_style()
-        self.hide()
-
-    def refresh_style(self) -> None:
-        c = colors()
-        self.setStyleSheet(
-            f"QFrame#documentsBar {{ background: {c.window}; border-bottom: 1px solid {c.border}; }}"
-            f"QLabel#documentRow {{ color: {c.text}; font-size: 9pt; }}"
-            f"QLabel#documentReading {{ color: {c.muted}; font-size: 9pt; }}"
-            f"QLabel#documentsNote {{ color: {c.error_text}; font-size: 8.5pt; }}"
-        )
-
-    def show_documents(self, rows: list[tuple[ChatDocument, str]], reading: list[str], note: str,
-                       pages: bool = False) -> None:  # fmt: skip
-        """``rows``: each document and its line; ``reading``: lines of files being read;
-        ``pages``: offer "Keep pages…"."""
-        self.pages.setVisible(pages)
-        while self._rows.count():
-            item = self._rows.takeAt(0)
-            w = item.widget() if item is not None else None
-            if w is not None:
-                w.deleteLater()
-        for doc, line in rows:
-            row = QWidget()
-            hl = QHBoxLayout(row)
-            hl.setContentsMargins(0, 0, 0, 0)
-            label = QLabel(line)
-            label.setObjectName("documentRow")
-            label.setToolTip(line)
-            remove = QToolButton()
-            remove.setObjectName("removeDocumentButton")
-            remove.setText("×")
-            remove.setToolTip(f"Remove {doc.name} from this chat: the next message is read without it "
-                              "(the conversation after it is read again, once)")  # fmt: skip
-            remove.clicked.connect(lambda _=False, d=doc: self.remove_requested.emit(d))
-            hl.addWidget(label, 1)
-            hl.addWidget(remove)
-            self._rows.addWidget(row)
-        for line in reading:
-            label = QLabel(line)
-            label.setObjectName("documentReading")
-            self._rows.addWidget(label)
-        self.note.setText(note)
-        self.note.setVisible(bool(note))
-        self.new_chat.setVisible(bool(rows))
-        self.setVisible(bool(rows or reading or note))
-
-
-def document_line(doc: ChatDocument, tokens: int | None, held: str) -> str:
-    """""contract.pdf · 12 pages · 5,120 tokens · read: in this chat's memory"."""
-    parts = [doc.name]
-    if doc.pages:
-        parts.append(f"{doc.pages} page{'s' if doc.pages != 1 else ''}")
-    parts.append(f"{tokens:,} tokens" if tokens is not None else f"{len(doc.text):,} characters")
-    if held:
-        parts.append(held)
-    return " · ".join(parts)
-
-
-class DropFiles(QObject):
-    """Files dropped anywhere on ``widget`` (the chat) are attached; text drops are not taken."""
-
-    dropped = Signal(list)
-
-    def __init__(self, widget: QWidget) -> None:
-        super().__init__(widget)
-        widget.setAcceptDrops(True)
-        widget.installEventFilter(self)
-
-    def eventFilter(self, obj: QObject, event: QEvent) -> bool:  # noqa: N802 — Qt override
-        if isinstance(event, (QDragEnterEvent, QDropEvent)) and event.type() in (
-            QEvent.Type.DragEnter, QEvent.Type.DragMove, QEvent.Type.Drop
-        ):
-            files = local_files(event.mimeData())
-            if not files:
-                return False
-            event.acceptProposedAction()
-            if event.type() == QEvent.Type.Drop:
-                self.dropped.emit(files)
-            return True
-        return False
 
 
 class ChatDocuments(QObject):
