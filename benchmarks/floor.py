@@ -21,6 +21,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from app.cache.prefix import common_prefix_len
 from app.engine.backend import PrefillOp
 from app.engine.llama_backend import LlamaBackend
 from benchmarks.common import N_THREADS
@@ -35,22 +36,13 @@ def _prefill(backend: LlamaBackend, seq: int, tokens: Sequence[int], pos: int, l
         backend.step([PrefillOp(seq, part, pos + start, logits and start + CHUNK >= len(tokens))])
 
 
-def _lcp(a: Sequence[int], b: Sequence[int]) -> int:
-    n = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        n += 1
-    return n
-
-
 def reusable_prefix(prompt: Sequence[int], computed: Sequence[Sequence[int]]) -> tuple[int, int | None]:
     """``prompt``'s longest prefix shared with one of ``computed`` (what earlier turns
     computed), less its last token, which is always prefilled; and the index of that one in
     ``computed`` (None when none shares a token)."""
     best, source = 0, None
     for i, c in enumerate(computed):
-        n = _lcp(prompt, c)
+        n = common_prefix_len(prompt, c)
         if n > best:
             best, source = n, i
     return min(best, len(prompt) - 1), source
@@ -108,7 +100,7 @@ class Floor:
         holding ``prompt[:reusable]``, and read the first token."""
         backend, seq = self._backend, self._seq_of[key]
         kept = max(0, min(reusable, len(prompt) - 1))
-        have = _lcp(self._held[key], prompt[:kept])
+        have = common_prefix_len(self._held[key], prompt[:kept])
         backend.seq_rm(seq, have)
         _prefill(backend, seq, prompt[have:kept], have, False)
         t0 = time.perf_counter()

@@ -41,6 +41,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from app.cache.keys import KeyMeta
+from app.cache.prefix import common_prefix_len
 from app.engine.backend import Backend, Op, PrefillOp
 from app.engine.cache_hooks import CacheHooks, Hit, SaveReason
 from app.engine.config import MAX_DRAFT
@@ -147,7 +148,7 @@ class DraftModel:
             if k <= 0 or not tokens:
                 continue
             held = self._held.setdefault(seq_id, [])
-            common = min(_common_prefix(held, tokens), len(tokens) - 1)  # the last again: its logits
+            common = min(common_prefix_len(held, tokens), len(tokens) - 1)  # the last again: its logits
             if len(held) - common > MAX_DRAFT:  # more than rejected drafts: another conversation
                 self._missed.pop(seq_id, None)
             if len(held) - common >= SAVE_MIN_TOKENS:
@@ -257,19 +258,3 @@ class DraftModel:
         self._missed.clear()
         self.backend.close()
 
-
-def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    """Length of the common head of ``a`` and ``b`` (slice comparisons: C speed, whatever the
-    context's length)."""
-    a, b = list(a), list(b)
-    lo, hi = 0, min(len(a), len(b))
-    if a[:hi] == b[:hi]:
-        return hi
-    hi -= 1
-    while lo < hi:  # a[:lo] == b[:lo], a[:hi + 1] != b[:hi + 1]
-        mid = (lo + hi + 1) // 2
-        if a[:mid] == b[:mid]:
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
