@@ -304,3 +304,18 @@ def test_too_big_pdf_keeps_a_page_range(make_window, qtbot, tmp_path, monkeypatc
     assert not keep.isVisibleTo(page)
     documents_read(qtbot, window)
     assert ask(qtbot, window, FIRST).content
+
+
+def test_a_pasted_file_is_attached_not_typed(make_window, qtbot, tmp_path):
+    notes, _pdf = files(tmp_path)
+    window = make_window()
+    window.chat_page.new_conversation()
+    mime = QMimeData()
+    mime.setUrls([QUrl.fromLocalFile(str(notes))])  # as a file manager's Copy puts it
+    QApplication.clipboard().setMimeData(mime)
+    box = message_input(window)
+    box.setFocus()
+    qtbot.keyClick(box, Qt.Key.Key_V, Qt.KeyboardModifier.ControlModifier)
+    qtbot.waitUntil(lambda: len(rows(window)) == 1, timeout=REPLY_TIMEOUT_MS)
+    assert box.toPlainText() == ""  # the path is not the message
+    assert rows(window)[0].startswith("harbour-notes.md · ")
