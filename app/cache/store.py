@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from app import latency
 from app.cache import kvc_chunked, seqstate
 from app.cache.catalog import Catalog, Pending
 from app.cache.chunked_rows import ChunkedRows, is_cuttable
@@ -294,6 +295,8 @@ class CacheStore:
     def hold_writes(self, holder: object, on: bool) -> None:
         """``holder`` (an engine's model) has a request waiting for its first token (``on``),
         or no longer: queued saves wait while any holder holds (see the module doc)."""
+        if on and latency.off("write_hold"):
+            return
         with self._hold_cond:
             if on:
                 self._holders.add(holder)

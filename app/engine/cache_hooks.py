@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Literal, Protocol
 
+from app import latency
 from app.cache.keys import KeyMeta
 from app.cache.lookup import NotFound
 from app.cache.policy import CachePolicy, cold_save_split, should_continued_save, should_finish_save
@@ -432,6 +433,7 @@ class Arrivals:
             self._unsettled += unsettled
             if self._num == (1 if delta > 0 else 0):
                 try:
-                    self._cache.hold_writes_arriving(delta > 0)
+                    if not latency.off("arrival_hold"):
+                        self._cache.hold_writes_arriving(delta > 0)
                 except Exception:  # never worth a request
                     log.exception("telling the cache writer about an arriving request failed")

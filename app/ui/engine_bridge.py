@@ -25,6 +25,7 @@ from typing import Protocol
 
 from PySide6.QtCore import QCoreApplication, QMetaObject, QObject, Qt, QThread, QTimer, Signal, Slot
 
+from app import latency
 from app.cache.prefix import common_prefix_len
 from app.conversation.prompt import PromptBuilder
 from app.conversation.type_ahead import margin_of, probe_of, readable_prefix, with_draft
@@ -800,7 +801,7 @@ class EngineBridge(QObject):
         reading = self._worker.expect_reading(request.request_id) if self._engine_idle() else None
         self._submit_requested.emit(request)
         if reading is not None:
-            reading.wait(READING_WAIT_S)
+            reading.wait(0 if latency.off("reading_wait") else READING_WAIT_S)
             self._worker.forget_reading(request.request_id)
             rid = request.request_id
             if reading.cpu is not None and gui_affinity.GUARD.keep_off(reading.cpu, self._threads, rid):

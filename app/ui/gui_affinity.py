@@ -28,6 +28,8 @@ import os
 import threading
 from collections.abc import Callable
 
+from app import latency
+
 log = logging.getLogger(__name__)
 
 
@@ -76,7 +78,7 @@ class CoreGuard:
         """Run on the thread's other cores until ``release``: llama.cpp reads ``request_id``
         on ``threads`` threads, one of them on ``cpu``. False (nothing changes) where it
         would leave the thread no core, or llama.cpp's threads all the others."""
-        if _GETCPU is None:
+        if _GETCPU is None or latency.off("keep_off"):
             return False
         self.release()
         try:
