@@ -269,18 +269,19 @@ class _StallMeter:
 
 
 @pytest.mark.parametrize(
-    ("kind", "tool", "says"),
+    ("kind", "tool", "says", "timeout_s"),
     [
-        ("sleepy", "wait", "did not answer the call to wait within 2 s"),
-        ("crash", "boom", "failed the call to boom"),
-        ("badjson", "garble", "wrote something that is not JSON-RPC"),
-        ("flood", "dump", ""),
+        ("sleepy", "wait", "did not answer the call to wait within 2 s", 2.0),
+        ("crash", "boom", "failed the call to boom", 2.0),
+        ("badjson", "garble", "wrote something that is not JSON-RPC", 2.0),
+        ("flood", "dump", "", 60.0),  # 10 MB take seconds to arrive on a loaded machine
     ],
 )
-def test_hostile_server_costs_one_error_card_and_the_gui_stays_responsive(make_window, qtbot, kind, tool, says):
+def test_hostile_server_costs_one_error_card_and_the_gui_stays_responsive(make_window, qtbot, kind, tool, says,
+                                                                            timeout_s):
     window = make_window(sampling=TOOL_SAMPLING)
     steps = window.controller.tools
-    steps.settings.set_limits(Limits(max_steps=10, timeout_s=2.0, max_result_chars=300))
+    steps.settings.set_limits(Limits(max_steps=10, timeout_s=timeout_s, max_result_chars=300))
     server = ServerConfig.stdio(kind, command(kind))
     steps.settings.add_server(server)
     asked: list[ToolApproval] = []
@@ -305,12 +306,13 @@ def test_hostile_server_costs_one_error_card_and_the_gui_stays_responsive(make_w
         assert window.controller.failure(cid) is None
     else:
         assert says in result
-        assert took < 2.0 + 1.0, took
+        assert took < timeout_s + 1.0, took
         failure = window.controller.failure(cid) or ""
         assert "tool call failed" in failure and says in failure
         cards = [w for w in QApplication.allWidgets() if w.objectName() == "errorCard" and w.isVisible()]
         assert len(cards) <= 1
         screenshot(window, f"tool-hostile-{kind}")
+    print(f"{kind}: the call ended in {took:.2f} s; the GUI thread's longest stall {worst} ms")
     assert worst <= 100, f"the GUI thread stalled {worst} ms"
 
 

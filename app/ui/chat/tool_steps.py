@@ -232,8 +232,8 @@ class ToolSteps(QObject, ReplyHooks):
             result: CallResult = future.result()
         except ToolError as exc:
             text = failed_message(planned.call.name, str(exc))
-            leaf = self._record(step, text)
-            self._end(step)
+            leaf = self._record(step, text, show=False)
+            self._end(step, show=leaf is None)  # the failure's card redraws the chat once
             self.servers_changed.emit()
             if leaf is not None:
                 self.runner.report_failure(step.cid, leaf, f"the tool call failed: {exc}. Retry lets the model "
@@ -257,15 +257,17 @@ class ToolSteps(QObject, ReplyHooks):
         step.index += 1
         self._next(step)
 
-    def _record(self, step: _Step, text: str) -> str | None:
-        """Store a call's outcome as a ``tool`` message under the step's leaf; its id."""
+    def _record(self, step: _Step, text: str, *, show: bool = True) -> str | None:
+        """Store a call's outcome as a ``tool`` message under the step's leaf; its id.
+        ``show``: redraw the chat now (else whoever comes next does)."""
         try:
             msg = self.storage.add_message(step.cid, step.leaf_id, "tool", text)
         except StorageError as exc:
             self.runner.error_raised.emit(f"Could not save the tool result: {exc}")
             return None
         step.leaf_id = msg.id
-        self.runner.changed.emit(step.cid)
+        if show:
+            self.runner.changed.emit(step.cid)
         return msg.id
 
     def _after(self, step: _Step) -> None:
@@ -283,8 +285,9 @@ class ToolSteps(QObject, ReplyHooks):
             return
         self.runner.start(step.cid, step.leaf_id)
 
-    def _end(self, step: _Step) -> None:
+    def _end(self, step: _Step, *, show: bool = True) -> None:
         if self._active.get(step.cid) is step:
             del self._active[step.cid]
             self.runner.busy_changed.emit(step.cid, False)
-            self.runner.changed.emit(step.cid)
+            if show:
+                self.runner.changed.emit(step.cid)
