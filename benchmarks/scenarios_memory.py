@@ -118,7 +118,7 @@ def b15_budget(path: str, budget: int = B15_BUDGET, ram_quota: int = 192 * MiB, 
         "B15",
         f"a {budget / 1e9:.1f} GB memory budget: load, chat, three more models, fill the cache",
         "peak RSS ≤ the budget in every phase; nothing lost (each row in RAM, on disk, or evicted and counted)",
-        ["phase", "peak RSS (MiB)", "budget (MiB)", "models", "RAM tier (MiB)", "rows"],
+        ["phase", "peak RSS (MiB)", "budget (MiB)", "models", "RAM tier (MiB)", "its quota (MiB)", "rows"],
     )
     policy = CachePolicy(min_tokens=16, cold_min_tokens=10**6, cold_max_tokens=2 * 10**6, continued_interval=64)
     phase = ["start"]
@@ -148,7 +148,7 @@ def b15_budget(path: str, budget: int = B15_BUDGET, ram_quota: int = 192 * MiB, 
             store.flush()
             seen.update(r.key for r in store.rows())
             rows.append([name, peaks.get(name, 0) / MiB, budget / MiB, len(engine.list_models()),
-                         store.tier_usage()["ram"][0] / MiB, len(store.rows())])
+                         store.tier_usage()["ram"][0] / MiB, store.tier_usage()["ram"][1] / MiB, len(store.rows())])
 
         def chat(model: Any, tag: str, turns: int, tokens: int) -> None:
             for t in range(turns):
@@ -170,9 +170,9 @@ def b15_budget(path: str, budget: int = B15_BUDGET, ram_quota: int = 192 * MiB, 
         end_phase("chat")
 
         phase[0] = "three more models"
-        for i in (2, 3, 4):
+        for i, (n_ctx, n_seq) in zip((2, 3, 4), ((2048, 2), (2048, 2), (4096, 4)), strict=True):
             progress(f"B15: loading model {i} (fitted to what the budget leaves)")
-            more = config(path, n_ctx=2048, n_seq_max=2, n_batch=128, policy=policy, tier="ram")
+            more = config(path, n_ctx=n_ctx, n_seq_max=n_seq, n_batch=128, policy=policy, tier="ram")
             models.append(engine.load_model(f"m{i}", more, fit="choose"))
             chosen.append(engine.fit_words.get(f"m{i}", ""))
             chat(models[-1], f"m{i}", 1, 32)
@@ -189,6 +189,7 @@ def b15_budget(path: str, budget: int = B15_BUDGET, ram_quota: int = 192 * MiB, 
             for w in workers:
                 w.join()
             n += 1
+            engine.memory.relieve(store)  # (the watch thread's look, at once: the quota follows the heap)
             used, quota = store.tier_usage()["ram"]
             if store.counters()["demotions"] > 0 and used >= 0.75 * quota:
                 break

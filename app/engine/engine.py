@@ -237,12 +237,12 @@ class Engine:
                 except EngineError as exc:
                     log.warning("model %s: detaching draft model %s: %s", other.id, model_id, exc)
         model.close()
-        self.memory.unloaded(model_id, self._cache)
         self.fit_words.pop(model_id, None)
         if thread is not None and hasattr(thread, "join"):
             thread.join(timeout=30)
         if model.scheduler.has_stopped:
             model._free_native()
+            self.memory.unloaded(model_id, self._cache)  # (its memory freed: the RAM tier may have it)
         else:  # freeing the context under a running llama_decode would crash the process
             log.error("model %s: the scheduler thread did not stop; its native memory stays allocated", model_id)
 

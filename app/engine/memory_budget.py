@@ -57,6 +57,10 @@ DESKTOP_ROOM = 256 << 20
 LOW_WATER = 256 << 20
 """Below this much available memory the machine is short: the RAM tier and pools give way."""
 WATCH_SECONDS = 2.0
+TIER_HEADROOM = 0.05
+"""The share of the cap the RAM tier leaves free: the heap grows between two looks of the
+watch, and freed rows do not always give their pages back. (B15 with the tier filling the cap
+to the byte peaked at the budget itself, 1,430.5 MiB of 1,430.5.)"""
 PAGE = 4096
 
 
@@ -251,7 +255,9 @@ class MemoryBudget:
         up to the quota it had, once there is room again."""
         if store is None:
             return
-        allowed = max(0, self.cap() - self.committed())
+        rss = process_rss()  # (what the process holds besides the tier and pool counts too: its heap grows)
+        cap = self.cap(rss)
+        allowed = max(0, cap - max(self.committed(), rss - self._sheddable(store)) - int(cap * TIER_HEADROOM))
         quota = store.tier_usage()["ram"][1]
         with self._lock:
             own = self._ram_quota if self._ram_quota is not None else quota

@@ -255,3 +255,24 @@ def _the_tier_gives_way(engine, meminfo, tiny_model_path):
     assert store.tier_usage()["ram"][0] <= ram - ram // 2
     assert engine.memory.shed_bytes >= pool + ram // 2
     assert all(r.tier == "disk" for r in store.rows()) or store.tier_usage()["ram"][0] > 0
+
+
+def test_the_ram_tier_lives_in_what_the_cap_leaves(tmp_path, meminfo, smollm2_path):
+    """With a cap, the RAM tier's quota is what the cap leaves beside the process and the loaded
+    models (less a headroom), lowered at a load and given back at the unload."""
+    from app.cache.eviction import DEFAULT_QUOTAS
+    from app.engine.memory_budget import TIER_HEADROOM, process_rss
+
+    cap = process_rss() + 600 * MiB
+    headroom = int(cap * TIER_HEADROOM)
+    with Engine(tmp_path / "data", memory_cap=cap) as engine:
+        store = engine.cache
+        assert store.tier_usage()["ram"][1] == DEFAULT_QUOTAS["ram"]
+        engine.load_model("m", _config(smollm2_path, n_ctx=1024, n_seq_max=2, cache_enabled=True))
+        need = read_shape(smollm2_path).need(1024, 2, n_batch=64).total  # type: ignore[union-attr]
+        quota = store.tier_usage()["ram"][1]
+        # what the cap leaves beside the process as it was (± what the load itself moved) and the model
+        assert abs(quota - (600 * MiB - need - headroom)) < 48 * MiB, (quota / MiB, need / MiB)
+        assert store.memory.limit == quota  # the state buffers live in it too
+        engine.unload("m")
+        assert store.tier_usage()["ram"][1] > quota + need // 2  # given back
