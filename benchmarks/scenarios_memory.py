@@ -189,7 +189,6 @@ def b15_budget(path: str, budget: int = B15_BUDGET, ram_quota: int = 192 * MiB, 
             for w in workers:
                 w.join()
             n += 1
-            engine.memory.relieve(store)  # (the watch thread's look, at once: the quota follows the heap)
             used, quota = store.tier_usage()["ram"]
             if store.counters()["demotions"] > 0 and used >= 0.75 * quota:
                 break
