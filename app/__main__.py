@@ -130,6 +130,10 @@ def main(argv: list[str] | None = None) -> int:
         from app.jinja_sandbox import main as template_worker
 
         return template_worker(argv[1:])
+    if argv[:1] == ["--mcp-guard"]:  # the bundle's guard of a stdio MCP server's output (app.tools.guard)
+        from app.tools.guard import main as mcp_guard
+
+        return mcp_guard(argv[1:])
     if argv[:1] == ["--native-probe"]:  # the bundle's crash probe child (app.engine.native_probe)
         from app.engine.native_probe import main as probe_child
 

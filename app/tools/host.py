@@ -23,12 +23,17 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from app.tools.config import ServerConfig
+from app.tools.guard import ORIGINAL_KEY
+from app.tools.guard import command as guard_command
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 START_TIMEOUT_S = 20.0
 STDERR_KEEP = 4000
+GUARD_CHARS = 200_000
+"""A stdio server's result text is cut to this in its guard's process (``app.tools.guard``),
+before this process parses it; the result size setting goes up to it."""
 
 
 class ToolError(Exception):
@@ -57,6 +62,8 @@ class ServerStatus:
 class CallResult:
     text: str
     is_error: bool = False
+    total_chars: int | None = None
+    """How long the text was before the guard cut it (None: not cut)."""
 
 
 @dataclass(slots=True)
@@ -159,7 +166,8 @@ class ToolHost:
         try:
             async with AsyncExitStack() as stack:
                 if cfg.kind == "stdio":
-                    params = StdioServerParameters(command=cfg.command, args=list(cfg.args), cwd=cfg.cwd or None,
+                    line = guard_command(GUARD_CHARS, [cfg.command, *cfg.args])
+                    params = StdioServerParameters(command=line[0], args=line[1:], cwd=cfg.cwd or None,
                                                    encoding_error_handler="replace")  # fmt: skip
                     read, write = await stack.enter_async_context(stdio_client(params, errlog=conn.errlog))
                 else:
@@ -294,4 +302,7 @@ def _result_text(result: Any) -> CallResult:
     structured = getattr(result, "structured_content", None)
     if not parts and structured is not None:
         parts.append(json.dumps(structured, ensure_ascii=False))
-    return CallResult("\n".join(parts), bool(getattr(result, "is_error", False)))
+    meta = getattr(result, "meta", None)
+    total = meta.get(ORIGINAL_KEY) if isinstance(meta, dict) else None
+    return CallResult("\n".join(parts), bool(getattr(result, "is_error", False)),
+                      total if isinstance(total, int) else None)  # fmt: skip

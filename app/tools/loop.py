@@ -129,16 +129,18 @@ def needs_consent(planned: PlannedCall, chat: ChatTools) -> bool:
 # -- what the model is told ------------------------------------------------------------------
 
 
-def bounded(text: str, limit: int) -> str:
-    """``text`` cut to ``limit`` characters, saying so at the end."""
-    if len(text) <= limit:
+def bounded(text: str, limit: int, total: int | None = None) -> str:
+    """``text`` cut to ``limit`` characters, saying so at the end; ``total``: how long it was
+    before something cut it already (the server's guard)."""
+    total = max(total or 0, len(text))
+    if total <= limit:
         return text
-    return (text[:limit] + f"\n[… cut: the tool returned {len(text):,} characters; "
-            f"the first {limit:,} are shown]")  # fmt: skip
+    return (text[:limit] + f"\n[… cut: the tool returned {total:,} characters; "
+            f"the first {min(limit, len(text)):,} are shown]")  # fmt: skip
 
 
-def result_message(text: str, is_error: bool, limit: int) -> str:
-    body = bounded(text, limit)
+def result_message(text: str, is_error: bool, limit: int, total: int | None = None) -> str:
+    body = bounded(text, limit, total)
     return f"The tool reported an error: {body}" if is_error else body
 
 

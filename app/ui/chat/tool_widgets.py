@@ -93,10 +93,11 @@ class ToolMessageWidget(MessageWidget):
     """A tool result: one line ("Result of add"), the text folded under it."""
 
     def __init__(self, msg: Message, name: str, position: tuple[int, int], parent: QWidget | None = None) -> None:
-        text = msg.content if len(msg.content) <= PREVIEW_CHARS else msg.content[:PREVIEW_CHARS] + "\n…"
-        fence = "~~~~" if "~~~" in text else "~~~"
-        super().__init__("tool", f"{fence}\n{text}\n{fence}", message_id=msg.id, branch=position,
+        # NOTE: the body is rendered when first unfolded: a code block built at once added
+        # tens of ms to the GUI thread's turn that shows a result (or a failed call's card).
+        super().__init__("tool", "", message_id=msg.id, branch=position,
                          label=f"Tool · {name}" if name else "Tool", parent=parent)  # fmt: skip
+        self.result = msg.content
         self.setObjectName("toolMessage")
         regen = self.action_buttons.pop("regenerate", None)
         if regen is not None:
@@ -114,6 +115,10 @@ class ToolMessageWidget(MessageWidget):
         self.body.hide()
 
     def _on_toggled(self, shown: bool) -> None:
+        if shown and not self.body.source():
+            text = self.result if len(self.result) <= PREVIEW_CHARS else self.result[:PREVIEW_CHARS] + "\n…"
+            fence = "~~~~" if "~~~" in text else "~~~"
+            self.body.set_markdown(f"{fence}\n{text}\n{fence}")
         self.body.setVisible(shown)
         self.toggle.setArrowType(Qt.ArrowType.DownArrow if shown else Qt.ArrowType.RightArrow)
 

@@ -25,6 +25,7 @@ from PySide6.QtWidgets import (
 
 from app.storage import StorageError
 from app.tools.config import ChatTools, Limits, ServerConfig
+from app.tools.host import GUARD_CHARS
 from app.ui.chat.sampling_form import section
 from app.ui.chat.tool_steps import ToolSteps
 
@@ -94,7 +95,7 @@ class ToolsSettings(QWidget):
         self.timeout.setSuffix(" s")
         self.max_chars = QSpinBox()
         self.max_chars.setObjectName("toolResultChars")
-        self.max_chars.setRange(100, 1_000_000)
+        self.max_chars.setRange(100, GUARD_CHARS)
         self.max_chars.setSingleStep(1000)
         self.max_chars.setSuffix(" characters")
         limits.addRow("Tool steps per reply", self.max_steps)
@@ -197,6 +198,7 @@ class ChatToolsBox(QWidget):
         self.setObjectName("chatToolsBox")
         self.steps: ToolSteps | None = None
         self._cid: str | None = None
+        self._shown: str | None = "-"  # the chat the boxes were made for
         self._v = QVBoxLayout(self)
         self._v.setContentsMargins(0, 0, 0, 0)
         self._v.setSpacing(6)
@@ -232,12 +234,18 @@ class ChatToolsBox(QWidget):
             self.steps.start_chat_servers(cid)
 
     def refresh(self) -> None:
+        steps = self.steps
+        servers = steps.settings.servers() if steps is not None else []
+        if steps is not None and [s.id for s in servers] == list(self.checks) and self._shown == self._cid:
+            for server in servers:  # the same boxes: only their states change
+                state = steps.status(server.id).state
+                self.checks[server.id].setText(f"{server.name} ({STATE_WORDS.get(state, state)})")
+            return
+        self._shown = self._cid
         for check in self.checks.values():
             check.setParent(None)  # out of the box now (a search for the boxes finds only the new ones)
             check.deleteLater()
         self.checks.clear()
-        steps = self.steps
-        servers = steps.settings.servers() if steps is not None else []
         chat = steps.settings.chat(self._cid) if steps is not None and self._cid else ChatTools()
         self.empty.setVisible(not servers)
         for server in servers:

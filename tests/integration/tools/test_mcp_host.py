@@ -4,6 +4,7 @@ call within its timeout while the host stays usable."""
 
 from __future__ import annotations
 
+import json
 import socket
 import subprocess
 import sys
@@ -14,7 +15,9 @@ from pathlib import Path
 import pytest
 
 from app.tools.config import ServerConfig
-from app.tools.host import ToolError, ToolHost
+from app.tools.guard import ORIGINAL_KEY, _too_long, bounded_line
+from app.tools.host import GUARD_CHARS, ToolError, ToolHost
+from app.tools.loop import result_message
 from tests.helpers.mcp_servers import HERE, command
 
 TIMEOUT = 3.0
@@ -83,10 +86,24 @@ def test_crash_keeps_the_servers_stderr(host: ToolHost) -> None:
     assert "exiting mid-call" in host.status(server.id).stderr
 
 
-def test_flood_is_returned_whole_to_the_loop_which_bounds_it(host: ToolHost) -> None:
+def test_flood_is_cut_in_the_guards_process_and_its_length_said(host: ToolHost) -> None:
     server = _server("flood")
-    result = host.call(server, "dump", {}, 20).result(60)
-    assert len(result.text) == 10_000_000
+    result = host.call(server, "dump", {}, 60).result(90)
+    assert len(result.text) == GUARD_CHARS and result.total_chars == 10_000_000
+    assert result.text == ("0123456789" * 1_000_000)[:GUARD_CHARS]
+    told = result_message(result.text, result.is_error, 1000, result.total_chars)
+    assert told.endswith("[… cut: the tool returned 10,000,000 characters; the first 1,000 are shown]")
+
+
+def test_guard_leaves_small_lines_alone_and_refuses_a_huge_one() -> None:
+    small = b'{"jsonrpc": "2.0", "id": 3, "result": {"content": [{"type": "text", "text": "42"}]}}\n'
+    assert bounded_line(small, 1000) == small
+    huge = b'{"jsonrpc": "2.0", "id": 7, "result": {"content": [{"type": "text", "text": "' + b"x" * 9000 + b'"}]}}\n'
+    cut = json.loads(bounded_line(huge, 1000))
+    assert cut["id"] == 7 and cut["result"]["content"][0]["text"] == "x" * 1000
+    assert cut["result"]["_meta"][ORIGINAL_KEY] == 9000
+    error = json.loads(_too_long(huge[:4096], 100 << 20))
+    assert error["id"] == 7 and "over the" in error["error"]["message"]
 
 
 def test_a_command_that_does_not_exist_fails_to_start(host: ToolHost) -> None:
