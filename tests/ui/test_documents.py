@@ -141,6 +141,9 @@ def test_attach_ask_again_new_chat_restart_export(make_window, qtbot, tmp_path, 
     line = rows(window)[1]
     assert line.startswith("tale.pdf · 2 pages · ") and "read: in this chat's memory" in line, line
     held = page.type_ahead.view(cid).held
+    doc_tokens = sum(int(r.split(" · ")[-2].split()[0].replace(",", "")) for r in rows(window))
+    used = int(page.composer.meter.text().split(" / ")[0].replace(",", ""))
+    assert used >= doc_tokens, (used, doc_tokens)  # the meter counts the documents before any reply
     screenshot(window, "documents-attached")
 
     first = ask(qtbot, window, FIRST)

@@ -387,7 +387,7 @@ class ChatPage(QWidget):
         if use is None:
             bridge = self.controller.models.get(self.controller.model_of(cid))
             n_ctx = bridge.n_ctx if bridge is not None else 0
-            used = self.controller.last_context_tokens(cid) if cid else 0
+            used = max(self.controller.last_context_tokens(cid), self.documents.head_tokens(cid)) if cid else 0
             self.composer.meter.set_use(used if n_ctx else None, n_ctx, n_ctx, draft, ahead=ahead)
             return
         policy = self.controller.policy(cid).label if cid else ""

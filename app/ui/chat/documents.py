@@ -353,6 +353,13 @@ class ChatDocuments(QObject):
     def too_big(self, cid: str) -> str:
         return self.attacher.too_big(cid)
 
+    def head_tokens(self, cid: str) -> int:
+        """Tokens of the chat's system message with its documents, as last counted (0 without
+        documents): what the context meter shows before the chat's first reply."""
+        if not self.attacher.documents(cid):
+            return 0
+        return self.attacher.tokens.get((self.page.controller.model_of(cid), cid), 0)
+
     def _wants_read(self, cid: str) -> bool:
         return bool(self.attacher.documents(cid)) and not self.attacher.too_big(cid)
 
@@ -370,6 +377,8 @@ class ChatDocuments(QObject):
         the count, while an earlier count said "too big", was not sent)."""
         if self._wants_read(cid):
             self.page.type_ahead.documents_changed(cid)
+        if cid == self.page.current_id:
+            self.page._update_meter()  # the documents' tokens count before the first reply
 
     def _on_refused(self, cid: str, text: str) -> None:
         self._notes[cid] = text
