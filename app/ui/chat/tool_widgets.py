@@ -109,7 +109,10 @@ class ToolMessageWidget(MessageWidget):
         self.toggle.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
         self.toggle.setArrowType(Qt.ArrowType.RightArrow)
         first = msg.content.strip().splitlines()[0] if msg.content.strip() else "(empty)"
-        self.toggle.setText(f"Result of {name or 'the call'}: {first[:80]}{'…' if len(first) > 80 else ''}")
+        # short: the button is as wide as its text, and a wide one widened the chat column past
+        # the window (the tool-hostile screenshots)
+        self.toggle.setText(f"Result of {name or 'the call'}: {first[:40]}{'…' if len(first) > 40 else ''}")
+        self.toggle.setToolTip(first[:300])
         self.toggle.toggled.connect(self._on_toggled)
         self._layout.insertWidget(self._layout.indexOf(self.body), self.toggle)
         self.body.hide()
