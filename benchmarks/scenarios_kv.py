@@ -43,6 +43,9 @@ SETTINGS: list[tuple[str, dict[str, Any]]] = [
     # 1.8 x faster than q8_0 K / f16 V on an Intel Xeon with AVX-512 FP16/BF16).
     ("FA on · q8_0 K+V · ubatch 512", {"flash_attn": True, "n_ubatch": 512, "type_k": "q8_0", "type_v": "q8_0"}),
     ("FA on · q8_0 K / bf16 V · ubatch 512", {"flash_attn": True, "n_ubatch": 512, "type_k": "q8_0", "type_v": "bf16"}),
+    # f16 K+V with flash attention: exact with Hearth's batch-invariant flash attention
+    # (app.engine.weight_kernels.FA_ENV), llama.cpp's default cell types otherwise.
+    ("FA on · f16 K+V · ubatch 512", {"flash_attn": True, "n_ubatch": 512, "type_k": "f16", "type_v": "f16"}),
 ]
 DECODE_TICKS = 32
 FASTER_BY = 0.05
@@ -134,7 +137,7 @@ def kv_settings(path: str, rounds: int = 2, only: list[str] | None = None, n_thr
 
 
 AUTO_ROWS = {("q8_0", "f16"): DEFAULT, ("q8_0", "q8_0"): "FA on · q8_0 K+V · ubatch 512",
-             ("q8_0", "bf16"): "FA on · q8_0 K / bf16 V · ubatch 512"}
+             ("q8_0", "bf16"): "FA on · q8_0 K / bf16 V · ubatch 512", ("f16", "f16"): "FA on · f16 K+V · ubatch 512"}
 """The row of each pair the KV calibration may choose (``app.engine.kv_calibration``)."""
 
 

@@ -167,7 +167,9 @@ class ModelConfig:
     model) do; f32 layer weights did not (the tiny model's old f32 weights moved a decoded
     row's V cells next to other sequences), and there only a quantized V (q8_0 K+V) rounds
     the difference away. ``"f16"`` for both remains a choice, not bit-exact across batch
-    shapes. Each sequence also has a KV stream of its own (``kv_unified = false`` in the
+    shapes — unless llama.cpp's flash attention is batch-invariant (``weight_kernels.FA_ENV``,
+    Hearth's own build), which makes f16 K+V one of the exact pairs the calibration may pick.
+    Each sequence also has a KV stream of its own (``kv_unified = false`` in the
     backend), so its cells are always in position order. The cell types are part of
     ``ctx_params_hash``: rows saved under other types are never restored into this context."""
     swa_full: bool = True

@@ -1,8 +1,9 @@
 """The KV cell types a model gets: the fastest exact pair, measured on the machine it runs on.
 
-Hearth's KV is exact by construction only for cell-type pairs that keep llama.cpp's CPU flash
+Hearth's KV is exact by construction for cell-type pairs that keep llama.cpp's CPU flash
 attention on its one-chunk path (``ModelConfig.type_v`` says why): K and V not both f16 (or
-both f32). Several pairs qualify, and which is fastest depends on the CPU: on an AMD EPYC
+both f32); and, with Hearth's patched build, for f16 K+V too, whose flash attention then takes
+one tiled path for every ubatch. Several pairs qualify, and which is fastest depends on the CPU: on an AMD EPYC
 (AVX2, or AVX-512 without FP16) q8_0 K + f16 V reads prompts fastest; on an Intel Xeon with
 AVX-512 FP16/BF16 the same pair read a 1,500-token prompt in 23.0 s against 12.9 s for q8_0 K
 + q8_0 V. So a model whose config says ``type_k = type_v = "auto"`` (the default) gets what a
@@ -79,8 +80,13 @@ class Candidate:
 
 
 DEFAULT = Candidate(DEFAULT_TYPE_K, DEFAULT_TYPE_V)
-CANDIDATES: tuple[Candidate, ...] = (DEFAULT, Candidate("q8_0", "q8_0"), Candidate("q8_0", "bf16"))
-"""Pairs that keep flash attention on its one-chunk path (K and V not both f16/f32)."""
+CANDIDATES: tuple[Candidate, ...] = (
+    DEFAULT, Candidate("q8_0", "q8_0"), Candidate("q8_0", "bf16"), Candidate("f16", "f16"),
+)
+"""Pairs that keep flash attention on its one-chunk path (K and V not both f16/f32), and f16
+K+V, exact only with Hearth's batch-invariant flash attention (``weight_kernels.FA_ENV``, a
+patch of Hearth's llama.cpp build): on a llama.cpp without it the checks find it inexact and
+it is never chosen."""
 
 
 @dataclass(slots=True)

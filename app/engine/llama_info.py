@@ -119,6 +119,12 @@ def ctx_params_hash(
         # sums can differ in the last bits for some weight types. Only added when off, so the
         # rows of every cache made with the default keep their key.
         canonical["extra_bufts"] = False
+    if flash_attn and type_k == type_v and type_k in ("f16", "f32"):
+        # Which flash-attention path f16/f32 K and V take (app.engine.weight_kernels.FA_ENV):
+        # batch-invariant, or llama.cpp's shape-dependent choice; their KV differs.
+        from app.engine.weight_kernels import fa_batch_invariant
+
+        canonical["fa"] = "batch_invariant" if fa_batch_invariant() else "by_shape"
     if kernels:
         # Row-independent weight kernels for a model whose default ones depend on the batch
         # (app.engine.weight_kernels): KV computed with other kernels is other KV.

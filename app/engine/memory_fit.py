@@ -45,10 +45,15 @@ layer activations it reuses (a few ``n_embd`` f32 vectors); ``ROW_ALLOWANCE × n
 the second for the models measured (SmolLM2 at 512 and 64 rows: 98.25 / 12.83 MiB logged,
 105 / 14.1 MiB estimated)."""
 BUFFER_SLACK = 1 << 20
-AUTO_CELLS = ("q8_0", "f16")
-"""What ``"auto"`` KV cell types are counted as: the default pair, the largest of the exact
-pairs a calibration may pick (q8_0 K with f16 or bf16 V, q8_0 K + V), so a fit made before
-the calibration has run still holds after it."""
+def auto_cells(path: str) -> tuple[str, str]:
+    """What ``"auto"`` KV cell types are for ``path`` now: the pair a load would get
+    (``app.engine.kv_calibration``: calibrated on this machine, else the default pair). A
+    calibration that finishes later may pick a larger pair (f16 K+V); that load is fitted
+    again."""
+    from app.engine.kv_calibration import resolve
+
+    choice = resolve(path, background=False)
+    return choice.type_k, choice.type_v
 
 
 class DoesNotFit(ModelLoadFailed):
@@ -205,7 +210,7 @@ class ModelShape:
         entry = self.entry
         assert isinstance(entry, ModelEntry)
         if type_k == "auto" or type_v == "auto":
-            type_k, type_v = AUTO_CELLS
+            type_k, type_v = auto_cells(str(entry.path))
         total_cells = _pad256(n_ctx * n_seq_max)
         recurrent = entry.recurrent_bytes_per_seq * n_seq_max
         kv = estimate_kv(entry, total_cells, 1, type_k=type_k, type_v=type_v) - entry.recurrent_bytes_per_seq

@@ -42,6 +42,10 @@ log = logging.getLogger(__name__)
 
 TILED_ENV = "GGML_CPU_TILED_MM"
 TILED_FORCE_ENV = "GGML_CPU_TILED_MM_FORCE"
+FA_ENV = "GGML_CPU_FA_BATCH_INVARIANT"
+"""Hearth's llama.cpp build (packaging/llama-cpp/patches/04-fa-batch-invariant.patch): every
+flash-attention ubatch with f16 (or f32) K and V takes the tiled path, so a row's result does
+not depend on the rows beside it (docs/design.md, "Flash attention that ignores the batch")."""
 
 BATCH_DEPENDENT = frozenset({
     "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K",
@@ -52,9 +56,19 @@ BATCH_DEPENDENT = frozenset({
 
 
 def set_process_kernels() -> None:
-    """Keep the tiled K-quant matmul off in this process unless the environment says otherwise
-    (before llama.cpp's first matmul, which reads it once)."""
+    """Keep the tiled K-quant matmul off and flash attention batch-invariant in this process
+    unless the environment says otherwise (before llama.cpp's first matmul and attention,
+    which read them once)."""
     os.environ.setdefault(TILED_ENV, "0")
+    os.environ.setdefault(FA_ENV, "1")
+
+
+def fa_batch_invariant() -> bool:
+    """Whether this process asks llama.cpp for batch-invariant flash attention (``FA_ENV``)."""
+    try:
+        return int(os.environ.get(FA_ENV, "0")) != 0
+    except ValueError:
+        return False
 
 
 def tiled_setting() -> str:

@@ -6,6 +6,10 @@ to a context of another."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -15,6 +19,7 @@ from app.cache.policy import CachePolicy
 from app.engine import Engine, ModelConfig, kv_calibration, native_probe
 from app.engine.events import TokenId
 from app.engine.kv_calibration import DEFAULT, Candidate, Measured, decide
+from app.engine.weight_kernels import FA_ENV
 
 F16 = Candidate("f16", "f16")
 Q8 = Candidate("q8_0", "q8_0")
@@ -47,17 +52,35 @@ def test_decide_takes_the_fastest_exact_pair_and_keeps_the_default_within_the_ma
 
 
 def test_calibration_picks_an_exact_pair_over_a_faster_inexact_one(tiny_model_path: Path, calibrating: Path) -> None:
-    """f16 K and V take flash attention's tiled path for ubatches of 64 rows or more and its
-    one-chunk path for fewer: a prompt read in other chunks ends on other logits. The
-    calibration's checks find that on the real model and leave it out, whatever its speed."""
-    choice, measured = kv_calibration.calibrate(str(tiny_model_path), [F16, DEFAULT, Q8], n_threads=1, rounds=1)
+    """f16 K and V made inexact on purpose: without Hearth's batch-invariant flash attention
+    (``GGML_CPU_FA_BATCH_INVARIANT=0``, in a process of its own: llama.cpp reads it once) they
+    take the tiled path for ubatches of 64 rows or more and the one-chunk path for fewer, so a
+    prompt read in other chunks ends on other logits. The calibration's checks find that on
+    the real model and leave the pair out, whatever its speed."""
+    env = {**os.environ, FA_ENV: "0", kv_calibration.ENV: "on"}
+    out = subprocess.run(
+        [sys.executable, "-m", "app.engine.kv_calibration", str(tiny_model_path), "--threads", "1",
+         "--rounds", "1", "--candidates", "f16/f16,q8_0/f16,q8_0/q8_0"],
+        env=env, capture_output=True, text=True, timeout=600, cwd=Path(__file__).resolve().parents[3],
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    (entry,) = json.loads(calibrating.read_text()).values()
+    by = {m["candidate"]: m for m in entry["measured"]}
+    assert not by[F16.name]["exact"] and "chunking" in by[F16.name]["failed"] and by[F16.name]["worst"] > 0
+    assert by[DEFAULT.name]["exact"] and by[Q8.name]["exact"]
+    assert by[DEFAULT.name]["prefill_ms"] > 0 and by[Q8.name]["tick_ms"] > 0
+    assert (entry["type_k"], entry["type_v"]) in {(DEFAULT.type_k, DEFAULT.type_v), (Q8.type_k, Q8.type_v)}
+    assert "not exact here: f16 K+V" in entry["why"]
+    assert "f16 K+V" in out.stdout and "chosen:" in out.stdout  # hearth calibrate's table
+
+
+def test_with_batch_invariant_flash_attention_f16_kv_is_a_calibrated_candidate(
+        tiny_model_path: Path, calibrating: Path) -> None:
+    choice, measured = kv_calibration.calibrate(str(tiny_model_path), [F16, DEFAULT], n_threads=1, rounds=1)
     by = {m.candidate: m for m in measured}
-    assert not by[F16].exact and "chunking" in by[F16].failed and by[F16].worst > 0
-    assert by[DEFAULT].exact and by[Q8].exact
-    assert by[DEFAULT].prefill_ms > 0 and by[Q8].tick_ms > 0
-    assert (choice.type_k, choice.type_v) in {(DEFAULT.type_k, DEFAULT.type_v), (Q8.type_k, Q8.type_v)}
-    assert choice.calibrated and calibrating.exists()
-    assert kv_calibration.lookup(str(tiny_model_path)) == choice
+    assert by[F16].exact and by[F16].prefill_ms > 0, by[F16]
+    assert by[DEFAULT].exact
+    assert choice.calibrated and kv_calibration.lookup(str(tiny_model_path)) == choice
 
 
 def test_a_new_cpu_or_build_calibrates_again(tiny_model_path: Path, calibrating: Path,
