@@ -109,7 +109,7 @@ class ToolHost:
     def stop(self, server_id: str) -> Future[None]:
         return self._submit(self._stop(server_id))
 
-    def shutdown(self, timeout_s: float = 5.0) -> None:
+    def shutdown(self, timeout_s: float = 15.0) -> None:
         """Stop every server (their processes end) and the thread."""
         if self._closed:
             return
@@ -228,6 +228,7 @@ class ToolHost:
         if session is None:
             raise self._failed(conn, "is not running")
         call = asyncio.ensure_future(session.call_tool(tool, arguments))
+        call.add_done_callback(lambda t: t.cancelled() or t.exception())  # read, even when abandoned
         assert conn.task is not None
         ended = conn.task  # the connection ends when the server exits or breaks the protocol
         broken = asyncio.ensure_future(conn.broken.wait())
@@ -275,7 +276,9 @@ class ToolHost:
             conn.errlog.close()
 
     async def _stop_all(self) -> None:
-        await asyncio.gather(*(self._stop(i) for i in list(self._conns)), return_exceptions=True)
+        """Every server stopped, those being stopped already included: a stop left running when
+        the loop ends leaves its server's process behind (a hung server ignores its closed stdin)."""
+        await asyncio.gather(*(self._stop(i) for i in list(self._conns)), *self._stopping, return_exceptions=True)
 
 
 def _describe(exc: BaseException) -> str:
