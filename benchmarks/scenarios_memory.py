@@ -21,7 +21,7 @@ def rss_bytes() -> int:
     return 0
 
 
-def b7_memory(path: str, ram_quota: int = 64 * MiB, seconds: float = 20.0, most_seconds: float = 180.0) -> Result:
+def b7_memory(path: str, ram_quota: int = 64 * MiB, seconds: float = 20.0, most_seconds: float = 480.0) -> Result:
     """``seconds`` of saves at least, and on until the quota is full (rows have been demoted to
     disk), up to ``most_seconds``: on a busy machine 20 s made too few saves to fill it."""
     res = Result(
