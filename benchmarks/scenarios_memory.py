@@ -190,7 +190,8 @@ def b15_budget(path: str, budget: int = B15_BUDGET, ram_quota: int = 192 * MiB, 
                 w.join()
             n += 1
             used, quota = store.tier_usage()["ram"]
-            if store.counters()["demotions"] > 0 and used >= 0.75 * quota:
+            held = used + store.memory.kept_bytes  # (the state buffers live inside the quota)
+            if store.counters()["demotions"] > 0 and held >= 0.75 * quota:
                 break
         end_phase("cache full")
         stop.set()
