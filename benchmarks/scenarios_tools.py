@@ -23,11 +23,13 @@ sequence holding the rest, and reading the first token).
 
 from __future__ import annotations
 
+import contextlib
 import json
+import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -160,17 +162,27 @@ def _piece(model: Model) -> Any:
 # --------------------------------------------------------------------------- the server
 
 
+@contextlib.contextmanager
+def _serve(path: str, data_dir: Path) -> Iterator[str]:
+    """``hearth serve`` on ``N_CTX`` tokens a conversation (B9's launcher has its own, shorter)."""
+    from benchmarks.scenarios_server import _free_port, _process
+
+    port = _free_port()
+    args = [sys.executable, "-m", "app", "--data-dir", str(data_dir), "serve", "--port", str(port),
+            "--model", path, "--ctx", str(N_CTX), "--parallel", "1", "--threads", str(N_THREADS)]  # fmt: skip
+    with _process(args, f"http://127.0.0.1:{port}/health", "hearth serve"):
+        yield f"http://127.0.0.1:{port}"
+
+
 def hearth_server(path: str, data_dir: Path, results: Sequence[str], app_calls: Sequence[str]) -> tuple[list[Step], int]:
     """The trace over the API; a reply that is not a call (cut at ``N_NEW``) is replaced by the
     app path's call of that step, and counted."""
-    from benchmarks.scenarios_server import hearth_launcher
-
     messages: list[dict[str, Any]] = [{"role": "system", "content": agent_trace.rules("coder")},
                                       {"role": "user", "content": TASK}]  # fmt: skip
     steps: list[Step] = []
     held = 0
     missed = 0
-    with hearth_launcher(path, data_dir)() as base:
+    with _serve(path, data_dir) as base:
         with urllib.request.urlopen(base + "/v1/models", timeout=30) as r:
             model = json.load(r)["data"][0]["id"]
         for i in range(N_STEPS):

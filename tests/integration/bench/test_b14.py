@@ -7,7 +7,6 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-import benchmarks.scenarios_server as server_scenarios
 import benchmarks.scenarios_tools as tools_scenario
 
 
@@ -17,7 +16,6 @@ def test_a_short_b14_on_the_tiny_model(tiny_model_path: Path, tmp_path: Path, mo
     monkeypatch.setattr(tools_scenario, "N_CTX", 2048)
     monkeypatch.setattr(tools_scenario, "SIZES", (60, 90))
     monkeypatch.setattr(tools_scenario, "N_NEW", 96)
-    monkeypatch.setattr(server_scenarios, "N_CTX", 2048)
     # The random tiny model writes strings without end: a tool whose arguments are integers.
     add = {"type": "function", "function": {"name": "add", "description": "Add two integers.", "parameters": {
         "type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"]}}}
