@@ -14,7 +14,8 @@ AVX-512 FP16/BF16 the same pair read a 1,500-token prompt in 23.0 s against 12.9
   cells, eight prompts batched vs alone, a restore continued next to a neighbour, one token
   a tick next to 2, 4 and 7 others);
 - each exact candidate is timed — a 512-token prompt read and decode ticks of four
-  300-token sequences, the best of ``ROUNDS`` — and scored as one turn (``turn_ms``);
+  300-token sequences, the best of ``ROUNDS`` — and scored as one turn (``turn_ms``: a
+  250-token prompt and a 200-token reply);
 - the fastest exact one is chosen; the default pair keeps its place unless another is
   faster by more than ``MARGIN`` (closer than that is this machine's noise). No candidate
   exact: the default pair, said so.
@@ -63,8 +64,10 @@ ROUNDS = 3
 MARGIN = 0.05
 PREFILL_TOKENS = 512
 DECODE_STREAMS, DECODE_CONTEXT, DECODE_TICKS = 4, 300, 16
-TURN_PROMPT, TURN_REPLY = 1000, 200
-"""A turn, for scoring: a 1,000-token prompt read and 200 tokens decoded (four streams)."""
+TURN_PROMPT, TURN_REPLY = 250, 200
+"""A turn, for scoring: a 250-token prompt read (a new chat's system prompt and message:
+Hearth reads a prompt once and reuses it after, so later turns read only their new message)
+and a 200-token reply, each of its tokens one decode tick beside three other streams."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,7 +105,7 @@ class Measured:
 
     @property
     def turn_ms(self) -> float:
-        return self.prefill_ms * TURN_PROMPT / PREFILL_TOKENS + self.tick_ms * TURN_REPLY / DECODE_STREAMS
+        return self.prefill_ms * TURN_PROMPT / PREFILL_TOKENS + self.tick_ms * TURN_REPLY
 
 
 @dataclass(frozen=True, slots=True)
