@@ -1,4 +1,4 @@
-"""The "raw" peer of BENCHMARKS.md B1: the simplest loop over llama.cpp's low-level bindings.
+"""The "raw" peer of B1 (docs/benchmarks.md): the simplest loop over llama.cpp's low-level bindings.
 
 One ``llama_decode`` per tick over all N sequences, greedy sampling in C (a greedy
 ``llama_sampler``), no scheduler, no cache, no Python objects per token beyond the batch

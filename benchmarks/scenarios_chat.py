@@ -266,7 +266,7 @@ def b2_chats(path: str, llama_server: str | None = None, rounds: int = 5) -> Res
                    "paired_wall_ratios": wall_ratios, "paired_ttft_ratios": ttft_ratios,
                    "paired_ttft_over_burst_floor": over_floor, "paired_burst_floor_over_ram_cache": floor_over_cached},
     }  # fmt: skip
-    # BENCHMARKS.md: against llama-server (the same concurrent clients) on wall and TTFT,
+    # docs/benchmarks.md: against llama-server (the same concurrent clients) on wall and TTFT,
     # against the sequential RAM-cache peer on wall. Without a llama-server binary the
     # llama-server half cannot be judged, and the verdict says so (None).
     res.met = wall_ratio <= 0.6

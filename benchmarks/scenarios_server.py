@@ -286,7 +286,7 @@ def floor_trace(model: str, turns: list[Turn]) -> list[Turn]:
 
 
 def burst_floor(floor: list[Turn]) -> list[Turn]:
-    """B9's goal floor (shared/docs/BENCHMARKS.md): the clients' turns of one index arrive
+    """B9's goal floor (docs/benchmarks.md): the clients' turns of one index arrive
     together (both clients start each half of the trace at once, and every reply is capped
     at ``N_NEW`` tokens, so they stay in step), and an ideal scheduler serves such a burst
     with the backend alone, one turn at a time, shortest prefill first. A turn's burst floor

@@ -1,4 +1,4 @@
-"""A small in-process stand-in for ``app.engine.Engine`` / ``Model`` (SPEC §1 method names).
+"""A small in-process stand-in for ``app.engine.Engine`` / ``Model`` (the method names of docs/design.md §1).
 
 It keeps the parts of the contract the desktop app relies on: byte-level tokens, a chat
 template, streams delivered to an ``on_event`` callback on a worker thread (like the real
@@ -75,7 +75,7 @@ class FakeModel:
         self.counters = {"hits_sticky": 0, "hits_longest_prefix": 0, "hits_exact": 0, "misses": 0}
         self.calls: list[tuple[str, int]] = []
 
-    # -- SPEC §1 surface -----------------------------------------------------------------
+    # -- the engine API (docs/design.md §1) -----------------------------------------------------------------
 
     def tokenize(self, text: str) -> list[int]:
         return _encode(text)

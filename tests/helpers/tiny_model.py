@@ -272,7 +272,7 @@ def write_lora(
     targets: Iterable[str] = LORA_TARGETS,
     seed: int = LORA_SEED,
 ) -> Path:
-    """Write a random LoRA adapter GGUF laid out as llama.cpp loads it (SPEC §3).
+    """Write a random LoRA adapter GGUF laid out as llama.cpp loads it (docs/design.md §3).
 
     For a base weight ``W`` with ggml shape ``[n_in, n_out]``: ``W.lora_a`` is
     ``[n_in, rank]`` and ``W.lora_b`` is ``[rank, n_out]`` (numpy shapes reversed).

@@ -4,7 +4,7 @@ Hypothesis draws sequences of calls — prompts with any token ids and types, an
 and values, adapter loads and scales, sticky sessions and continuations, cancels, chat
 requests, configs, calls after an unload — and runs them on the tiny model. Properties:
 
-- every call returns normally or raises an ``EngineError`` whose code is documented (SPEC §1,
+- every call returns normally or raises an ``EngineError`` whose code is documented (docs/design.md §1,
   plus ``cancelled`` for requests of an unloaded model), within a hang guard;
 - afterwards the engine still serves a valid greedy request with the same reply as before,
   and no sequence is left taken.

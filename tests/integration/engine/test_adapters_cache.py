@@ -1,5 +1,5 @@
 """LoRA adapters change the cache identity: a row saved under one adapter set is never hit
-under another (SPEC §4, effective fingerprint)."""
+under another (docs/design.md §4, effective fingerprint)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Hostile arguments at the Model boundary, on real llama.cpp (issue 15, items 1, 2, 3 and 5).
 
-Every bad call fails alone, at the call, with an ``EngineError`` and the SPEC §1 code; no
+Every bad call fails alone, at the call, with an ``EngineError`` and the code docs/design.md §1 lists; no
 sequence leaks, no batch fails with it, no scale reaches llama.cpp or a cache key; afterwards
 the model answers exactly as before.
 """

@@ -1,5 +1,5 @@
 """LoRA adapters through the view: attach changes greedy output, scale 0 restores it, the
-shown fingerprint is SPEC §4's effective fingerprint and follows the slider, a LoRA for
+shown fingerprint is the effective fingerprint of docs/design.md §4 and follows the slider, a LoRA for
 another model is refused with its reason shown."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Keys, quant bytes, the token codec and effective fingerprints (SPEC §4 vectors)."""
+"""Keys, quant bytes, the token codec and effective fingerprints (the vectors of docs/design.md §4)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""LoRA adapter checks against a base model's architecture and weight shapes (SPEC §3)."""
+"""LoRA adapter checks against a base model's architecture and weight shapes (docs/design.md §3)."""
 
 from __future__ import annotations
 
