@@ -227,7 +227,7 @@ class Backend(Protocol):
 
     def check_grammar(self, grammar: str) -> None:
         """``InvalidGrammar`` unless llama.cpp can parse *and follow* ``grammar`` with this
-        vocabulary (``app.engine.grammar_check``); any thread may call it."""
+        vocabulary (``app.engine.grammar.check``); any thread may call it."""
         ...
 
     def free_sampler(self, sampler: Any) -> None: ...

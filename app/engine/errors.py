@@ -46,7 +46,7 @@ class InvalidRequest(EngineError):
 
 
 class InvalidGrammar(InvalidRequest):
-    """A grammar llama.cpp could not parse or could not follow (``app.engine.grammar_check``):
+    """A grammar llama.cpp could not parse or could not follow (``app.engine.grammar.check``):
     refused before it reaches llama.cpp, which aborts the process on the second kind."""
 
 

@@ -50,7 +50,7 @@ from app.engine.errors import (
     NBatchTooSmall,
     NotSupported,
 )
-from app.engine.grammar_check import check_grammar
+from app.engine.grammar.check import check_grammar
 from app.engine.llama_embed import EMBED_MAX_TOKENS, embed
 from app.engine.llama_handles import (
     KV_TYPES,

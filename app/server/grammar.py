@@ -37,8 +37,8 @@ from typing import Any
 
 from llama_cpp import llama_grammar
 
-from app.engine.gbnf import MAX_REPETITION_THRESHOLD as MAX_REPEAT
-from app.engine.grammar_check import MAX_GRAMMAR_CHARS
+from app.engine.grammar.check import MAX_GRAMMAR_CHARS
+from app.engine.grammar.gbnf import MAX_REPETITION_THRESHOLD as MAX_REPEAT
 from app.server.errors import ApiError, invalid
 from app.server.messages import ToolSpec
 
@@ -53,7 +53,7 @@ MAX_RULE_NAME = 200
 
 MAX_COPIES = 20_000
 """Repeated items in one grammar, all repetitions together: llama.cpp makes each optional copy
-a rule, and the engine takes at most 50,000 rules (``app.engine.gbnf.MAX_RULES``)."""
+a rule, and the engine takes at most 50,000 rules (``app.engine.grammar.gbnf.MAX_RULES``)."""
 
 _QUANTIFIER = re.compile(r"\{\s*(\d*)\s*(?:,\s*(\d*)\s*)?\}")
 _HUGE = 10**15

@@ -71,7 +71,7 @@ def build_chat_prompt(
 
 def _grammar(request: ChatRequest, mode: ToolMode, markers: Markers | None) -> tuple[str | None, str]:
     """The reply's grammar and the field it comes from. The engine checks it before llama.cpp
-    sees it (``app.engine.grammar_check``); a refusal names that field."""
+    sees it (``app.engine.grammar.check``); a refusal names that field."""
     if request.sampling.grammar:
         return request.sampling.grammar, "grammar"
     if request.tools and request.tool_choice == "required":

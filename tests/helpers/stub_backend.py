@@ -31,7 +31,7 @@ from app.engine.backend import (
     SamplingParams,
     StepResult,
 )
-from app.engine.grammar_check import check_grammar
+from app.engine.grammar.check import check_grammar
 from app.engine.speculation import verify
 
 EOG = 0

@@ -131,7 +131,7 @@ def _planted(schema: Any) -> tuple[bool, int]:
 
 
 def _answer(build: Any, param: str, schema: dict[str, Any], summary: dict[str, Any]) -> None:
-    from app.engine.grammar_check import MAX_GRAMMAR_CHARS, check_grammar
+    from app.engine.grammar.check import MAX_GRAMMAR_CHARS, check_grammar
     from app.server.errors import ApiError
 
     t0 = time.monotonic()

@@ -11,10 +11,10 @@ import re
 
 import pytest
 
-from app.engine import gbnf
 from app.engine.errors import InvalidGrammar
-from app.engine.gbnf import ALT, CHAR, CHAR_ALT, CHAR_NOT, CHAR_RNG_UPPER, END, RULE_REF
-from app.engine.grammar_check import MAX_SEARCH_COST, check_grammar
+from app.engine.grammar import gbnf
+from app.engine.grammar.check import MAX_SEARCH_COST, check_grammar
+from app.engine.grammar.gbnf import ALT, CHAR, CHAR_ALT, CHAR_NOT, CHAR_RNG_UPPER, END, RULE_REF
 
 
 def test_rules_are_built_as_llama_cpp_builds_them() -> None:

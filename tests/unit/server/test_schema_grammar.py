@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from app.engine.grammar_check import check_grammar
+from app.engine.grammar.check import check_grammar
 from app.server.errors import ApiError, error_body
 from app.server.grammar import MAX_RULE_NAME, json_schema_grammar
 

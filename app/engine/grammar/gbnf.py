@@ -2,7 +2,7 @@
 
 It turns a grammar's text into the very rules llama.cpp would build — the same element
 types, the same symbol ids, the same rewriting of ``*``, ``+``, ``?`` and ``{m,n}`` — so that
-``app.engine.grammar_check`` can prove a grammar safe *before* llama.cpp sees it. Every
+``app.engine.grammar.check`` can prove a grammar safe *before* llama.cpp sees it. Every
 error llama.cpp's parser raises is a ``GrammarError`` here, with the line and column.
 
 Two things llama.cpp does not bound are bounded here, because they would take the process
