@@ -238,7 +238,7 @@ class Backend(Protocol):
 
     def greedy(self, seq_id: int) -> int:
         """The argmax of the seq's newest logits, no sampler (a draft model's choice,
-        ``app.engine.draft_model``)."""
+        ``app.engine.speculation.draft_model``)."""
         ...
 
     def seq_rm(self, seq_id: int, start: int = 0) -> None:

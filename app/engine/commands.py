@@ -14,7 +14,7 @@ from typing import Any
 from app.cache.keys import KeyMeta
 from app.engine.admission import Admission
 from app.engine.cache_hooks import Arrival, SaveReason
-from app.engine.draft_model import DraftModel
+from app.engine.speculation.draft_model import DraftModel
 
 
 @dataclass(frozen=True, slots=True)

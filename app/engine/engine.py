@@ -16,12 +16,12 @@ from app.engine.backend import Backend, BackendInfo
 from app.engine.cache_hooks import CacheHooks, NullCache, QuietCache, StoreCache
 from app.engine.chat_template import resolve_chat_format
 from app.engine.config import Markers, ModelConfig
-from app.engine.draft_model import CATCH_UP_TOKENS, DraftCache
 from app.engine.errors import EngineError, InvalidRequest, NBatchTooSmall, NotFound
 from app.engine.events import ModelInfo
 from app.engine.memory_budget import Fitting, MemoryBudget
 from app.engine.model import Model
 from app.engine.scheduler import Scheduler, start_thread
+from app.engine.speculation.draft_model import CATCH_UP_TOKENS, DraftCache
 from app.engine.text import MarkerTokens
 
 log = logging.getLogger(__name__)

@@ -22,7 +22,7 @@ from app.engine.request_table import RequestTable
 from app.engine.saves import Saver
 from app.engine.sessions import SeqPool
 from app.engine.shares import Shares
-from app.engine.speculation import drop_drafts
+from app.engine.speculation.lookup import drop_drafts
 
 log = logging.getLogger(__name__)
 

@@ -66,7 +66,7 @@ from app.engine.llama_lora import AdapterSet, apply_adapters
 from app.engine.llama_vocab import Vocab
 from app.engine.native_log import detail, init_llama, native_errors
 from app.engine.sampling import SamplerChain, build_chain
-from app.engine.speculation import verify
+from app.engine.speculation.lookup import verify
 
 log = logging.getLogger(__name__)
 

@@ -35,7 +35,6 @@ from app.engine.commands import (
     WindDown,
 )
 from app.engine.config import ModelConfig
-from app.engine.draft_model import DraftCache, DraftModel, check_compatible
 from app.engine.errors import EngineError, InvalidRequest, NotFound
 from app.engine.events import (
     CompletionResult,
@@ -50,6 +49,7 @@ from app.engine.events import (
 from app.engine.lora import AdapterListing, LoraSet
 from app.engine.request import Mode
 from app.engine.scheduler import Scheduler
+from app.engine.speculation.draft_model import DraftCache, DraftModel, check_compatible
 from app.engine.validation import (
     adapter_sha256,
     check_adapter_scale,

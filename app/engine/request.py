@@ -68,7 +68,7 @@ class RequestOptions:
     """Beyond the core API: the most draft tokens one decode row may carry; None: the model's."""
     draft_model: str | None = None
     """Beyond the core API: the id of a loaded model with the same vocabulary that proposes the drafts
-    (``app.engine.draft_model``; ``Model.use_draft`` attaches it); None: prompt lookup."""
+    (``app.engine.speculation.draft_model``; ``Model.use_draft`` attaches it); None: prompt lookup."""
 
 
 @dataclass(slots=True)

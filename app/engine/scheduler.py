@@ -12,7 +12,7 @@ to it (``app.engine.loop``). Where each concept lives:
     shares.py     shared prompt heads between live seqs
     batch.py      the tick's plan: ops under the batch budget, the prefill budget policy
     read_ahead.py background prefills (type-ahead): the lowest priority, how they make way
-    speculation.py  draft rows: prompt lookup, verify, per-seq draft lengths (tick_costs.py)
+    speculation/  draft rows: prompt lookup, verify, per-seq draft lengths, tick costs
     saves.py      cold / continued / finish / evict / shutdown saves
     request.py    one request: counters, cache account, timings (streaming.py: its text)
 
@@ -53,7 +53,6 @@ from app.engine.commands import (
     WindDown,
 )
 from app.engine.config import ModelConfig
-from app.engine.draft_model import DraftModel
 from app.engine.errors import Busy, EngineError, InvalidRequest
 from app.engine.events import (
     PrefillProgress,
@@ -71,7 +70,9 @@ from app.engine.request_table import RequestTable
 from app.engine.saves import Saver
 from app.engine.sessions import SeqPool
 from app.engine.shares import Shares
-from app.engine.speculation import Speculator, drop_drafts
+from app.engine.speculation.draft_model import DraftModel
+from app.engine.speculation.lookup import drop_drafts
+from app.engine.speculation.speculator import Speculator
 from app.engine.streaming import TextPipeline
 from app.engine.text import MarkerTokens
 

@@ -18,7 +18,8 @@ import pytest
 
 from app.engine.backend import DecodeOp
 from app.engine.request import Request
-from app.engine.speculation import NgramDrafter, SeqSpec, Speculator
+from app.engine.speculation.lookup import NgramDrafter, SeqSpec
+from app.engine.speculation.speculator import Speculator
 
 
 def always_draft(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -32,7 +32,7 @@ from app.engine.backend import (
     StepResult,
 )
 from app.engine.grammar.check import check_grammar
-from app.engine.speculation import verify
+from app.engine.speculation.lookup import verify
 
 EOG = 0
 

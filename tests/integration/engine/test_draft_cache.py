@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from app.engine import Engine, Model, ModelConfig
-from app.engine.draft_model import CATCH_UP_TOKENS, DraftModel
 from app.engine.events import TokenId
+from app.engine.speculation.draft_model import CATCH_UP_TOKENS, DraftModel
 from tests.helpers.forced_drafts import always_draft
 
 TOPIC = (

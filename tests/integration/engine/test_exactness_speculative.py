@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from app.engine import ModelConfig, llama_backend
-from app.engine.speculation import Speculator
+from app.engine.speculation.speculator import Speculator
 from tests.helpers.forced_drafts import always_draft
 from tests.helpers.logit_recorder import RecordingBackend
 from tests.integration.engine import test_exactness as suite

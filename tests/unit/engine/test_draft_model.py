@@ -1,5 +1,5 @@
 """Speculative decoding with a draft model, on the stub backend: a second stub "model" proposes
-the drafts (``app.engine.draft_model``), the target verifies them as it verifies prompt-lookup
+the drafts (``app.engine.speculation.draft_model``), the target verifies them as it verifies prompt-lookup
 drafts. The reply never changes; what the draft model agrees with is accepted; its KV follows
 each seq (rejections dropped, a sticky session's cells kept); it never drafts where a tail
 cannot be dropped. Nothing numeric: tests/integration/engine/test_draft_model_llama.py runs
@@ -13,11 +13,12 @@ from typing import Any
 
 import pytest
 
-from app.engine import Engine, ModelConfig, draft_model
+from app.engine import Engine, ModelConfig
 from app.engine.backend import MemoryCaps
-from app.engine.draft_model import DraftModel, check_compatible
 from app.engine.errors import InvalidRequest, NotFound
 from app.engine.events import Done
+from app.engine.speculation import draft_model
+from app.engine.speculation.draft_model import DraftModel, check_compatible
 from tests.helpers.stub_backend import FaultyBackend, StubBackend
 from tests.unit.engine.harness import Harness, make, tok
 

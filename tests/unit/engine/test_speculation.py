@@ -9,17 +9,17 @@ from typing import Any
 import numpy as np
 import pytest
 
-from app.engine import speculation
 from app.engine.backend import MemoryCaps
 from app.engine.cache_hooks import NullCache
 from app.engine.events import Done
-from app.engine.speculation import (
+from app.engine.speculation import lookup
+from app.engine.speculation.lookup import (
     DECAY_IDLE,
     NgramDrafter,
     SeqSpec,
     verify,
 )
-from app.engine.tick_costs import (
+from app.engine.speculation.tick_costs import (
     SeqRows,
     TickCosts,
     TickShape,
@@ -84,7 +84,7 @@ def test_the_drafter_proposes_nothing_without_a_match():
 
 
 def test_a_long_context_is_looked_up_in_its_last_window_only(monkeypatch):
-    monkeypatch.setattr(speculation, "LOOKUP_WINDOW", 10)
+    monkeypatch.setattr(lookup, "LOOKUP_WINDOW", 10)
     d = NgramDrafter()
     d.sync([1, 2, 3, 4, *range(100, 120), 1, 2, 3])
     assert d.propose(2) == ()  # [1, 2, 3] -> 4 is 20 tokens back
@@ -182,7 +182,7 @@ def test_the_cost_fit_is_the_least_squares_numpy_solves():
     # The fit runs in plain floats (per tick, numpy's set-up cost more than the arithmetic);
     # the same recursive least squares written with numpy, side by side over noisy ticks
     # (clamped outliers included), gives the same coefficients to rounding.
-    from app.engine import tick_costs as tc
+    from app.engine.speculation import tick_costs as tc
 
     costs = TickCosts()
     rng = np.random.default_rng(3)
