@@ -27,7 +27,8 @@ calibrates again. A model's first load on a machine uses the default pair and ca
 a child process at low priority (``start_background``): the next load gets the choice.
 ``hearth calibrate MODEL`` runs it in the foreground. ``HEARTH_KV_CALIBRATION=off`` keeps
 "auto" on the default pair and never calibrates (the test suite sets it; its calibration
-tests turn it back on).
+tests turn it back on); ``=cached`` uses a calibration made before and never starts one
+(``hearth bench`` sets it for itself and the servers it starts).
 
 The chosen types are part of ``ctx_params_hash``, like any cell types: KV saved under one
 pair is never restored into a context of another.
@@ -229,6 +230,12 @@ def disabled() -> bool:
     return os.environ.get(ENV, "").strip().lower() in ("off", "0", "no")
 
 
+def cached_only() -> bool:
+    """``HEARTH_KV_CALIBRATION=cached``: use a calibration already made, never start one
+    (``hearth bench``: a child calibrating in the background would load the machine it times)."""
+    return os.environ.get(ENV, "").strip().lower() == "cached"
+
+
 _background = threading.Event()
 
 
@@ -249,7 +256,7 @@ def resolve(path: str, *, flash_attn: bool = True, background: bool = True) -> C
         found = lookup(path)
         if found is not None:
             return found
-        if background and _background.is_set():
+        if background and _background.is_set() and not cached_only():
             start_background(path)
             return Choice(DEFAULT.type_k, DEFAULT.type_v,
                           f"{DEFAULT.name}: the default while this CPU is calibrated for this model", False)

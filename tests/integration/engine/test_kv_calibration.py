@@ -101,6 +101,10 @@ def test_a_new_cpu_or_build_calibrates_again(tiny_model_path: Path, calibrating:
     assert not choice.calibrated and (choice.type_k, choice.type_v) == (DEFAULT.type_k, DEFAULT.type_v)
     assert started == [path]
 
+    monkeypatch.setenv(kv_calibration.ENV, "cached")  # hearth bench: never start one
+    assert not kv_calibration.resolve(path).calibrated and started == [path]
+    monkeypatch.setenv(kv_calibration.ENV, "on")
+
     monkeypatch.setattr(native_probe, "build_identity", real_build)
     real_cpu = native_probe.cpu_identity
     monkeypatch.setattr(native_probe, "cpu_identity", lambda: "Another CPU | sse2 avx2")
