@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 
-from app.engine.backend import DecodeOp, Op, PrefillOp
+from app.engine.backend import DecodeOp, Op, PrefillOp, StepResult
 from app.engine.config import ModelConfig
 from app.engine.errors import NBatchTooSmall
 from app.engine.request import Mode, Request
@@ -147,3 +147,21 @@ def _burst_fits_one_tick(reqs: Iterable[Request], config: ModelConfig) -> bool:
 def _work(n: int, n_past: int) -> float:
     """What prefilling ``n`` tokens after ``n_past`` costs, in tokens of a fresh prompt."""
     return n * (1 + (n_past + n / 2) / CELLS_PER_TOKEN_OF_WORK)
+
+
+Part = tuple[TickPlan, list[StepResult]]
+"""Part of a tick's plan, with the results its rows were pushed."""
+
+
+def first_reads(plan: TickPlan, pushed: list[StepResult]) -> tuple[Part, Part] | None:
+    """``plan`` split for ``Scheduler._read_first``: the prefill slices that end a prompt whose
+    reply starts now, and the rest (decode rows, other slices), each with its pushes; None
+    when the plan has no such slice or no decode row."""
+    first = [i for i, op in enumerate(plan.ops) if isinstance(op, PrefillOp) and op.want_logits]
+    if not first or not any(isinstance(op, DecodeOp) for op in plan.ops):
+        return None
+    rest = [i for i in range(len(plan.ops)) if i not in first]
+    return (
+        (TickPlan(tuple(plan.ops[i] for i in first)), [pushed[i] for i in first]),
+        (TickPlan(tuple(plan.ops[i] for i in rest)), [pushed[i] for i in rest]),
+    )

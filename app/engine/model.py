@@ -462,7 +462,7 @@ class Model:
         with self._vocab_readers_changed:
             self._vocab_readers_changed.wait_for(lambda: self._num_vocab_readers == 0)
             self._lora.free_all()
-            self.scheduler.attach_draft(None)  # the thread has ended: nothing uses it any more
+            self.scheduler.commands.attach_draft(None)  # the thread has ended: nothing uses it any more
             self.backend.close()
 
 

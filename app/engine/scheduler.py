@@ -4,7 +4,9 @@ One scheduler thread owns the backend (and so the llama context); other threads 
 to it (``app.engine.loop``). Where each concept lives:
 
     loop.py       the thread: inbox of calls, burst gathering, guarded phases, dying loudly
-    scheduler.py  this file: the commands (commands.py: their records), THE TICK
+    scheduler.py  this file: THE TICK and what the loop drives
+    commands.py   the commands other threads post: their records and what each does
+    snapshot.py   what the scheduler publishes after each iteration (lock-free)
     request_table.py  the request table: seq id → running request
     finishing.py  how a request ends: finish save, release, exactly one Done or Error
     admission.py  admit now (NEW / STICKY / CONTINUE) or wait in ``pending``; dispatch
@@ -33,32 +35,20 @@ from collections import deque
 from collections.abc import Sequence
 from concurrent.futures import Future
 from functools import partial
-from typing import Any, assert_never
+from typing import Any
 
 from app.cache.keys import KeyMeta
 from app.engine.admission import Admission, Admitter
 from app.engine.backend import Backend, DecodeOp, PrefillOp, Sampled, StepResult
-from app.engine.batch import PrefillBudget, TickPlan, decode_op, plan_tick
-from app.engine.cache_hooks import Arrivals, CacheHooks, SaveReason
-from app.engine.commands import (
-    Admit,
-    AttachDraft,
-    Cancel,
-    ChangeAdapters,
-    Command,
-    Embed,
-    EndSession,
-    SaveInFlight,
-    Verify,
-    WindDown,
-)
+from app.engine.batch import Part, PrefillBudget, TickPlan, decode_op, first_reads, plan_tick
+from app.engine.cache_hooks import Arrivals, CacheHooks
+from app.engine.commands import Command, CommandRunner
 from app.engine.config import ModelConfig
-from app.engine.errors import Busy, EngineError, InvalidRequest
+from app.engine.errors import EngineError, InvalidRequest
 from app.engine.events import (
     PrefillProgress,
     SchedulerSnapshot,
     SlotInfo,
-    SlotState,
     TickInfo,
     TokenId,
 )
@@ -70,8 +60,7 @@ from app.engine.request_table import RequestTable
 from app.engine.saves import Saver
 from app.engine.sessions import SeqPool
 from app.engine.shares import Shares
-from app.engine.speculation.draft_model import DraftModel
-from app.engine.speculation.lookup import drop_drafts
+from app.engine.snapshot import draft_max_setting, slots_of, snapshot_of
 from app.engine.speculation.speculator import Speculator
 from app.engine.streaming import TextPipeline
 from app.engine.text import MarkerTokens
@@ -120,24 +109,25 @@ class Scheduler:
             backend, config, has_tool_markers=tool_markers is not None, save_due=self.saver.continued_due
         )
         self.loop = SchedulerLoop(self)
-        self._free_slots = tuple(SlotInfo(seq, "free", None, 0) for seq in range(config.n_seq_max))
+        self.commands = CommandRunner(self)
+        self.free_slots = tuple(SlotInfo(seq, "free", None, 0) for seq in range(config.n_seq_max))
         """A free slot's record, made once (records are immutable; ``publish`` runs every tick)."""
         self.snapshot = SchedulerSnapshot(
-            slots=self._slots(), speculative=self.speculator.enabled, draft_max=self._draft_max_setting()
+            slots=slots_of(self), speculative=self.speculator.enabled, draft_max=draft_max_setting(self)
         )
         """Lock-free observability: replaced whole after every loop iteration."""
-        self._ticks: deque[TickInfo] = deque(maxlen=120)
-        self._num_generated = 0
+        self.ticks: deque[TickInfo] = deque(maxlen=120)
+        self.num_generated = 0
 
     # ------------------------------------------------------------------ any thread
 
     def post(self, cmd: Command) -> Future[Any]:
         """Run ``cmd`` on the scheduler thread between ticks; the future holds its result."""
-        return self.loop.post(partial(self.execute, cmd))
+        return self.loop.post(partial(self.commands.execute, cmd))
 
     def call(self, cmd: Command, timeout: float | None = None) -> Any:
         """``post`` and wait for the result (or the command's exception)."""
-        return self.loop.call(partial(self.execute, cmd), timeout)
+        return self.loop.call(partial(self.commands.execute, cmd), timeout)
 
     def stop(self) -> None:
         self.loop.stop()
@@ -155,104 +145,6 @@ class Scheduler:
     def meta(self) -> KeyMeta | None:
         """The cache identity new requests get (an immutable record, safe to read anywhere)."""
         return self.admission.meta
-
-    # ------------------------------------------------------------------ commands
-
-    def execute(self, cmd: Command) -> Any:
-        """Run a command posted from another thread (``app.engine.commands``)."""
-        match cmd:
-            case Admit(adm, arrival):
-                try:
-                    self.admit(adm)
-                finally:
-                    if arrival is not None:
-                        self.arrivals.settle(arrival)
-            case Cancel(ref):
-                self.cancel(ref)
-            case EndSession(sid):
-                self.end_session(sid)
-            case SaveInFlight(reason):
-                return self.save_in_flight(reason)
-            case Embed(tokens):
-                return self.backend.embed(list(tokens))
-            case ChangeAdapters(change, new_meta):
-                try:
-                    return change()
-                finally:
-                    self.adapters_changed(new_meta())
-            case Verify(prefix, drafts):
-                return self.verify(prefix, drafts)
-            case AttachDraft(draft):
-                self.attach_draft(draft)
-            case WindDown(save):
-                self.wind_down(save)
-            case _:
-                assert_never(cmd)
-        return None
-
-    def admit(self, adm: Admission) -> None:
-        """Admit ``adm``; background reads of its session, and of the seqs it waits for, make way."""
-        self.read_ahead.make_way(adm)
-        self.admission.admit(adm)
-        if self.read_ahead.yield_seqs():
-            self.dispatch()
-        self.hold_writes()  # before its arrival ends (``Model._post_admit``): no gap in the hold
-
-    def cancel(self, ref: int) -> None:
-        """Idempotent, unknown refs ignored. A running request ends now, between two ticks
-        (the seed observes a cancel at the next tick boundary); a waiting one never starts."""
-        req = self.reqs.by_ref(ref)
-        if req is None:
-            self.admission.cancel(ref)
-        elif not req.finishing:
-            req.mark("cancelled")
-            self.finisher.end(req)
-            self.dispatch()
-
-    def end_session(self, sid: str) -> None:
-        """Idempotent: unknown sessions and sessions with a request in flight are left alone."""
-        session = self.pool.session(sid)
-        if session is not None and session.seq_id not in self.reqs:
-            self.pool.drop(sid)
-
-    def save_in_flight(self, reason: SaveReason) -> int:
-        """``evict`` / ``shutdown``: one save per in-flight request with a non-empty context
-        (pending drafts dropped first: a save holds committed tokens only)."""
-        for req in self.reqs.values():
-            drop_drafts(self.backend, req)
-        return self.saver.in_flight(list(self.reqs.values()), reason)
-
-    def adapters_changed(self, meta: KeyMeta | None) -> None:
-        """The model's weights changed (LoRA set or scale): KV computed before is no longer
-        what this model would compute. Idle sessions are released (their saves stay valid
-        under the old fingerprint), new requests get the new cache identity, and in-flight
-        requests keep theirs — and are no donors of shared prompt heads for new ones, nor
-        pin their seq to their session when they finish."""
-        self.admission.new_weights(meta)
-
-    def attach_draft(self, draft: DraftModel | None) -> None:
-        """Draft with ``draft`` (None: no draft model) for the requests that name it; the
-        one it replaces is closed here, on the thread that used it."""
-        old = self.speculator.attach(draft)
-        if old is not None and old is not draft:
-            old.close()
-
-    def verify(self, prefix: Sequence[int], drafts: Sequence[int]) -> tuple[int, int | None]:
-        """Greedy speculative check on a free seq; ``Busy`` unless the model is idle."""
-        seq_id = self.pool.peek()
-        if self.reqs or self.admission.pending or seq_id is None:
-            raise Busy("verify needs an idle model")
-        self.pool.clear_for_use(seq_id)  # its leftover cells (``SeqPool.leave``) are gone after
-        return self.backend.verify(seq_id, list(prefix), list(drafts))
-
-    def wind_down(self, save: bool) -> None:
-        """Unload: ``shutdown`` saves (when ``save``), then every request ends cancelled."""
-        if save:
-            self.save_in_flight("shutdown")
-        self.abandon(EngineError("the model was unloaded", code="cancelled"))
-        old = self.speculator.attach(None)
-        if old is not None:
-            old.close(save)  # its seqs are saved (under its own key) and its backend freed
 
     # ------------------------------------------------------------------ what the loop drives
 
@@ -311,7 +203,7 @@ class Scheduler:
                 self.hold_writes()
                 self._cold_saves(plan)
                 ran, ran_pushed, rest, rest_pushed = plan, pushed, plan, pushed
-                split = _first_reads(plan, pushed) if self.config.read_first else None
+                split = first_reads(plan, pushed) if self.config.read_first else None
                 if split is not None:
                     ran, ran_pushed, rest, rest_pushed = self._read_first(*split)
                 if self.decode(rest, rest_pushed):
@@ -320,11 +212,11 @@ class Scheduler:
                 ms = (time.perf_counter() - started) * 1000
                 self.read_ahead.record(ms)
                 drafts = self.speculator.observe(ran, ran_pushed, ms)
-                self._ticks.append(TickInfo(ran.num_prefill_tokens, ran.num_decode_rows, ms, drafts))
+                self.ticks.append(TickInfo(ran.num_prefill_tokens, ran.num_decode_rows, ms, drafts))
         self.finish()
         self.dispatch()
 
-    def _read_first(self, first: _Part, rest: _Part) -> tuple[TickPlan, list[StepResult], TickPlan, list[StepResult]]:
+    def _read_first(self, first: Part, rest: Part) -> tuple[TickPlan, list[StepResult], TickPlan, list[StepResult]]:
         """The tick's prompts that end now (``first``) go in a ``llama_decode`` of their own,
         and each one's first token is sampled and streamed at once; then the decode rows (their
         tokens streamed already) and those first tokens go in a second one. Returns the tick as
@@ -488,7 +380,7 @@ class Scheduler:
             self.backend.accept(req.sampler, token)
         req.generated.append(token)
         req.context_tokens.append(token)
-        self._num_generated += 1
+        self.num_generated += 1
         if req.times.first_token_at is None:
             req.times.first_token_at = time.perf_counter()
         req.emit(TokenId(token))
@@ -530,44 +422,7 @@ class Scheduler:
 
     def publish(self) -> None:
         self.hold_writes()
-        self.snapshot = SchedulerSnapshot(
-            phase=self.phase,
-            pending_len=len(self.admission.pending),
-            last_cache_hit=self.admission.last_hit,
-            slots=self._slots(),
-            recent_ticks=tuple(self._ticks),
-            num_tokens_generated=self._num_generated,
-            recent_reuse=tuple(self.finisher.recent_reuse),
-            speculative=self.speculator.enabled,
-            num_drafted=self.speculator.num_drafted,
-            num_accepted=self.speculator.num_accepted,
-            draft_model=None if self.speculator.draft is None else self.speculator.draft.model_id,
-            draft_max=self._draft_max_setting(),
-        )
-
-    def _draft_max_setting(self) -> int:
-        return self.config.draft_max if self.speculator.enabled else 0
-
-    def _slots(self) -> tuple[SlotInfo, ...]:
-        sessions = self.pool.sessions
-        owners = {s.seq_id: (sid, len(s.tokens)) for sid, s in sessions.items()} if sessions else {}
-        slots = []
-        free = self._free_slots
-        for seq in range(self.config.n_seq_max):
-            req = self.reqs.get(seq)
-            if req is not None:
-                busy: SlotState = "prefilling" if req.is_prefilling else "generating"
-                if req.is_background:
-                    busy = "reading_ahead"
-                slots.append(SlotInfo(
-                    seq, busy, req.options.session_id, len(req.context_tokens), req.num_drafted, req.num_accepted,
-                    len(req.drafted),
-                ))  # fmt: skip
-            elif seq in owners:
-                slots.append(SlotInfo(seq, "pinned", owners[seq][0], owners[seq][1]))
-            else:
-                slots.append(free[seq])
-        return tuple(slots)
+        self.snapshot = snapshot_of(self)
 
     def _text_pipeline(self, adm: Admission) -> TextPipeline:
         opts = adm.options
@@ -583,20 +438,3 @@ def start_thread(scheduler: Scheduler, name: str) -> threading.Thread:
     thread = threading.Thread(target=scheduler.run, name=name, daemon=True)
     thread.start()
     return thread
-
-
-_Part = tuple[TickPlan, list[StepResult]]
-
-
-def _first_reads(plan: TickPlan, pushed: list[StepResult]) -> tuple[_Part, _Part] | None:
-    """``plan`` split for ``Scheduler._read_first``: the prefill slices that end a prompt whose
-    reply starts now, and the rest (decode rows, other slices), each with its pushes; None
-    when the plan has no such slice or no decode row."""
-    first = [i for i, op in enumerate(plan.ops) if isinstance(op, PrefillOp) and op.want_logits]
-    if not first or not any(isinstance(op, DecodeOp) for op in plan.ops):
-        return None
-    rest = [i for i in range(len(plan.ops)) if i not in first]
-    return (
-        (TickPlan(tuple(plan.ops[i] for i in first)), [pushed[i] for i in first]),
-        (TickPlan(tuple(plan.ops[i] for i in rest)), [pushed[i] for i in rest]),
-    )

@@ -141,13 +141,13 @@ def test_chat_flows_never_cut_what_cannot_be_cut_and_answer_like_cold(memory, ac
             if kind == "cancel":
                 live = [r for r, (c, _, _) in sent.items() if c == i and r not in h.ended]
                 if live:
-                    h.sch.cancel(live[-1])
+                    h.sch.commands.cancel(live[-1])
                 continue
             if kind == "end":
                 if f"c{i}" not in {a.options.session_id for a in h.sch.admission.pending} and all(
                     r.options.session_id != f"c{i}" for r in h.sch.reqs.values()
                 ):
-                    h.sch.end_session(f"c{i}")
+                    h.sch.commands.end_session(f"c{i}")
                 continue
             turns = chats[i]
             if kind == "ask":
@@ -178,6 +178,6 @@ def test_chat_flows_never_cut_what_cannot_be_cut_and_answer_like_cold(memory, ac
                 continue
             assert h.text(ref) == _cold_reply(caps, prompt, 3), f"{memory}: a reused state was not the prompt's head"
         for sid in list(h.sch.pool.sessions):
-            h.sch.end_session(sid)
+            h.sch.commands.end_session(sid)
         h.sch.pool.check(h.sch.reqs)
         assert len(h.sch.pool.sessions) == 0 and not h.sch.reqs

@@ -114,14 +114,14 @@ class DraftPair:
         self.off = make(self.backends[1], n_ctx=512, n_batch=128, speculative=False)  # type: ignore[arg-type]
         draft = DraftModel("d", self.backends[2])
         draft.calibrate()
-        self.on.sch.attach_draft(draft)
+        self.on.sch.commands.attach_draft(draft)
 
     def prompt(self, h: Harness) -> list[int]:
         text = f"<|im_start|>user\n{QUESTIONS[1]}<|im_end|>\n<|im_start|>assistant\n"
         return h.stub.tokenize(text, add_special=False, parse_special=True)
 
     def close(self) -> None:
-        self.on.sch.attach_draft(None)  # closes the draft's backend
+        self.on.sch.commands.attach_draft(None)  # closes the draft's backend
         for b in self.backends[:2]:
             b.close()
 
@@ -172,7 +172,7 @@ def test_a_cancel_after_accepted_drafts_leaves_the_kv_of_never_drafting(draft_pa
     while not (on.sch.reqs and next(iter(on.sch.reqs.values())).num_accepted > 8):
         on.tick()
     assert next(iter(on.sch.reqs.values())).drafted  # drafts pending in the seq when cancelled
-    on.sch.cancel(ref)
+    on.sch.commands.cancel(ref)
     generated = _ids(on, ref)
     ref_off = off.admit(draft_pair.prompt(off), response_tokens=len(generated), ignore_eos=True, session_id="s")
     off.run()

@@ -94,7 +94,7 @@ def test_a_cancel_with_drafts_pending_leaves_the_kv_of_never_having_drafted(pair
     for _ in range(8):
         on.tick()
     assert any(r.drafted for r in on.sch.reqs.values())  # cancelled with draft cells in its seq
-    on.sch.cancel(ref)
+    on.sch.commands.cancel(ref)
     generated = ids(on, ref)
     off = pair.off
     ref_off = off.admit(prompt_of(off), response_tokens=len(generated), ignore_eos=True, session_id="s")

@@ -61,7 +61,7 @@ class Harness:
 
     def admit(self, text: str | list[int], **opts: Any) -> int:
         adm = self.admission(text, **opts)
-        self.sch.admit(adm)
+        self.sch.commands.admit(adm)
         return adm.ref
 
     def tick(self) -> list[list[Any]]:

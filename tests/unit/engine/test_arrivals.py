@@ -134,13 +134,13 @@ def test_arrivals_nest_settle_once_and_hold_the_writer_while_any_is_on_its_way()
     with arrivals.arriving() as outer:  # the server route
         with arrivals.arriving() as inner:  # Model.infer inside it: the same arrival
             assert inner is outer and (arrivals.num, arrivals.num_unsettled) == (1, 1)
-            h.sch.execute(Admit(h.admission("a prompt", response_tokens=2), inner))
+            h.sch.commands.execute(Admit(h.admission("a prompt", response_tokens=2), inner))
             assert (arrivals.num, arrivals.num_unsettled) == (1, 0)  # admitted, still on its way
         assert arrivals.num == 1
     assert (arrivals.num, arrivals.num_unsettled) == (0, 0)
     with arrivals.arriving():  # refused at admission: settled all the same
         with pytest.raises(EngineError):
-            h.sch.execute(Admit(h.admission("", response_tokens=2), _outer_of(arrivals)))
+            h.sch.commands.execute(Admit(h.admission("", response_tokens=2), _outer_of(arrivals)))
         assert arrivals.num_unsettled == 0
     assert (arrivals.num, arrivals.num_unsettled) == (0, 0)
 

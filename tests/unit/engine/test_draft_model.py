@@ -42,7 +42,7 @@ def harness(stub: StubBackend, draft: StubBackend | None = None, **cfg: Any) -> 
         assert draft.kv[0] == []  # the calibration left nothing behind
         draft.decoded_ticks = 0
         draft.prefilled.clear()
-        h.sch.attach_draft(model)
+        h.sch.commands.attach_draft(model)
     return h
 
 

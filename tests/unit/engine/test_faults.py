@@ -205,7 +205,7 @@ def test_a_raising_event_callback_fails_nothing():
         calls.append(event)
         raise RuntimeError("callback bug")
 
-    h.sch.admit(replace(adm, emit=emit))
+    h.sch.commands.admit(replace(adm, emit=emit))
     h.run()
     assert isinstance(calls[-1], Done) and calls[-1].stats.completion_tokens == 3
     assert_serving(h)

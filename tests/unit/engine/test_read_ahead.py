@@ -27,7 +27,7 @@ def background(h: Harness, text: str | list[int], sid: str = "c") -> int:
     """Admit a background ``prefill_only`` on session ``sid`` (what ``Model.read_ahead`` posts)."""
     adm = h.admission(text, mode=Mode.PREFILL_ONLY, session_id=sid)
     adm = replace(adm, options=replace(adm.options, priority="background"))
-    h.sch.admit(adm)
+    h.sch.commands.admit(adm)
     return adm.ref
 
 

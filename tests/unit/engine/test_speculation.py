@@ -318,7 +318,7 @@ def test_a_cancel_with_drafts_pending_leaves_the_seq_holding_only_its_tokens():
     ref = h.admit(PROMPT, response_tokens=200, session_id="s")
     while not h.sch.reqs[0].drafted:
         h.tick()
-    h.sch.cancel(ref)
+    h.sch.commands.cancel(ref)
     done = h.outcome(ref)
     assert isinstance(done, Done) and done.stats.cancelled
     session = h.sch.pool.sessions["s"]
@@ -358,7 +358,7 @@ def test_every_save_holds_only_accepted_tokens():
     ref = h.admit(PROMPT, response_tokens=200, session_id="s")
     for _ in range(6):
         h.tick()
-    h.sch.save_in_flight("evict")  # between ticks, drafts pending
+    h.sch.commands.save_in_flight("evict")  # between ticks, drafts pending
     h.run()
     saves = hooks[0].saved
     assert {r for r, _, _ in saves} >= {"continued", "evict", "finish"}

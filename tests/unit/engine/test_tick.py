@@ -117,13 +117,13 @@ def test_cancel_ends_a_running_request_now_and_its_seq_goes_to_the_next():
     b = h.admit("b", response_tokens=1)
     h.tick()
     h.tick()
-    h.sch.cancel(a)
+    h.sch.commands.cancel(a)
     assert h.ended == [a]
     done = h.outcome(a)
     assert isinstance(done, Done) and done.stats.cancelled and done.stats.completion_tokens == 1
     assert h.running() == {0: b}
-    h.sch.cancel(a)  # idempotent
-    h.sch.cancel(12345)  # unknown: ignored
+    h.sch.commands.cancel(a)  # idempotent
+    h.sch.commands.cancel(12345)  # unknown: ignored
     assert h.ended == [a]
 
 
@@ -131,7 +131,7 @@ def test_cancel_of_a_waiting_admission_ends_it_without_running():
     h = make(StubBackend(n_seq_max=1))
     a = h.admit("a", response_tokens=100)
     b = h.admit("b")
-    h.sch.cancel(b)
+    h.sch.commands.cancel(b)
     assert h.pending() == [] and h.ended == [b]
     assert h.outcome(b).stats.cancelled
     assert h.running() == {0: a}
@@ -179,7 +179,7 @@ def test_session_errors():
         h.admit("long more", session_id="c")
     adm = replace(h.admission([], session_id="nobody"), continue_suffix=tuple(tok("x")))
     with pytest.raises(NoSession):
-        h.sch.admit(adm)
+        h.sch.commands.admit(adm)
     with pytest.raises(ContextOverflow):
         h.admit("x" * 16)
     assert h.running() == {0: 1} and h.pending() == []  # no seq taken by the refusals
@@ -217,7 +217,7 @@ def test_a_waiter_whose_donor_is_cancelled_prefills_its_whole_prompt():
     a = h.admit(HEAD + "A?")
     b = h.admit(HEAD + "B?")
     h.tick()  # the donor holds 16 tokens, less than the head
-    h.sch.cancel(a)
+    h.sch.commands.cancel(a)
     req = h.sch.reqs[1]
     assert req.share_from is None and req.cache.hit_kind == "cold"
     assert req.prefill_cursor == tok(HEAD + "B?")
@@ -312,7 +312,7 @@ def test_seqs_are_taken_lowest_first_and_decode_rows_are_in_seq_order():
     assert h.running() == {0: later[0], 1: later[1], 2: later[2]}
     h.tick()
     assert h.tick() == [["decode", 0, 1], ["decode", 1, 1], ["decode", 2, 1]]
-    h.sch.cancel(later[1])  # seq 1 frees while 0 and 2 run on
+    h.sch.commands.cancel(later[1])  # seq 1 frees while 0 and 2 run on
     again = h.admit("gg", response_tokens=6)
     assert h.running()[1] == again
     h.tick()  # its prefill
