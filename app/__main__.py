@@ -139,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return probe_child(argv[1:])
     if argv[:1] in (["--kv-calibrate"], ["calibrate"]):  # `hearth calibrate`, and the bundle's background child
-        from app.engine.kv_calibration import main as calibrate
+        from app.engine.calibrate_cmd import main as calibrate
 
         return calibrate(argv[1:])
     parser = build_parser()

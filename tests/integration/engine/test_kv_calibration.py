@@ -59,7 +59,7 @@ def test_calibration_picks_an_exact_pair_over_a_faster_inexact_one(tiny_model_pa
     the real model and leave the pair out, whatever its speed."""
     env = {**os.environ, FA_ENV: "0", kv_calibration.ENV: "on"}
     out = subprocess.run(
-        [sys.executable, "-m", "app.engine.kv_calibration", str(tiny_model_path), "--threads", "1",
+        [sys.executable, "-m", "app.engine.calibrate_cmd", str(tiny_model_path), "--threads", "1",
          "--rounds", "1", "--candidates", "f16/f16,q8_0/f16,q8_0/q8_0"],
         env=env, capture_output=True, text=True, timeout=600, cwd=Path(__file__).resolve().parents[3],
     )
