@@ -9,11 +9,9 @@ from __future__ import annotations
 
 import itertools
 import logging
-import queue
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import replace
 from functools import partial
@@ -38,18 +36,16 @@ from app.engine.config import ModelConfig
 from app.engine.errors import EngineError, InvalidRequest, NotFound
 from app.engine.events import (
     CompletionResult,
-    Done,
-    Error,
     Event,
     ModelInfo,
     PrefillResult,
     SchedulerSnapshot,
-    Stats,
 )
 from app.engine.lora import AdapterListing, LoraSet
 from app.engine.request import Mode
 from app.engine.scheduler import Scheduler
 from app.engine.speculation.draft_model import DraftCache, DraftModel, check_compatible
+from app.engine.stream import Stream, refused_read
 from app.engine.validation import (
     adapter_sha256,
     check_adapter_scale,
@@ -67,63 +63,6 @@ log = logging.getLogger(__name__)
 
 _refs = itertools.count(1)
 T = TypeVar("T")
-
-
-class Stream:
-    """Events of one streaming request; iterate it, or pass ``on_event`` to get a callback.
-
-    With a callback, events are delivered on the scheduler thread (keep the callback short;
-    the GUI bridge re-emits them as queued signals).
-    """
-
-    def __init__(self, ref: int, canceller: Callable[[int], None], on_event: Callable[[Event], None] | None = None) -> None:
-        self.ref = ref
-        self._cancel = canceller
-        self._callback = on_event
-        self._events: queue.SimpleQueue[Event] = queue.SimpleQueue()
-        self._finished = threading.Event()
-        self._stats: Stats | None = None
-        self._error: Error | None = None
-
-    def _push(self, event: Event) -> None:
-        if isinstance(event, Done):
-            self._stats = event.stats
-        elif isinstance(event, Error):
-            self._error = event
-        if self._callback is not None:
-            try:
-                self._callback(event)
-            except Exception:
-                log.exception("stream callback raised")
-        else:
-            self._events.put(event)
-        if isinstance(event, Done | Error):
-            self._finished.set()
-
-    def __iter__(self) -> Iterator[Event]:
-        if self._callback is not None:
-            raise TypeError("this stream delivers its events to a callback")
-        while True:
-            event = self._events.get()
-            yield event
-            if isinstance(event, Done | Error):
-                return
-
-    def cancel(self) -> None:
-        self._cancel(self.ref)
-
-    @property
-    def done(self) -> bool:
-        return self._finished.is_set()
-
-    def result(self, timeout: float | None = None) -> Stats:
-        """Block until the request ends; returns its Stats or raises its EngineError."""
-        if not self._finished.wait(timeout):
-            raise TimeoutError(f"stream {self.ref} did not finish within {timeout} s")
-        if self._error is not None:
-            raise EngineError(self._error.reason, code=self._error.code)
-        assert self._stats is not None
-        return self._stats
 
 
 class Model:
@@ -198,7 +137,7 @@ class Model:
         adm = self._admission(
             Mode.PREFILL_ONLY, tokens, opts, default_tokens=0, emit=stream._push, ref=ref, priority="background"
         )
-        self.scheduler.post(Admit(adm)).add_done_callback(partial(_refused, stream))
+        self.scheduler.post(Admit(adm)).add_done_callback(partial(refused_read, stream))
         return stream
 
     def infer(
@@ -464,13 +403,3 @@ class Model:
             self._lora.free_all()
             self.scheduler.commands.attach_draft(None)  # the thread has ended: nothing uses it any more
             self.backend.close()
-
-
-def _refused(stream: Stream, fut: Future[Any]) -> None:
-    """A ``read_ahead`` admission refused on the scheduler thread ends its stream with ``Error``."""
-    exc = fut.exception()
-    if exc is None:
-        return
-    if not isinstance(exc, EngineError):
-        log.error("a read-ahead admission failed", exc_info=exc)
-    stream._push(Error(str(exc), exc.code if isinstance(exc, EngineError) else "bug"))
