@@ -135,9 +135,9 @@ def test_attach_ask_again_new_chat_restart_export(make_window, qtbot, tmp_path, 
     attach_with_button(qtbot, window, monkeypatch, [pdf])
     qtbot.waitUntil(lambda: len(rows(window)) == 2, timeout=REPLY_TIMEOUT_MS)
     assert [d.name for d in window.controller.storage.documents(cid)] == ["harbour-notes.md", "tale.pdf"]
-    qtbot.waitUntil(lambda: all(" tokens" in r for r in rows(window)), timeout=10_000)
+    qtbot.waitUntil(lambda: all(" tokens" in r for r in rows(window)), timeout=REPLY_TIMEOUT_MS)
     documents_read(qtbot, window)
-    qtbot.waitUntil(lambda: "read: in this chat's memory" in rows(window)[1], timeout=10_000)
+    qtbot.waitUntil(lambda: "read: in this chat's memory" in rows(window)[1], timeout=REPLY_TIMEOUT_MS)
     line = rows(window)[1]
     assert line.startswith("tale.pdf · 2 pages · ") and "read: in this chat's memory" in line, line
     held = page.type_ahead.view(cid).held
