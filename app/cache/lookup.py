@@ -99,7 +99,7 @@ class Lookup:
         self.on_whole_read: Callable[[Row, Buffer], None] = lambda row, payload: None
         self.later: Callable[[Callable[[], None]], None] = lambda work: work()
         """Runs a restore's bookkeeping writes (a file header, the database) off the path to
-        the first token: the store hands them to its writer (``CacheStore._later``)."""
+        the first token: the store hands them to its writer (``WriteJobs.later``)."""
 
     def candidates(self, meta: KeyMeta, prompt: Sequence[int], parent_key: bytes | None = None) -> list[Candidate]:
         """Every kind of candidate for ``prompt``, best first (no bytes are read)."""

@@ -11,13 +11,8 @@ Read-your-writes: a save is in the catalog the moment ``submit_save`` returns, s
 memory until the writer has published it, so the next request finds it however busy the
 disk is.
 
-Writes wait for a prefill. While an engine says a request waits for its first token
-(``hold_writes``), a queued save is written only once that token is out (at most
-``WRITE_HOLD_MAX_S`` later), and a fresh one ``WRITE_GRACE_S`` after it was queued, so the
-next turn of a client that sends it right after a reply finds the writer still waiting.
-On two cores the writer thread otherwise takes a core from llama.cpp's prefill threads
-(B8: the turns whose previous save was still being written were the ones 10–30 ms
-above the floor). Lookups are unaffected: a queued save is served from memory.
+Writes wait for a prefill (``hold_writes``, ``app.cache.write_hold``); lookups are
+unaffected: a queued save is served from memory.
 
 Threads. Any thread may call any method. ``submit_save`` never blocks: the files are built,
 written and published on the writer thread. Locks, always taken in this order:
@@ -36,12 +31,10 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from app import latency
-from app.cache import kvc_chunked, seqstate
+from app.cache import kvc_chunked
 from app.cache.catalog import Catalog, Pending
 from app.cache.chunked_rows import ChunkedRows, is_cuttable
 from app.cache.counters import COUNTER_NAMES, EXTRA_COUNTERS, Counters
@@ -69,6 +62,8 @@ from app.cache.tiers import (
 from app.cache.tree import TreeNode, build_tree
 from app.cache.verify import VerifyReport, verify_all
 from app.cache.whole_rows import Blobs, SaveJob
+from app.cache.write_hold import WriteHold
+from app.cache.write_jobs import Later, WriteJobs
 from app.cache.writer import Writer
 
 log = logging.getLogger(__name__)
@@ -80,20 +75,8 @@ __all__ = [
 
 SAVE_REASONS = ("cold", "continued", "finish", "evict", "shutdown")
 DB_NAME = "kvcache.sqlite"
-WRITE_GRACE_S = 0.05
-"""A save waits this long after it was queued before it is written (see the module doc)."""
-WRITE_HOLD_MAX_S = 1.0
-"""The longest ``hold_writes`` keeps one save waiting: a stream of new requests never stops
-the writer (a long prefill takes seconds; one save's write costs it a few ms)."""
 
 ProgressFn = Callable[[int, int], None]
-
-
-@dataclass(frozen=True)
-class _Later:
-    """Bookkeeping for the writer thread (``CacheStore._later``), not a save."""
-
-    work: Callable[[], None]
 
 
 class CacheStore:
@@ -143,17 +126,17 @@ class CacheStore:
         memory.limit = self._evictor.quotas[TIER_RAM]
         self._evictor.held = lambda tier: memory.kept_bytes if tier == TIER_RAM else 0
         self._lookup = Lookup(cat, tiers, self._blobs, self._chunked, journal, counters, self.memory)
-        self._lookup.on_whole_read = self._convert
+        self._jobs = WriteJobs(self)
+        self._lookup.on_whole_read = self._jobs.convert
         self._manage = Management(cat, evictor, journal, counters, io_lock)
         with self._io_lock:
             open_files(self._file_tiers, self._db, self._catalog, self._evictor, self._journal, self._counters)
             self._evictor.gc()
-        self._holders: set[object] = set()
-        self._hold_cond = threading.Condition()
-        self._writer: Writer[SaveJob | _Later] = Writer(
-            self._write_job, maxsize=writer_queue, on_error=self._on_write_error, gate=self._wait_for_prefills
+        self._hold = WriteHold(lambda: self._closed)
+        self._writer: Writer[SaveJob | Later] = Writer(
+            self._jobs.write, maxsize=writer_queue, on_error=self._jobs.on_error, gate=self._hold.wait
         )
-        self._lookup.later = self._later
+        self._lookup.later = self._jobs.later
 
     def _probe(self) -> set[str]:
         """File tiers this process cannot write (read-only dir): noted as Problems."""
@@ -233,99 +216,10 @@ class CacheStore:
                 return None
         return key
 
-    def _convert(self, row: Row, payload: Buffer) -> None:
-        """A v1 blob was read and its payload can be cut: queue its conversion to chunks
-        (KVC v1 files keep working; each is converted the first time it is used)."""
-        if row.format != 1 or self._closed or not self.writable(row.tier):
-            return
-        if not is_cuttable(payload, row.n_tokens):
-            return
-        meta = KeyMeta(bytes.fromhex(row.fingerprint), row.quant_type, bytes.fromhex(row.ctx_hash))
-        job = SaveJob(
-            row.key, row.model_id, meta, row.tokens_le, row.n_tokens, payload, row.save_reason,
-            row.tier, row.context_size, row.prompt_preview, 0, row.session_id, True, row.tier,
-        )  # fmt: skip
-        self._writer.submit(job)  # a full queue only postpones it to the next use
-
-    def _later(self, work: Callable[[], None]) -> None:
-        """Run ``work`` on the writer thread, held back like a save (after the grace, not
-        while a request waits for its first token); at once when the queue is full or closed."""
-        if self._closed or not self._writer.submit(_Later(work)):
-            work()
-
-    def _write_job(self, job: SaveJob | _Later) -> None:
-        """Writer thread: store the job, then let waiters and subscribers know."""
-        if isinstance(job, _Later):
-            job.work()
-            return
-        if job.converts:
-            converted = self._chunked.convert(job)
-            if converted is not None:
-                self._journal.emit("updated", converted)
-            return
-        row: Row | None = None
-        try:
-            if job.cuttable:
-                try:
-                    row = self._chunked.write(job)
-                except seqstate.UnknownLayout as exc:  # parsed at submit; be safe anyway
-                    log.warning("cache payload cannot be chunked (%s); stored whole", exc)
-                    row = self._blobs.write(job)
-            else:
-                row = self._blobs.write(job)
-        finally:
-            with self._cond:
-                self._catalog.drop_pending(job.key)
-                self._cond.notify_all()
-        if row is not None:
-            self._journal.emit("published", row)
-            if row.format == 2:  # once this save's payload is dropped: the memory to restore it
-                size = max(row.size, len(job.payload))
-                self._later(lambda: self._reserve_restore(size))
-
-    def _reserve_restore(self, size: int) -> None:
-        """Writer thread: make (and touch) the memory a restore of ``size`` bytes reads its
-        chunk files and assembles its state into, unless the pool holds it already
-        (``StateMemory.reserve``: two buffers), so a store's first restore, and the first of
-        a longer conversation, finds its memory made off the request's path. Not while
-        closing: nothing will be restored."""
-        if not self._closed:
-            self.memory.reserve(size, count=2)
-
     def hold_writes(self, holder: object, on: bool) -> None:
         """``holder`` (an engine's model) has a request waiting for its first token (``on``),
-        or no longer: queued saves wait while any holder holds (see the module doc)."""
-        if on and latency.off("write_hold"):
-            return
-        with self._hold_cond:
-            if on:
-                self._holders.add(holder)
-            else:
-                self._holders.discard(holder)
-                if not self._holders:
-                    self._hold_cond.notify_all()
-
-    def _wait_for_prefills(self, submitted_at: float, hurry: Callable[[], bool]) -> None:
-        """Writer thread, before a job: the grace after its submission, then while held."""
-        grace = submitted_at + WRITE_GRACE_S - time.monotonic()
-        if grace > 0 and not hurry():
-            time.sleep(grace)
-        deadline = time.monotonic() + WRITE_HOLD_MAX_S
-        with self._hold_cond:
-            while self._holders and not hurry() and not self._closed:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return
-                self._hold_cond.wait(min(remaining, 0.05))  # hurry() is polled
-
-    def _on_write_error(self, job: SaveJob | _Later, exc: BaseException) -> None:
-        if isinstance(job, _Later):
-            log.error("cache bookkeeping failed: %r", exc)
-            return
-        self._evictor.write_failed(exc, "saving to the cache")
-        with self._cond:
-            self._catalog.drop_pending(job.key)
-            self._cond.notify_all()
+        or no longer: queued saves wait while any holder holds (``app.cache.write_hold``)."""
+        self._hold.hold(holder, on)
 
     # -- lookups ------------------------------------------------------------------------
 

@@ -43,11 +43,11 @@ def test_writes_are_not_held_when_off(tmp_path: Path, monkeypatch: pytest.Monkey
     try:
         holder = object()
         store.hold_writes(holder, True)
-        assert store._holders == {holder}
+        assert store._hold.holders == {holder}
         store.hold_writes(holder, False)
         monkeypatch.setenv(latency.ENV, "write_hold")
         store.hold_writes(holder, True)
-        assert not store._holders
+        assert not store._hold.holders
     finally:
         store.close()
 

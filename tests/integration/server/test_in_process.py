@@ -100,10 +100,10 @@ def test_the_cache_writer_waits_while_a_request_is_prepared(
     render = routes.build_chat_prompt
 
     def spy(*args: object, **kw: object) -> object:
-        held.append(bool(engine.cache._holders))
+        held.append(bool(engine.cache._hold.holders))
         return render(*args, **kw)  # type: ignore[arg-type]
 
     monkeypatch.setattr(routes, "build_chat_prompt", spy)
-    assert not engine.cache._holders
+    assert not engine.cache._hold.holders
     client(server).chat.completions.create(model="tiny", messages=[{"role": "user", "content": "Hi"}], max_tokens=2)
     assert held == [True]

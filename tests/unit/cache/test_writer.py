@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from app.cache import store as store_module
+from app.cache import write_hold
 from app.cache.keys import encode_tokens
 from app.cache.store import CacheStore
 from app.cache.writer import Writer
@@ -53,7 +53,7 @@ def watch_the_hold(store: CacheStore) -> threading.Event:
             held.set()
             return super().wait(timeout)
 
-    store._hold_cond = Watched()  # noqa: SLF001 (before any hold, so nothing waits on the old one)
+    store._hold.cond = Watched()  # noqa: SLF001 (before any hold, so nothing waits on the old one)
     return held
 
 
@@ -63,7 +63,7 @@ def test_a_held_store_writes_once_the_first_token_is_out(store: CacheStore, monk
     for the hold, and no hold keeps a save back longer than ``WRITE_HOLD_MAX_S``.
     (Seen failing with the gate left out of the writer: the row was written while held; and
     it waits for the writer to hold, so it fails, not passes, when the writer never gets there.)"""
-    monkeypatch.setattr(store_module, "WRITE_HOLD_MAX_S", 3600.0)  # no slow machine outlasts it
+    monkeypatch.setattr(write_hold, "WRITE_HOLD_MAX_S", 3600.0)  # no slow machine outlasts it
     held = watch_the_hold(store)
     holder = object()
     store.hold_writes(holder, True)
@@ -83,7 +83,7 @@ def test_a_held_store_writes_once_the_first_token_is_out(store: CacheStore, monk
     assert store.flush(timeout=60)  # flush hurries: written at once although held
     assert store.get(META.key(encode_tokens([5, 6, 7, 8]))) is not None
 
-    monkeypatch.setattr(store_module, "WRITE_HOLD_MAX_S", 0.2)
+    monkeypatch.setattr(write_hold, "WRITE_HOLD_MAX_S", 0.2)
     save(store, [9, 10, 11, 12], flush=False)
     key = META.key(encode_tokens([9, 10, 11, 12]))
     deadline = time.monotonic() + 10
@@ -97,7 +97,7 @@ def test_a_restore_records_its_use_after_the_first_token(store: CacheStore, monk
     """A restore's hit is counted in memory at once, and written to the file and the
     database by the writer, held like a save while a request waits for its first token.
     (Seen failing before: the database update ran inside the restore, ~2.6 ms a restore.)"""
-    monkeypatch.setattr(store_module, "WRITE_HOLD_MAX_S", 3600.0)  # a hold no slow machine outlasts
+    monkeypatch.setattr(write_hold, "WRITE_HOLD_MAX_S", 3600.0)  # a hold no slow machine outlasts
     save(store, [1, 2, 3, 4])
     row = store.lookup_exact(META, [1, 2, 3, 4])
     assert row is not None
