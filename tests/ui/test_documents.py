@@ -148,6 +148,7 @@ def test_attach_ask_again_new_chat_restart_export(make_window, qtbot, tmp_path, 
 
     first = ask(qtbot, window, FIRST)
     assert first.stats.tokens_reused >= held - 2, first.stats  # only the question was left
+    qtbot.waitUntil(lambda: "kept: the last reply reused " in rows(window)[0], timeout=REPLY_TIMEOUT_MS)
     second = ask(qtbot, window, SECOND)
     assert second.stats.tokens_reused >= first.stats.prompt_tokens, second.stats  # the first turn whole
     screenshot(window, "documents-asked")

@@ -295,6 +295,7 @@ class ChatDocuments(QObject):
         page.current_changed.connect(lambda _cid: self.refresh())
         page.controller.models_changed.connect(self._recount)
         page.controller.conversation_updated.connect(self._on_conversation_updated)
+        page.controller.busy_changed.connect(self._on_busy_changed)
         self.attacher.changed.connect(self._on_changed)
         self.attacher.refused.connect(self._on_refused)
         self.attacher.attached.connect(self._on_attached)
@@ -387,6 +388,10 @@ class ChatDocuments(QObject):
     def _on_changed(self, cid: str) -> None:
         if cid == self.page.current_id:
             self.refresh()
+
+    def _on_busy_changed(self, cid: str, busy: bool) -> None:
+        if not busy:  # a reply ended: what holds the documents may have changed
+            self._on_changed(cid)
 
     def _on_conversation_updated(self, cid: str) -> None:
         if cid == self.page.current_id and self.attacher.documents(cid):
