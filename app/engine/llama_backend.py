@@ -42,16 +42,13 @@ from app.engine.chat_template import CHATML_TEMPLATE, render_chat_template
 from app.engine.chat_template import prewarm as prewarm_templates
 from app.engine.config import DEFAULT_TYPE_K, DEFAULT_TYPE_V, default_threads
 from app.engine.errors import (
-    ContextOverflow,
     DecodeFailed,
-    EngineError,
     InvalidRequest,
     ModelLoadFailed,
-    NBatchTooSmall,
-    NotSupported,
 )
 from app.engine.grammar.check import check_grammar
-from app.engine.llama_embed import EMBED_MAX_TOKENS, embed
+from app.engine.llama_checks import TickChecks
+from app.engine.llama_embed import Embeddings
 from app.engine.llama_handles import (
     KV_TYPES,
     Batch,
@@ -62,7 +59,7 @@ from app.engine.llama_handles import (
 )
 from app.engine.llama_info import ctx_params_hash, quant_heads_fit, read_info
 from app.engine.llama_kv import SeqKv, memory_caps
-from app.engine.llama_lora import AdapterSet, apply_adapters
+from app.engine.llama_lora import AdapterSet
 from app.engine.llama_vocab import Vocab
 from app.engine.native_log import detail, init_llama, native_errors
 from app.engine.sampling import SamplerChain, build_chain
@@ -79,7 +76,7 @@ _logits_ith_address = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.
 returns a ``POINTER(c_float)`` that each sampled row then had to ``ctypes.cast``."""
 
 
-class LlamaBackend(SeqKv):
+class LlamaBackend(SeqKv, TickChecks, Embeddings):
     """``Backend`` on llama.cpp. See ``app.engine.backend`` for the contract."""
 
     def __init__(
@@ -344,48 +341,6 @@ class LlamaBackend(SeqKv):
         self.decode(ops, results)
         return results
 
-    def _check_ops(self, ops: Sequence[Op]) -> None:
-        """Validate a tick before any sampler state changes; a refused op's seq id goes on the error."""
-        n_tokens = 0
-        limit = self.n_ctx_per_seq
-        for op in ops:
-            try:
-                self._check_seq(op.seq_id)
-                if type(op) is DecodeOp:
-                    if op.seq_id not in self._rows:
-                        raise RuntimeError(f"seq {op.seq_id} has no logits from the previous tick")
-                    if (op.pos, op.drafted) != self._drafted.get(op.seq_id, (op.pos, ())):
-                        raise RuntimeError(f"seq {op.seq_id}: the op's drafts are not the ones its KV holds")
-                    end = op.pos + 1 + op.draft_max
-                    n_tokens += 1 + op.draft_max
-                elif isinstance(op, PrefillOp):
-                    self._check_tokens(op.tokens)
-                    end = op.pos + len(op.tokens)
-                    n_tokens += len(op.tokens)
-                else:
-                    raise TypeError(f"not a tick op: {op!r}")
-                if end > limit:
-                    raise ContextOverflow(f"seq {op.seq_id}: position {end - 1} is past n_ctx {limit}")
-            except EngineError as exc:
-                exc.seq_id = op.seq_id
-                raise
-        if n_tokens > self._batch.capacity:
-            raise NBatchTooSmall(f"a tick of {n_tokens} tokens exceeds n_batch={self._batch.capacity}")
-
-    def _check_pushes(self, ops: Sequence[Op], sampled: Sequence[StepResult]) -> None:
-        """What ``decode`` pushes for each decode row is within what ``sample`` checked: its
-        drafts fit the rows the op reserved and keep only accepted cells."""
-        for op, res in zip(ops, sampled, strict=True):
-            if type(op) is DecodeOp:
-                if not isinstance(res, Sampled):
-                    raise TypeError(f"seq {op.seq_id}: a decode row needs a Sampled result, got {res!r}")
-                if len(res.drafts) > op.draft_max or res.accepted != op.drafted[: len(res.accepted)]:
-                    raise ValueError(f"seq {op.seq_id}: drafts or accepted tokens outside the op")
-                self._check_tokens(res.drafts)
-
-    def _check_tokens(self, tokens: Sequence[int]) -> None:
-        self.vocab.check(tokens)
-
     def _argmax(self, row: int) -> int:
         """Greedy choice from one output row of the main context.
 
@@ -465,28 +420,6 @@ class LlamaBackend(SeqKv):
             add_generation_prompt=add_generation_prompt, tools=tools,
         )
 
-    # ----------------------------------------------------------------- embeddings
-
-    def embed(self, tokens: Sequence[int]) -> list[float]:
-        """Mean-pooled embedding of ``tokens`` (``n_embd`` floats), from a second context."""
-        if not tokens:
-            raise InvalidRequest("embed needs at least one token")
-        self._check_tokens(tokens)
-        ctx, batch = self._embedding_context()
-        return embed(ctx, batch, tokens, int(self._n_embd))
-
-    def _embedding_context(self) -> tuple[Any, Batch]:
-        if self._embed_ctx is None:
-            n = min(self.n_ctx_per_seq, EMBED_MAX_TOKENS)
-            ctx = self._new_context(n_ctx=n, n_seq_max=1, embeddings=True)
-            if not ctx:
-                raise NotSupported("llama.cpp could not create an embeddings context")
-            self._stack.callback(llama_cpp.llama_free, ctx)
-            self._embed_ctx, self._embed_batch = ctx, Batch(n)
-            apply_adapters(ctx, self._lora.active)
-        assert self._embed_batch is not None
-        return self._embed_ctx, self._embed_batch
-
     # ----------------------------------------------------------------- LoRA
 
     def load_adapter(self, path: str) -> LoraAdapter:
@@ -502,37 +435,3 @@ class LlamaBackend(SeqKv):
 
     def _contexts(self) -> list[Any]:
         return [self._ctx] if self._embed_ctx is None else [self._ctx, self._embed_ctx]
-
-    # ----------------------------------------------------------------- speculative verify
-
-    def verify(self, seq_id: int, prefix: Sequence[int], candidates: Sequence[int]) -> tuple[int, int | None]:
-        """Greedy check of draft ``candidates`` after ``prefix``; leaves the seq empty.
-
-        Returns (number of leading candidates equal to the model's argmax, the argmax token
-        after them or None when it is end-of-generation).
-        """
-        if not prefix:
-            raise InvalidRequest("verify needs a non-empty prefix")
-        tokens = list(prefix) + list(candidates)
-        self._check_tokens(tokens)
-        if len(tokens) > self.n_ctx_per_seq:
-            raise ContextOverflow(f"verify needs {len(tokens)} tokens, n_ctx is {self.n_ctx_per_seq}")
-        first = len(prefix) - 1  # the row whose logits predict candidates[0]
-        argmax: list[int] = []
-        self.seq_rm(seq_id)
-        try:
-            for start in range(0, len(tokens), self.n_batch):
-                chunk = tokens[start : start + self.n_batch]
-                end = self._batch.put(0, chunk, start, seq_id)
-                lo = max(first - start, 0)
-                self._batch.logits[lo:end] = 1 if lo < end else 0
-                self._decode(self._ctx, self._batch, end)
-                argmax.extend(self._argmax(row) for row in range(lo, end))
-        finally:
-            self._rows, self._drafted = {}, {}
-            self.seq_rm(seq_id)
-        accepted = 0
-        while accepted < len(candidates) and candidates[accepted] == argmax[accepted]:
-            accepted += 1
-        following = argmax[accepted]
-        return accepted, None if self.is_eog(following) else following
