@@ -34,7 +34,7 @@ def calibrating(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path / "xdg" / "hearth" / "kv-calibration.json"
 
 
-def _m(cand: Candidate, exact: bool, prefill_ms: float, tick_ms: float = 10.0) -> Measured:
+def _m(cand: Candidate, exact: bool, prefill_ms: float, tick_ms: float = 1.0) -> Measured:
     return Measured(cand, exact, [] if exact else ["chunking"], 0.0 if exact else 0.5, prefill_ms, tick_ms)
 
 
