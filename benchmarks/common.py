@@ -97,3 +97,16 @@ def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
     t0 = time.perf_counter()
     out = fn()
     return time.perf_counter() - t0, out
+
+
+def token_text(model: Any) -> Callable[[int], str]:
+    """A token's text by ``model.detokenize``, remembered per token (prompts are rendered
+    token by token, many times over)."""
+    cache: dict[int, str] = {}
+
+    def piece(token: int) -> str:
+        if token not in cache:
+            cache[token] = model.detokenize([token])
+        return cache[token]
+
+    return piece

@@ -44,7 +44,7 @@ from app.conversation.window import Turn, view_messages
 from app.engine import Engine, Model
 from app.engine.chat import continuation_suffix
 from app.engine.events import Done, Token, TokenId
-from benchmarks.common import N_THREADS, Result, config, progress
+from benchmarks.common import N_THREADS, Result, config, progress, token_text
 
 DATA = Path(__file__).resolve().parent / "data" / "alice-ch1-2.txt"
 NAME = "alice.pdf"
@@ -162,7 +162,7 @@ def hearth(path: str, data_dir: Path, system: str) -> dict[str, Any]:
     engine = Engine(data_dir)
     try:
         model = engine.load_model("m", cfg)
-        piece = _piece(model)
+        piece = token_text(model)
         p1 = render(model, system, [Turn("1", "user", FIRST)])
         progress(f"B13: Hearth, cold: the document and the first question ({len(p1):,} tokens)")
         r1 = run(model, p1, "chat-1")
@@ -227,15 +227,6 @@ def cold_runs(path: str, prompts: dict[str, Sequence[int]]) -> dict[str, Run]:
     return out
 
 
-def _piece(model: Model) -> Any:
-    cache: dict[int, str] = {}
-
-    def piece(token: int) -> str:
-        if token not in cache:
-            cache[token] = model.detokenize([token])
-        return cache[token]
-
-    return piece
 
 
 # --------------------------------------------------------------------------- peers

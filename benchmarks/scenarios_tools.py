@@ -44,7 +44,7 @@ from app.server.messages import parse_tools
 from app.server.tools import parse_calls
 from app.tools.prompt import ToolShape, forced_grammar, tool_mode_for
 from benchmarks import agent_trace
-from benchmarks.common import N_THREADS, Result, config, progress
+from benchmarks.common import N_THREADS, Result, config, progress, token_text
 from benchmarks.floor import FloorProcess
 
 N_STEPS = 10
@@ -109,7 +109,7 @@ def hearth_app(path: str, data_dir: Path) -> dict[str, Any]:
         steps: list[Step] = []
         prompts: list[list[int]] = []
         calls: list[str] = []
-        piece = _piece(model)
+        piece = token_text(model)
         for i in range(N_STEPS):
             full = PromptBuilder(model, agent_trace.rules("coder"), turns, shape=shape).tokens(0, "")
             suffix = continuation_suffix(full, held, piece, ended_with_eog=eog) if held else None
@@ -148,15 +148,6 @@ def _infer(model: Model, prompt: Sequence[int], grammar: str) -> tuple[float, fl
     return (first or 0.0) * 1000, (time.perf_counter() - t0) * 1000, ids, reused, stats
 
 
-def _piece(model: Model) -> Any:
-    cache: dict[int, str] = {}
-
-    def piece(token: int) -> str:
-        if token not in cache:
-            cache[token] = model.detokenize([token])
-        return cache[token]
-
-    return piece
 
 
 # --------------------------------------------------------------------------- the server
