@@ -179,9 +179,12 @@ def _model_kind(path: str) -> dict[str, Any]:
 
 
 def calibration_key(path: str) -> tuple[str, dict[str, Any]]:
-    """(key, the facts it digests): this CPU, this llama.cpp build, this kind of model."""
+    """(key, the facts it digests): this CPU, this llama.cpp build and its flash-attention
+    switch (f16 K+V is exact only with it), this kind of model."""
+    from app.engine.weight_kernels import fa_batch_invariant
+
     facts = {"format": FORMAT, "cpu": native_probe.cpu_identity(), "build": native_probe.build_identity(),
-             "model": _model_kind(path)}
+             "fa_batch_invariant": fa_batch_invariant(), "model": _model_kind(path)}
     digest = hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:24]
     return digest, facts
 

@@ -64,9 +64,10 @@ def set_process_kernels() -> None:
 
 
 def fa_batch_invariant() -> bool:
-    """Whether this process asks llama.cpp for batch-invariant flash attention (``FA_ENV``)."""
+    """Whether this process asks llama.cpp for batch-invariant flash attention (``FA_ENV``;
+    unset, ``set_process_kernels`` will ask for it before llama.cpp's first use)."""
     try:
-        return int(os.environ.get(FA_ENV, "0")) != 0
+        return int(os.environ.get(FA_ENV, "1")) != 0
     except ValueError:
         return False
 
