@@ -323,3 +323,18 @@ def test_a_pasted_file_is_attached_not_typed(make_window, qtbot, tmp_path):
     qtbot.waitUntil(lambda: len(rows(window)) == 1, timeout=REPLY_TIMEOUT_MS)
     assert box.toPlainText() == ""  # the path is not the message
     assert rows(window)[0].startswith("harbour-notes.md · ")
+
+
+def test_files_dropped_together_are_attached_in_their_order(make_window, qtbot, tmp_path):
+    """Each file is read on a thread of its own; a long PDF dropped before a short note is
+    still the first document (the order is the prompt's: a cold run of the same drop, and
+    every chat with the same files, must get the same tokens). Until this was fixed, the
+    note, read first, came first."""
+    long_pdf = text_pdf(tmp_path / "long.pdf", [f"Page {i}. " + TALE for i in range(80)])
+    short = tmp_path / "short.md"
+    short.write_text("# Short\n\nOne line.\n", encoding="utf-8")
+    window = make_window()
+    cid = window.chat_page.new_conversation()
+    drop(window, [long_pdf, short])
+    qtbot.waitUntil(lambda: len(window.controller.storage.documents(cid)) == 2, timeout=REPLY_TIMEOUT_MS)
+    assert [d.name for d in window.controller.storage.documents(cid)] == ["long.pdf", "short.md"]

@@ -78,6 +78,11 @@ class DocumentAttacher(QObject):
         self.controller = controller
         self.parent_widget = parent_widget
         self.jobs: dict[str, _Job] = {}
+        self._queue: dict[str, list[str]] = {}
+        """Chat id → its jobs, in the order they were asked: a job's result is attached only
+        after those before it (files dropped together are attached in their order, whichever
+        is read first; the order is the prompt's, so it decides what the cache can reuse)."""
+        self._results: dict[str, object] = {}
         self.tokens: dict[tuple[str, str], int] = {}
         """(model id, a document's SHA-256 or a chat's id) → tokens of its block, or of the
         chat's whole system message (its system prompt and documents)."""
@@ -97,6 +102,7 @@ class DocumentAttacher(QObject):
         for path in paths:
             job = _Job(uuid.uuid4().hex, cid, path, Path(path).name)
             self.jobs[job.job_id] = job
+            self._queue.setdefault(cid, []).append(job.job_id)
             threading.Thread(target=self._extract, args=(job,), name="hearth-document", daemon=True).start()
         self.changed.emit(cid)
 
@@ -108,6 +114,7 @@ class DocumentAttacher(QObject):
             return
         job = _Job(uuid.uuid4().hex, cid, path, Path(path).name, pages=(first, last), replaces=doc)
         self.jobs[job.job_id] = job
+        self._queue.setdefault(cid, []).append(job.job_id)
         threading.Thread(target=self._extract, args=(job,), name="hearth-document", daemon=True).start()
         self.changed.emit(cid)
 
@@ -129,15 +136,21 @@ class DocumentAttacher(QObject):
             self.changed.emit(job.cid)
 
     def _on_finished(self, job_id: str, result: object) -> None:
-        job = self.jobs.pop(job_id, None)
+        job = self.jobs.get(job_id)
         if job is None:
             return
-        if isinstance(result, Extracted):
-            if job.replaces is not None:
-                self.remove(job.cid, job.replaces)
-            self._store(job.cid, result, job.path)
-        else:
-            self.refused.emit(job.cid, str(result))
+        self._results[job_id] = result
+        queue = self._queue.get(job.cid, [])
+        while queue and queue[0] in self._results:  # in the order asked
+            done, result = self.jobs.pop(queue[0]), self._results.pop(queue.pop(0))
+            if isinstance(result, Extracted):
+                if done.replaces is not None:
+                    self.remove(done.cid, done.replaces)
+                self._store(done.cid, result, done.path)
+            else:
+                self.refused.emit(done.cid, str(result))
+        if not queue:
+            self._queue.pop(job.cid, None)
         self.changed.emit(job.cid)
 
     def _store(self, cid: str, doc: Extracted, path: str) -> None:
