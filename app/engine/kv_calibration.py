@@ -37,7 +37,6 @@ pair is never restored into a context of another.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import functools
 import hashlib
 import json
@@ -147,35 +146,29 @@ def decide(measured: Sequence[Measured]) -> tuple[Candidate, str]:
 
 
 def _model_kind(path: str) -> dict[str, Any]:
-    """The model's architecture, widths and weight types (llama.cpp's GGUF reader, headers only)."""
-    from app.engine import weight_kernels
-
-    kind: dict[str, Any] = {"weights": sorted(weight_kernels.weight_types(path))}
-    lib = weight_kernels.ggml_base()
-    ctx = lib.gguf_init_from_file(path.encode(), weight_kernels.GgufInitParams(True, None))
-    if not ctx:
-        return kind
+    """The model's architecture, widths and weight types, read once per version of the file
+    (the Library asks at every change of a setting)."""
     try:
-        def value(key: str) -> Any:
-            i = int(lib.gguf_find_key(ctx, key.encode()))
-            if i < 0:
-                return None
-            kv_type = int(lib.gguf_get_kv_type(ctx, i))
-            if kv_type == 8:  # GGUF_TYPE_STRING
-                return ctypes.string_at(lib.gguf_get_val_str(ctx, i)).decode(errors="replace")
-            if kv_type == 4:  # GGUF_TYPE_UINT32
-                return int(lib.gguf_get_val_u32(ctx, i))
-            return None
+        st = os.stat(path)
+    except OSError:
+        return {"weights": []}
+    return dict(_model_kind_of(path, st.st_size, st.st_mtime_ns))
 
-        arch = value("general.architecture")
-        kind["arch"] = arch
+
+@functools.lru_cache(maxsize=64)
+def _model_kind_of(path: str, size: int, mtime_ns: int) -> tuple[tuple[str, Any], ...]:
+    from app.engine.weight_kernels import gguf_header
+
+    with gguf_header(path) as header:
+        if header is None:
+            return (("weights", []),)
+        kind: dict[str, Any] = {"weights": sorted(header.weight_types())}
+        arch = kind["arch"] = header.value("general.architecture")
         if isinstance(arch, str):
             for name in ("embedding_length", "block_count", "attention.head_count",
                          "attention.head_count_kv", "attention.key_length", "attention.value_length"):
-                kind[name] = value(f"{arch}.{name}")
-    finally:
-        lib.gguf_free(ctx)
-    return kind
+                kind[name] = header.value(f"{arch}.{name}")
+    return tuple(kind.items())
 
 
 def calibration_key(path: str) -> tuple[str, dict[str, Any]]:

@@ -30,11 +30,13 @@ other kernels is never served to it.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import logging
 import os
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -138,17 +140,16 @@ def ggml_base() -> Any:
     return lib
 
 
-def weight_types(path: str) -> Counter[str]:
-    """The types of a GGUF's tensors, read by llama.cpp's own GGUF parser (headers only: a few
-    milliseconds for any size; gguf-py's reader takes seconds). Empty when it cannot be read
-    (the load that follows says why)."""
-    import gguf
+class GgufHeader:
+    """An open GGUF header (``gguf_header``): its tensors' types and its metadata values."""
 
-    lib = ggml_base()
-    ctx = lib.gguf_init_from_file(path.encode(), GgufInitParams(True, None))
-    if not ctx:
-        return Counter()
-    try:
+    def __init__(self, lib: Any, ctx: Any) -> None:
+        self._lib, self._ctx = lib, ctx
+
+    def weight_types(self) -> Counter[str]:
+        import gguf
+
+        lib, ctx = self._lib, self._ctx
         found: Counter[str] = Counter()
         for i in range(int(lib.gguf_get_n_tensors(ctx))):
             code = int(lib.gguf_get_tensor_type(ctx, i))
@@ -157,8 +158,41 @@ def weight_types(path: str) -> Counter[str]:
             except ValueError:
                 found[f"type {code}"] += 1
         return found
+
+    def value(self, key: str) -> str | int | None:
+        """A string or uint32 metadata value (None: absent, or of another type)."""
+        lib, ctx = self._lib, self._ctx
+        i = int(lib.gguf_find_key(ctx, key.encode()))
+        if i < 0:
+            return None
+        kv_type = int(lib.gguf_get_kv_type(ctx, i))
+        if kv_type == 8:  # GGUF_TYPE_STRING
+            return ctypes.string_at(lib.gguf_get_val_str(ctx, i)).decode(errors="replace")
+        if kv_type == 4:  # GGUF_TYPE_UINT32
+            return int(lib.gguf_get_val_u32(ctx, i))
+        return None
+
+
+@contextlib.contextmanager
+def gguf_header(path: str) -> Iterator[GgufHeader | None]:
+    """A GGUF's header read by llama.cpp's own parser (headers only: a few milliseconds for
+    any size; gguf-py's reader takes seconds); None when it cannot be read (the load that
+    follows says why)."""
+    lib = ggml_base()
+    ctx = lib.gguf_init_from_file(path.encode(), GgufInitParams(True, None))
+    if not ctx:
+        yield None
+        return
+    try:
+        yield GgufHeader(lib, ctx)
     finally:
         lib.gguf_free(ctx)
+
+
+def weight_types(path: str) -> Counter[str]:
+    """The types of a GGUF's tensors (empty when it cannot be read)."""
+    with gguf_header(path) as header:
+        return header.weight_types() if header is not None else Counter()
 
 
 def choose(path: str) -> KernelChoice:
