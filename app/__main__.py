@@ -134,12 +134,12 @@ def main(argv: list[str] | None = None) -> int:
         from app.tools.guard import main as mcp_guard
 
         return mcp_guard(argv[1:])
-    if argv[:1] == ["--native-probe"]:  # the bundle's crash probe child (app.engine.native_probe)
-        from app.engine.native_probe import main as probe_child
+    if argv[:1] == ["--native-probe"]:  # the bundle's crash probe child (app.engine.llama.native_probe)
+        from app.engine.llama.native_probe import main as probe_child
 
         return probe_child(argv[1:])
     if argv[:1] in (["--kv-calibrate"], ["calibrate"]):  # `hearth calibrate`, and the bundle's background child
-        from app.engine.calibrate_cmd import main as calibrate
+        from app.engine.llama.calibrate_cmd import main as calibrate
 
         return calibrate(argv[1:])
     parser = build_parser()

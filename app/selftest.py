@@ -151,7 +151,7 @@ def _steps(model_path: str | os.PathLike[str] | None, data: Path, notes: list[st
             engine = open_engine()
             model = engine.load_model("selftest", config())
             notes.append(f"model {path.name} loaded in {_ms(t):.0f} ms")
-            from app.engine.native_probe import cpu_report
+            from app.engine.llama.native_probe import cpu_report
 
             notes.append(cpu_report())
             if engine.native_notice:

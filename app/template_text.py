@@ -5,7 +5,7 @@ control tokens (``<|im_start|>user``, ``<|start_header_id|>…``, ``<start_of_tu
 ``[INST]``…). People should read who said what, never that markup: :func:`turns` splits the
 text at the role markers of the common template families and drops every other control
 token; :func:`readable` gives one line ("User: … Assistant: …"), :func:`transcript` a
-paragraph per turn. No Qt: the cache's save-time previews (``app.cache.preview``) and the
+paragraph per turn. No Qt: the cache's save-time previews (``app.cache.contents.preview``) and the
 dashboard both use it.
 """
 

@@ -23,7 +23,7 @@ from typing import Any
 
 from app.cache.prefix import common_prefix_len
 from app.engine.backend import PrefillOp
-from app.engine.llama_backend import LlamaBackend
+from app.engine.llama.llama_backend import LlamaBackend
 from benchmarks.common import N_THREADS
 
 CHUNK = 128

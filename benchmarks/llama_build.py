@@ -24,9 +24,9 @@ from typing import Any
 import llama_cpp
 
 from app.engine.config import DEFAULT_TYPE_K, DEFAULT_TYPE_V
-from app.engine.llama_handles import KV_TYPES, Batch
-from app.engine.native_log import init_llama
-from app.engine.native_probe import cpu_identity, loaded_cpu_backend
+from app.engine.llama.llama_handles import KV_TYPES, Batch
+from app.engine.llama.native_log import init_llama
+from app.engine.llama.native_probe import cpu_identity, loaded_cpu_backend
 
 PREFILL_TOKENS = 1000
 DECODE_TOKENS = 64

@@ -17,9 +17,9 @@ from typing import Any
 import llama_cpp
 
 from app.engine.config import DEFAULT_TYPE_K, DEFAULT_TYPE_V
-from app.engine.kv_checks import PROMPTS
-from app.engine.llama_handles import KV_TYPES
-from app.engine.native_log import init_llama
+from app.engine.llama.kv_checks import PROMPTS
+from app.engine.llama.llama_handles import KV_TYPES
+from app.engine.llama.native_log import init_llama
 
 
 def raw_decode_throughput(

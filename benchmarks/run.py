@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--markdown", help="also write the tables as Markdown to this file")
     args = parser.parse_args(argv)
     # The KV cells "auto" gives: a calibration made before (`hearth calibrate`), never one
-    # started in the background while this run times the machine (app.engine.kv_calibration).
+    # started in the background while this run times the machine (app.engine.llama.kv_calibration).
     os.environ.setdefault("HEARTH_KV_CALIBRATION", "cached")
     path = args.model or default_model()
     scenarios = _scenarios(path, args)
@@ -119,10 +119,10 @@ def machine_facts(model: str) -> dict[str, str]:
     """What a figure depends on beyond the code: the CPU, the llama.cpp build (its CPU backends
     and the one loaded here), the KV setting Hearth's "auto" gives ``model`` here (calibrated by
     ``hearth calibrate``, else the default pair) and the weight kernels Hearth uses."""
-    from app.engine.kv_calibration import resolve
-    from app.engine.native_log import init_llama
-    from app.engine.native_probe import cpu_report
-    from app.engine.weight_kernels import tiled_setting
+    from app.engine.llama.kv_calibration import resolve
+    from app.engine.llama.native_log import init_llama
+    from app.engine.llama.native_probe import cpu_report
+    from app.engine.llama.weight_kernels import tiled_setting
 
     init_llama()
     return {

@@ -188,7 +188,7 @@ def _fill_index(store: Any, meta: Any, prompt: list[int], n_rows: int, rng: Any)
     benchmark. Half the rows are prefixes of the prompt at random lengths (so the lookup
     has many candidates to reject), half are other conversations of random length.
     """
-    from app.cache.index import Row
+    from app.cache.contents.index import Row
     from app.cache.keys import encode_tokens
 
     now = time.time()

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 from app.engine import Model
 from app.engine.events import Event, TokenId
-from app.engine.kv_checks import PROMPTS
+from app.engine.llama.kv_checks import PROMPTS
 from benchmarks.common import Result, config, engine_at, median, progress
 from benchmarks.raw_loop import raw_decode_throughput
 

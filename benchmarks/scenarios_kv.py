@@ -13,7 +13,7 @@ Timed: the prefill of one 512- and one 2,000-token prompt, and ms per decode tic
 sequence (short context) and with four 700-token streams. The settings take turns within a
 round, the order reversed every other round, so this machine's drift hits them alike;
 figures are medians over the rounds. Then each setting's exactness checks
-(``app.engine.kv_checks``): a setting is exact when every check is bit-identical, and
+(``app.engine.llama.kv_checks``): a setting is exact when every check is bit-identical, and
 "same KV as the default" when its logits and KV bytes equal the default's (only then may a
 cache filled under one serve the other without the setting in ``ctx_params_hash``).
 """
@@ -24,9 +24,9 @@ import time
 from typing import Any
 
 from app.engine.backend import DecodeOp, PrefillOp
-from app.engine.kv_calibration import resolve
-from app.engine.kv_checks import CHECKS, PROMPTS, run_checks
-from app.engine.llama_backend import LlamaBackend
+from app.engine.llama.kv_calibration import resolve
+from app.engine.llama.kv_checks import CHECKS, PROMPTS, run_checks
+from app.engine.llama.llama_backend import LlamaBackend
 from benchmarks.common import N_THREADS, Result, median, progress
 
 DEFAULT = "FA on · ubatch 512 (default)"
@@ -44,7 +44,7 @@ SETTINGS: list[tuple[str, dict[str, Any]]] = [
     ("FA on · q8_0 K+V · ubatch 512", {"flash_attn": True, "n_ubatch": 512, "type_k": "q8_0", "type_v": "q8_0"}),
     ("FA on · q8_0 K / bf16 V · ubatch 512", {"flash_attn": True, "n_ubatch": 512, "type_k": "q8_0", "type_v": "bf16"}),
     # f16 K+V with flash attention: exact with Hearth's batch-invariant flash attention
-    # (app.engine.weight_kernels.FA_ENV), llama.cpp's default cell types otherwise.
+    # (app.engine.llama.weight_kernels.FA_ENV), llama.cpp's default cell types otherwise.
     ("FA on · f16 K+V · ubatch 512", {"flash_attn": True, "n_ubatch": 512, "type_k": "f16", "type_v": "f16"}),
 ]
 DECODE_TICKS = 32
@@ -138,7 +138,7 @@ def kv_settings(path: str, rounds: int = 2, only: list[str] | None = None, n_thr
 
 AUTO_ROWS = {("q8_0", "f16"): DEFAULT, ("q8_0", "q8_0"): "FA on · q8_0 K+V · ubatch 512",
              ("q8_0", "bf16"): "FA on · q8_0 K / bf16 V · ubatch 512", ("f16", "f16"): "FA on · f16 K+V · ubatch 512"}
-"""The row of each pair the KV calibration may choose (``app.engine.kv_calibration``)."""
+"""The row of each pair the KV calibration may choose (``app.engine.llama.kv_calibration``)."""
 
 
 def _verdict(rows: list[list[Any]], chosen: str = DEFAULT) -> tuple[bool, str]:

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from app.cache import seqstate
+from app.cache.blobs import seqstate
 from app.cache.policy import DESKTOP_POLICY
 from app.engine import Model
 from app.engine.events import Done, Token, TokenId
@@ -197,7 +197,7 @@ def _bytes_per_token(path: str) -> float:
     """KV bytes one cell costs in a payload, with Hearth's default KV settings (0 for a
     state ``seqstate`` does not parse: recurrent, hybrid, sliding window — B8f)."""
     from app.engine.backend import PrefillOp
-    from app.engine.llama_backend import LlamaBackend
+    from app.engine.llama.llama_backend import LlamaBackend
 
     with LlamaBackend(path, n_ctx_per_seq=256, n_seq_max=1, n_batch=64, n_threads=N_THREADS) as backend:
         tokens = tuple(backend.tokenize(SYSTEM)[:32])

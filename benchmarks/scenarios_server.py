@@ -262,7 +262,7 @@ def floor_trace(model: str, turns: list[Turn]) -> list[Turn]:
     """The trace's floor (``benchmarks.floor``): its prompts rendered as token ids with the
     GGUF's template and the replies a server gave, each turn timed as the backend alone
     prefilling what its client's previous prompt and reply do not already cover."""
-    from app.engine.llama_backend import LlamaBackend
+    from app.engine.llama.llama_backend import LlamaBackend
 
     rendered: list[tuple[str, int, list[int], int]] = []
     with LlamaBackend(model, n_ctx_per_seq=256, n_seq_max=1, n_batch=64, n_threads=1) as backend:

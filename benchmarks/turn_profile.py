@@ -42,10 +42,10 @@ Span = tuple[str, int, float, float]  # label, thread id, start, end
 def timers() -> Iterator[list[Span]]:
     """Wrap the calls of the module doc; yields the list of spans they record."""
     from app.cache.store import CacheStore
-    from app.engine.admission import Admitter
     from app.engine.cache_hooks import StoreCache
-    from app.engine.llama_backend import LlamaBackend
-    from app.engine.scheduler import Scheduler
+    from app.engine.llama.llama_backend import LlamaBackend
+    from app.engine.scheduling.admission import Admitter
+    from app.engine.scheduling.scheduler import Scheduler
 
     spans: list[Span] = []
     wrapped: list[tuple[type, str, Any]] = []

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from app.engine.llama_backend import LlamaBackend
+from app.engine.llama.llama_backend import LlamaBackend
 from app.ui import gui_gc
 from tests.helpers.llama_threads import LLAMA_THREADS
 from tests.helpers.tiny_model import (
@@ -28,7 +28,7 @@ from tests.helpers.tiny_model import (
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    # The KV calibration (app.engine.kv_calibration) would time every candidate pair of cell
+    # The KV calibration (app.engine.llama.kv_calibration) would time every candidate pair of cell
     # types in a child process at each model's first load; the suite runs every pair's
     # exactness tests instead (tests/integration/backend/test_exact_kv.py), and its own tests
     # turn it on.

@@ -261,7 +261,7 @@ def kills_during_conversation_writes(scratch: Path, rounds: int = 20) -> Trial:
 
 
 def full_disk(scratch: Path, n_requests: int = 10) -> Trial:
-    from app.cache import tiers
+    from app.cache.blobs import tiers
     from app.cache.policy import CachePolicy
     from app.engine import Engine, ModelConfig
     from tests.helpers.tiny_model import ASSETS_DIR, ensure_tiny_model

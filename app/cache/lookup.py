@@ -30,16 +30,16 @@ from dataclasses import dataclass, replace
 from functools import partial
 from typing import Literal
 
-from app.cache import kvc_chunked, seqstate
-from app.cache.catalog import Catalog, namespace_of
-from app.cache.chunked_rows import ChunkedRows
+from app.cache.blobs import kvc_chunked, seqstate
+from app.cache.blobs.state_buffers import StateMemory
+from app.cache.blobs.tiers import Buffer, Tier, touch_blob
+from app.cache.contents.catalog import Catalog, namespace_of
+from app.cache.contents.rows import Row
 from app.cache.counters import Counters
-from app.cache.journal import Journal
+from app.cache.db.journal import Journal
 from app.cache.keys import KeyMeta, encode_tokens
-from app.cache.rows import Row
-from app.cache.state_buffers import StateMemory
-from app.cache.tiers import Buffer, Tier, touch_blob
-from app.cache.whole_rows import Blobs
+from app.cache.saving.chunked_rows import ChunkedRows
+from app.cache.saving.whole_rows import Blobs
 
 Source = Literal["exact", "resume", "longest_prefix"]
 MissReason = Literal["nothing_shared", "evicted", "other_identity", "corrupt", "too_short"]

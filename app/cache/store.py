@@ -11,7 +11,7 @@ Read-your-writes: a save is in the catalog the moment ``submit_save`` returns, s
 memory until the writer has published it, so the next request finds it however busy the
 disk is.
 
-Writes wait for a prefill (``hold_writes``, ``app.cache.write_hold``); lookups are
+Writes wait for a prefill (``hold_writes``, ``app.cache.saving.write_hold``); lookups are
 unaffected: a queued save is served from memory.
 
 Threads. Any thread may call any method. ``submit_save`` never blocks: the files are built,
@@ -34,21 +34,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from app.cache import kvc_chunked
-from app.cache.catalog import Catalog, Pending
-from app.cache.chunked_rows import ChunkedRows, is_cuttable
-from app.cache.counters import COUNTER_NAMES, EXTRA_COUNTERS, Counters
-from app.cache.errors import Problem, Problems
-from app.cache.eviction import DEFAULT_QUOTAS, Evictor, check_quota
-from app.cache.journal import Journal, Subscriber
-from app.cache.keys import KeyMeta, encode_tokens
-from app.cache.lookup import Candidate, Found, Lookup, NotFound
-from app.cache.manage import Management
-from app.cache.meta import MetaDB
-from app.cache.rows import PREVIEW_CHARS, Row
-from app.cache.startup import open_files
-from app.cache.state_buffers import StateMemory
-from app.cache.tiers import (
+from app.cache.blobs import kvc_chunked
+from app.cache.blobs.state_buffers import StateMemory
+from app.cache.blobs.tiers import (
     TIER_DISK,
     TIER_RAM,
     TIER_RAM_FILE,
@@ -59,12 +47,24 @@ from app.cache.tiers import (
     Tier,
     default_ram_file_dir,
 )
-from app.cache.tree import TreeNode, build_tree
-from app.cache.verify import VerifyReport, verify_all
-from app.cache.whole_rows import Blobs, SaveJob
-from app.cache.write_hold import WriteHold
-from app.cache.write_jobs import Later, WriteJobs
-from app.cache.writer import Writer
+from app.cache.contents.catalog import Catalog, Pending
+from app.cache.contents.rows import PREVIEW_CHARS, Row
+from app.cache.contents.tree import TreeNode, build_tree
+from app.cache.counters import COUNTER_NAMES, EXTRA_COUNTERS, Counters
+from app.cache.db.journal import Journal, Subscriber
+from app.cache.db.meta import MetaDB
+from app.cache.errors import Problem, Problems
+from app.cache.keys import KeyMeta, encode_tokens
+from app.cache.lookup import Candidate, Found, Lookup, NotFound
+from app.cache.repair.startup import open_files
+from app.cache.repair.verify import VerifyReport, verify_all
+from app.cache.saving.chunked_rows import ChunkedRows, is_cuttable
+from app.cache.saving.whole_rows import Blobs, SaveJob
+from app.cache.saving.write_hold import WriteHold
+from app.cache.saving.write_jobs import Later, WriteJobs
+from app.cache.saving.writer import Writer
+from app.cache.space.eviction import DEFAULT_QUOTAS, Evictor, check_quota
+from app.cache.space.manage import Management
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +120,7 @@ class CacheStore:
         self._chunked = ChunkedRows(cat, tiers, evictor, journal, counters, io_lock, chunk_tokens)
         self.memory = StateMemory()
         """Memory every save's pack, restore's reads and assembly pass through, reused
-        (``app.cache.state_buffers``): the engine's saves lend from it too. It lives inside
+        (``app.cache.blobs.state_buffers``): the engine's saves lend from it too. It lives inside
         the RAM tier's quota: the tier's rows get what the pool leaves."""
         memory = self.memory
         memory.limit = self._evictor.quotas[TIER_RAM]
@@ -218,7 +218,7 @@ class CacheStore:
 
     def hold_writes(self, holder: object, on: bool) -> None:
         """``holder`` (an engine's model) has a request waiting for its first token (``on``),
-        or no longer: queued saves wait while any holder holds (``app.cache.write_hold``)."""
+        or no longer: queued saves wait while any holder holds (``app.cache.saving.write_hold``)."""
         self._hold.hold(holder, on)
 
     # -- lookups ------------------------------------------------------------------------

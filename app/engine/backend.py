@@ -1,7 +1,7 @@
 """What the scheduler needs from a backend: one tick in two halves, KV pack/unpack, samplers.
 
 The scheduler never touches llama.cpp; it talks to an object with this shape. The real one
-is ``app.engine.llama_backend.LlamaBackend``; ``tests/helpers/stub_backend.py`` is a
+is ``app.engine.llama.llama_backend.LlamaBackend``; ``tests/helpers/stub_backend.py`` is a
 deterministic stand-in for state-machine tests.
 
 A tick's ops, built by ``app.engine.batch``:
@@ -135,7 +135,7 @@ class MemoryCaps:
     llama.cpp keeps a sequence's past in one of four shapes, and reuse depends on which:
 
     * ``attention`` — a KV cell per token: a tail can be dropped (``seq_rm``) and a saved
-      state cut to any prefix of its cells (``app.cache.seqstate``). Everything is reusable.
+      state cut to any prefix of its cells (``app.cache.blobs.seqstate``). Everything is reusable.
     * ``sliding_window`` (Gemma 3) — as attention, but some layers keep only the last
       ``n_swa`` cells in a saved state; with ``swa_full`` (Hearth's setting) the live cells
       are all kept, so a live seq's tail can be dropped (``Backend.can_trim`` checks the
@@ -198,7 +198,7 @@ class BackendInfo:
     memory: MemoryCaps = field(default_factory=MemoryCaps)
     kv_streams: int = 1
     """The context's KV streams (llama.cpp: one per sequence unless the KV is unified): the
-    layout ``kv_unpack`` loads without rewriting the payload (``app.cache.seqstate``)."""
+    layout ``kv_unpack`` loads without rewriting the payload (``app.cache.blobs.seqstate``)."""
 
 
 class Backend(Protocol):
@@ -260,7 +260,7 @@ class Backend(Protocol):
         ...
 
     def kv_pack(self, seq_id: int, into: Callable[[int], memoryview] | None = None) -> bytes | memoryview:
-        """The seq's KV as a one-stream state (``app.cache.seqstate``); may be a read-only view.
+        """The seq's KV as a one-stream state (``app.cache.blobs.seqstate``); may be a read-only view.
         ``into(size)``: a writable view of ``size`` bytes to pack into (memory used before,
         ``StateMemory.lend``); a backend may ignore it."""
         ...

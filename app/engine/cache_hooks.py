@@ -1,7 +1,7 @@
 """The scheduler's view of the KV cache: look up on admission, save at the five moments.
 
 ``NullCache`` always misses and never saves (cache off); ``QuietCache`` counts nothing
-(type-ahead's background reads, ``app.engine.read_ahead``). ``StoreCache`` adapts an
+(type-ahead's background reads, ``app.engine.scheduling.read_ahead``). ``StoreCache`` adapts an
 ``app.cache.store.CacheStore`` for one model: it owns the hit counters and the policy
 gates, while the scheduler owns the KV (it packs and unpacks, between ticks).
 
@@ -24,11 +24,11 @@ from functools import partial
 from typing import TYPE_CHECKING, Literal, Protocol
 
 from app import latency
+from app.cache.blobs.state_buffers import StateMemory
+from app.cache.contents.preview import Detokenizer, tail_preview
 from app.cache.keys import KeyMeta
 from app.cache.lookup import NotFound
 from app.cache.policy import CachePolicy, cold_save_split, should_continued_save, should_finish_save
-from app.cache.preview import Detokenizer, tail_preview
-from app.cache.state_buffers import StateMemory
 from app.engine.events import MissReason
 
 if TYPE_CHECKING:
@@ -56,7 +56,7 @@ class Hit:
     origin_session: str | None = None  # the session whose save it was, when known
     release: Callable[[], None] = lambda: None
     """Call once ``payload`` is loaded (or given up): its memory serves the next restore, and
-    ``payload`` must not be read after (``app.cache.state_buffers``)."""
+    ``payload`` must not be read after (``app.cache.blobs.state_buffers``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -376,7 +376,7 @@ class Arrivals:
     any is, the cache holds queued writes back (``CacheHooks.hold_writes_arriving``) as it
     does while an admitted request waits for its first token, so no write starts in between
     and takes a core from the prefill about to start; and a burst woken from idle waits for
-    the ones not yet admitted (``num_unsettled``, ``app.engine.loop``). Safe from any thread.
+    the ones not yet admitted (``num_unsettled``, ``app.engine.scheduling.loop``). Safe from any thread.
 
     NOTE: B9 (two agents, 2 cores), turn 7: the first client's first token released the
     writer; the other client's request, sent 1 ms later, was rendered and queued for

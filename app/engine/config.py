@@ -87,7 +87,7 @@ class ModelConfig:
     bytes and logits are the same for every thread count (``hearth bench --only KV``)."""
     n_threads_background: int | None = None
     """Beyond the core API: llama.cpp's threads for a tick that only reads ahead (type-ahead,
-    ``app.engine.read_ahead``). Such a tick runs only while no request has anything to compute,
+    ``app.engine.scheduling.read_ahead``). Such a tick runs only while no request has anything to compute,
     so it may use the cores that requests leave to the rest of the machine; ``None``: every
     core (up to 8), never fewer than ``n_threads_batch``. Not in ``ctx_params_hash``: the thread
     count changes no KV byte and no logit (``tests/integration/backend/test_exact_kv.py``).
@@ -138,7 +138,7 @@ class ModelConfig:
     flash_attn: bool = True
     """On by default: a quantized V cache needs it, the one-chunk path that keeps differing K/V
     types exact is its kernel's, and with it the KV rows of a state are cell-major
-    (``app.cache.seqstate`` can cut them). NOTE (docs/design.md §3): off, V is stored transposed and
+    (``app.cache.blobs.seqstate`` can cut them). NOTE (docs/design.md §3): off, V is stored transposed and
     attention is two matmuls whose kernel depends on the rows a sequence has in the ubatch:
     llamafile's tinyBLAS (q8_0 x q8_0 for K·Q, f16 x f16 for V·softmax) from two rows, ggml's
     vec_dot from one, and they accumulate in other orders. A prompt prefilled whole and the
@@ -149,7 +149,7 @@ class ModelConfig:
     type_k: str = "auto"
     type_v: str = "auto"
     """KV cell types. ``"auto"`` (both, the default): the fastest exact pair on this machine,
-    found by a calibration (``app.engine.kv_calibration``), q8_0 K + f16 V until one has run.
+    found by a calibration (``app.engine.llama.kv_calibration``), q8_0 K + f16 V until one has run.
     NOTE (docs/design.md §3): llama.cpp's CPU
     flash-attention kernel has three accumulation paths: 64-cell tiles for ubatches of >= 64
     query rows, split-KV for one-token ubatches over >= 512 cells, and one chunk per query row

@@ -11,16 +11,16 @@ from types import MappingProxyType
 from typing import Any
 
 from app.cache.keys import FingerprintCache, KeyMeta
-from app.engine import native_probe
 from app.engine.backend import Backend, BackendInfo
 from app.engine.cache_hooks import CacheHooks, NullCache, QuietCache, StoreCache
 from app.engine.chat_template import resolve_chat_format
 from app.engine.config import Markers, ModelConfig
 from app.engine.errors import EngineError, InvalidRequest, NBatchTooSmall, NotFound
 from app.engine.events import ModelInfo
-from app.engine.memory_budget import Fitting, MemoryBudget
+from app.engine.llama import native_probe
+from app.engine.memory.memory_budget import Fitting, MemoryBudget
 from app.engine.model import Model
-from app.engine.scheduler import Scheduler, start_thread
+from app.engine.scheduling.scheduler import Scheduler, start_thread
 from app.engine.speculation.draft_model import CATCH_UP_TOKENS, DraftCache
 from app.engine.text import MarkerTokens
 
@@ -32,8 +32,8 @@ ThreadStarter = Callable[[Scheduler, str], Any]
 
 def llama_backend_factory(config: ModelConfig, fingerprint_of: Callable[[str], bytes] | None = None) -> Backend:
     from app.cache.keys import file_sha256
-    from app.engine import kv_calibration
-    from app.engine.llama_backend import LlamaBackend
+    from app.engine.llama import kv_calibration
+    from app.engine.llama.llama_backend import LlamaBackend
 
     type_k, type_v, kv_choice = config.type_k, config.type_v, None
     if type_k == kv_calibration.AUTO:
@@ -75,7 +75,7 @@ class Engine:
         memory_cap: int | None = None,
     ) -> None:
         """``memory_cap``: the most bytes Hearth's resident memory may take (None: a share of
-        what the machine has, ``app.engine.memory_budget``)."""
+        what the machine has, ``app.engine.memory.memory_budget``)."""
         self.data_dir = Path(data_dir)
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self._fingerprints = FingerprintCache(self.data_dir)

@@ -36,7 +36,7 @@ class Reuse:
     (``source == "none"``) ``miss_reason`` says why. ``origin_session`` is the session id of
     the conversation whose KV was reused (None when unknown or when nothing was reused).
     ``tokens_read_ahead`` of the reused tokens were read by type-ahead (a background
-    ``prefill_only`` on the request's session, ``app.engine.read_ahead``) before it was sent.
+    ``prefill_only`` on the request's session, ``app.engine.scheduling.read_ahead``) before it was sent.
     """
 
     source: ReuseSource = "none"
@@ -181,7 +181,7 @@ class ModelInfo:
     memory_reuse: str = ""
     """What reuse applies to it, in a user's words (``MemoryCaps.reuse_words``)."""
     kv_cells: str = ""
-    """Its KV cell types and why they were chosen (``app.engine.kv_calibration``), in words."""
+    """Its KV cell types and why they were chosen (``app.engine.llama.kv_calibration``), in words."""
 
 
 SlotState = Literal["free", "prefilling", "generating", "pinned", "reading_ahead"]

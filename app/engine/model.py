@@ -18,20 +18,8 @@ from functools import partial
 from typing import Any, TypeVar
 
 from app.cache.keys import KeyMeta
-from app.engine.admission import Admission
 from app.engine.backend import Backend
 from app.engine.cache_hooks import Arrival
-from app.engine.commands import (
-    Admit,
-    AttachDraft,
-    Cancel,
-    ChangeAdapters,
-    Embed,
-    EndSession,
-    SaveInFlight,
-    Verify,
-    WindDown,
-)
 from app.engine.config import ModelConfig
 from app.engine.errors import EngineError, InvalidRequest, NotFound
 from app.engine.events import (
@@ -43,7 +31,19 @@ from app.engine.events import (
 )
 from app.engine.lora import AdapterListing, LoraSet
 from app.engine.request import Mode
-from app.engine.scheduler import Scheduler
+from app.engine.scheduling.admission import Admission
+from app.engine.scheduling.commands import (
+    Admit,
+    AttachDraft,
+    Cancel,
+    ChangeAdapters,
+    Embed,
+    EndSession,
+    SaveInFlight,
+    Verify,
+    WindDown,
+)
+from app.engine.scheduling.scheduler import Scheduler
 from app.engine.speculation.draft_model import DraftCache, DraftModel, check_compatible
 from app.engine.stream import Stream, refused_read
 from app.engine.validation import (
@@ -120,7 +120,7 @@ class Model:
     ) -> Stream:
         """Type-ahead (beyond the core API): ``prefill_only(tokens, priority="background")`` without
         waiting. The session's seq is brought to ``tokens`` (what it holds is reused, a tail
-        that differs is dropped) at the lowest priority (``app.engine.read_ahead``); the
+        that differs is dropped) at the lowest priority (``app.engine.scheduling.read_ahead``); the
         stream gives ``PrefillProgress`` events, then ``Done`` (``cancelled`` when a real
         request of the session, a newer ``read_ahead`` or ``cancel`` ended it first: what it
         read stays in the session's seq either way) or ``Error``. Send the real request as

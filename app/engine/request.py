@@ -36,7 +36,7 @@ from app.engine.streaming import TextPipeline
 Outcome = CompletionResult | PrefillResult
 Priority = Literal["normal", "background"]
 """``prefill_only``'s priority (beyond the core API): ``background`` is type-ahead's lowest-priority
-read of a draft (``app.engine.read_ahead``)."""
+read of a draft (``app.engine.scheduling.read_ahead``)."""
 
 
 class Mode(enum.Enum):
@@ -60,7 +60,7 @@ class RequestOptions:
     """Beyond the core API: keep generating past end-of-generation (benchmarks, like llama-server's)."""
     priority: Priority = "normal"
     """Beyond the core API: ``background`` for a ``prefill_only`` that must never get in the way
-    (type-ahead, ``app.engine.read_ahead``)."""
+    (type-ahead, ``app.engine.scheduling.read_ahead``)."""
     speculative: bool | None = None
     """Beyond the core API: draft and verify tokens (``app.engine.speculation``); None: the model's
     setting (``ModelConfig.speculative``)."""
@@ -127,7 +127,7 @@ class Request:
     stops: dict[int, SaveReason | None] = field(default_factory=dict)
     """Context lengths where the prefill pauses between two slices: to save the seq there
     (the cold split) or, with None, so that a request waiting for this one's head can copy
-    it whole (``app.engine.shares``)."""
+    it whole (``app.engine.scheduling.shares``)."""
     checkpoints: Checkpoints | None = None
     """For a model whose states cannot be cut: the prefill also pauses and saves at these
     (``app.engine.checkpoints``); None for the others, or with the cache off."""

@@ -108,7 +108,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     base = data_dir(args.data_dir)
     path = resolve_model(args.model, base)
     model_id = args.model_id or path.stem
-    from app.engine.kv_calibration import allow_background
+    from app.engine.llama.kv_calibration import allow_background
 
     allow_background()  # a model's first load on this CPU calibrates its KV cell types in a child
     engine = Engine(base, memory_cap=args.memory_cap)

@@ -110,6 +110,6 @@ async def status(request: Request) -> dict[str, Any]:
     recent = [dataclasses.asdict(r) for r in state.activity.recent()[-50:]]
     out: dict[str, Any] = {"models": models, "requests": live, "recent": recent}
     memory_status = getattr(state.provider, "memory_status", None)
-    if callable(memory_status):  # the one memory budget: its parts and cap (app.engine.memory_budget)
+    if callable(memory_status):  # the one memory budget: its parts and cap (app.engine.memory.memory_budget)
         out["memory"] = await asyncio.to_thread(memory_status)
     return out

@@ -348,7 +348,7 @@ def main(argv: list[str] | None = None) -> int:
     app.setOrganizationName("Hearth")
     app.setQuitOnLastWindowClosed(True)
     loop = gui_loop()  # the qasync loop the UI's coroutines run on
-    from app.engine.kv_calibration import allow_background
+    from app.engine.llama.kv_calibration import allow_background
 
     allow_background()  # a model's first load on this CPU calibrates its KV cell types in a child
     window = create_window(load_in_background=True, log_to_file=True)

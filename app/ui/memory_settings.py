@@ -1,4 +1,4 @@
-"""Settings › Memory: the cap on Hearth's memory (``app.engine.memory_budget``), kept in the
+"""Settings › Memory: the cap on Hearth's memory (``app.engine.memory.memory_budget``), kept in the
 app database and applied to the engine at start and on every change."""
 
 from __future__ import annotations

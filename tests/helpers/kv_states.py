@@ -1,7 +1,7 @@
 """Per-sequence KV states in llama.cpp's format, built without llama.cpp, for cache tests.
 
 ``state_for(tokens)`` is a valid one-stream ``llama_state_seq_get_data`` payload
-(``app.cache.seqstate`` parses it) holding one cell per token at positions 0..n-1. Like
+(``app.cache.blobs.seqstate`` parses it) holding one cell per token at positions 0..n-1. Like
 real KV, a cell's bytes depend only on the tokens up to and including its own, so two
 token lists sharing a prefix share those cells byte for byte — what chunk dedup relies on.
 The numbers are meaningless; storage tests only need the bytes to be exact. Tests of what

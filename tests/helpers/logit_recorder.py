@@ -19,9 +19,9 @@ from typing import Any
 
 import numpy as np
 
-from app.cache import seqstate
+from app.cache.blobs import seqstate
 from app.engine.backend import DecodeOp, Op, PrefillOp, Sampled, StepResult
-from app.engine.llama_backend import LlamaBackend
+from app.engine.llama.llama_backend import LlamaBackend
 
 Context = tuple[int | None, ...]
 

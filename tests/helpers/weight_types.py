@@ -1,4 +1,4 @@
-"""Models of each common weight type, for the exactness tests (app.engine.weight_kernels).
+"""Models of each common weight type, for the exactness tests (app.engine.llama.weight_kernels).
 
 Two kinds, generated once into ``tests/.assets``:
 

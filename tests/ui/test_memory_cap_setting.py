@@ -8,7 +8,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtTest import QTest
 
 from app.engine import ModelConfig
-from app.engine.memory_fit import DoesNotFit
+from app.engine.memory.memory_fit import DoesNotFit
 from tests.ui.screens import screenshot
 
 GiB = 1 << 30
@@ -63,8 +63,8 @@ def test_the_memory_cap_is_kept_and_holds(make_window, qtbot, tiny_model_path):
 def test_a_shortage_is_said_in_the_banner(make_window, qtbot, tmp_path, monkeypatch):
     """Another app takes the memory: the watch lets the cache's buffers and RAM rows go and the
     window says so (here the look the watch thread makes every 2 s is made at once)."""
-    from app.engine.memory_budget import LOW_WATER
-    from app.engine.memory_fit import MEMINFO_ENV
+    from app.engine.memory.memory_budget import LOW_WATER
+    from app.engine.memory.memory_fit import MEMINFO_ENV
 
     window = make_window()
     engine = window.engine

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from app import latency
-from app.cache.state_buffers import StateMemory
+from app.cache.blobs.state_buffers import StateMemory
 from app.cache.store import CacheStore
 from app.ui import gui_affinity
 

@@ -22,7 +22,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.cache.index import Row
+from app.cache.contents.index import Row
 from app.conversation.accounting import HitAccount, HitTotals
 from app.engine.errors import NotFound
 from app.ui.cache import style

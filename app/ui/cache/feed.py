@@ -13,7 +13,7 @@ import threading
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
-from app.cache.rows import Row
+from app.cache.contents.rows import Row
 from app.cache.store import CacheStore
 from app.ui.state.row_state import CacheRowState
 

@@ -21,7 +21,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.cache.index import Row
+from app.cache.contents.index import Row
 from app.template_text import transcript
 from app.ui.cache.actions import CacheActions
 from app.ui.cache.detail_split import detail_split

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import pyqtgraph as pg
 from PySide6.QtWidgets import QFrame, QGridLayout, QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
-from app.cache.tiers import TIERS
+from app.cache.blobs.tiers import TIERS
 from app.conversation.accounting import REUSE_KINDS, HitTotals, count_of
 from app.ui.cache import style
 from app.ui.state import cache_fmt as fmt

@@ -14,7 +14,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.cache.tiers import TIERS
+from app.cache.blobs.tiers import TIERS
 from app.ui.cache.actions import CacheActions
 from app.ui.state import cache_fmt as fmt
 from app.units import human_bytes

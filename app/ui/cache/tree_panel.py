@@ -20,8 +20,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.cache.contents.tree import TreeNode
 from app.cache.store import CacheStore
-from app.cache.tree import TreeNode
 from app.template_text import transcript
 from app.ui.cache.detail_split import detail_split
 from app.ui.qt_models.cache_tree import COL_LABEL, KEY_ROLE, NODE_ROLE, CacheTreeModel

@@ -34,7 +34,7 @@ from app.chat_formats import CUSTOM, FORMATS, NO_FORMAT, format_label
 from app.engine.backend import REUSE_WORDS
 from app.engine.chat_template import render_chat_template
 from app.engine.errors import EngineError, InvalidRequest
-from app.engine.kv_calibration import describe as kv_cells_words
+from app.engine.llama.kv_calibration import describe as kv_cells_words
 from app.models.library import ModelEntry, ModelLibrary, estimate_memory, memory_words
 from app.ui.models.settings import LoadSettings, load_settings_for, save_settings_for
 from app.ui.models.widgets import MessageCard, beside_card, button, caption, section, side_card
@@ -241,7 +241,7 @@ class LibraryPage(QWidget):
         self.reuse_label.setObjectName("reuseKinds")
         v.addWidget(self.reuse_label)
         v.addWidget(section("KV cells on this CPU"))
-        self.kv_cells_label = caption("")  # the calibrated pair and why (app.engine.kv_calibration)
+        self.kv_cells_label = caption("")  # the calibrated pair and why (app.engine.llama.kv_calibration)
         self.kv_cells_label.setObjectName("kvCells")
         self.kv_cells_label.setWordWrap(True)
         v.addWidget(self.kv_cells_label)

@@ -29,7 +29,7 @@ from PySide6.QtWidgets import (
 
 from app.cache.policy import DESKTOP_POLICY
 from app.engine.config import ModelConfig
-from app.engine.memory_fit import DoesNotFit
+from app.engine.memory.memory_fit import DoesNotFit
 from app.models.hub import HubClient
 from app.models.library import ModelEntry, ModelLibrary
 from app.ui.engine_api import EngineApi

@@ -20,7 +20,7 @@ from PySide6.QtCore import (
 )
 from PySide6.QtGui import QColor
 
-from app.cache.index import Row
+from app.cache.contents.index import Row
 from app.ui.qt_models.adapter import ListAdapter
 from app.ui.state import cache_fmt as fmt
 from app.ui.state.previews import PreviewCache

@@ -1,6 +1,6 @@
 """``QAbstractItemModel`` adapter over the cache's chunk tree (``CacheStore.tree``).
 
-The tree is ``app.cache.tree.TreeNode``s — frozen, built off the GUI thread and replaced
+The tree is ``app.cache.contents.tree.TreeNode``s — frozen, built off the GUI thread and replaced
 whole (``set_tree``); a system prompt shared by several conversations is one node with
 them below. Indexes carry a node id (``internalId``) looked up in a dict, never a Python
 pointer. A node reads as words: its conversation's title (or "shared by N chats") and its
@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from PySide6.QtCore import QAbstractItemModel, QModelIndex, QObject, QPersistentModelIndex, Qt
 
-from app.cache.index import Row
-from app.cache.tree import TreeNode
+from app.cache.contents.index import Row
+from app.cache.contents.tree import TreeNode
 from app.template_text import readable
 from app.ui.state import cache_fmt as fmt
 from app.ui.state.previews import PreviewCache

@@ -13,7 +13,7 @@ import logging
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 
-from app.cache.index import Row
+from app.cache.contents.index import Row
 from app.cache.keys import decode_tokens
 from app.documents import document_names
 from app.engine.errors import EngineError

@@ -15,7 +15,7 @@ import bisect
 from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol, Self
 
-from app.cache.index import Row
+from app.cache.contents.index import Row
 from app.ui.state.observable import ObservableList
 
 TIER_ORDER = {"ram": 0, "ram_file": 1, "disk": 2}

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from app.engine.kv_calibration import CANDIDATES
-from app.engine.llama_backend import LlamaBackend
+from app.engine.llama.kv_calibration import CANDIDATES
+from app.engine.llama.llama_backend import LlamaBackend
 from tests.helpers.llama_threads import LLAMA_THREADS
 
 BackendFactory = Callable[..., LlamaBackend]
@@ -20,7 +20,7 @@ N_THREADS = LLAMA_THREADS
 
 
 KV_CANDIDATES = [({"type_k": c.type_k, "type_v": c.type_v}, f"{c.type_k}-{c.type_v}") for c in CANDIDATES]
-"""Every cell-type pair the KV calibration may choose (``app.engine.kv_calibration``), with a
+"""Every cell-type pair the KV calibration may choose (``app.engine.llama.kv_calibration``), with a
 test id: test_exact_kv.py runs each on the tiny model, so whichever a machine picks is tested."""
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from app.engine.backend import PrefillOp
 from app.engine.config import DEFAULT_TYPE_K, DEFAULT_TYPE_V
-from app.engine.llama_backend import LlamaBackend
+from app.engine.llama.llama_backend import LlamaBackend
 from tests.helpers.tiny_families import FAMILIES, ensure_tiny_family
 from tests.integration.backend.conftest import KV_CANDIDATES
 from tests.integration.backend.driver import PROMPTS, decode, prefill

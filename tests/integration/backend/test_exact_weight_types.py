@@ -1,7 +1,7 @@
 """The exactness tests of test_exact_kv.py, on models of every common weight type: a sequence
 batched with others, decoded next to neighbours of other lengths, read whole or in chunks or
 one token a tick, or read ahead on other threads, gives bit-identical logits (and KV bytes)
-— with the kernels Hearth picks for the model's weights (app.engine.weight_kernels).
+— with the kernels Hearth picks for the model's weights (app.engine.llama.weight_kernels).
 
 The SmolLM2 requantizations reach the batch-dependent kernels (tests/helpers/weight_types.py):
 with llama.cpp's defaults (``GGML_CPU_TILED_MM=1``, repacked weights on) these tests fail for
@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import pytest
 
-from app.engine.llama_backend import LlamaBackend
-from app.engine.llama_info import ctx_params_hash
+from app.engine.llama.llama_backend import LlamaBackend
+from app.engine.llama.llama_info import ctx_params_hash
 from tests.helpers.weight_types import SMOLLM2_TYPES, TINY_TYPES, ensure_weight_type_model
 from tests.integration.backend.test_exact_kv import (  # collected here, on these models
     test_a_prompt_read_ahead_on_other_threads_ends_on_the_same_logits_and_kv,

@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from app.engine.native_log import init_llama
-from app.engine.weight_kernels import FA_ENV, fa_batch_invariant
+from app.engine.llama.native_log import init_llama
+from app.engine.llama.weight_kernels import FA_ENV, fa_batch_invariant
 
 CHILD = r"""
 import json, sys
-from app.engine.kv_checks import PROMPTS, check_batched, check_chunking, check_neighbours
-from app.engine.llama_backend import LlamaBackend
+from app.engine.llama.kv_checks import PROMPTS, check_batched, check_chunking, check_neighbours
+from app.engine.llama.llama_backend import LlamaBackend
 with LlamaBackend(sys.argv[1], n_ctx_per_seq=1024, n_seq_max=8, n_batch=512, n_threads=1,
                   type_k="f16", type_v="f16", flash_attn=True) as b:
     long = b.tokenize(" ".join(PROMPTS) * 12)

@@ -12,7 +12,7 @@ import pytest
 from app.engine.backend import PrefillOp, SamplingParams
 from app.engine.chat_template import render_chat_template
 from app.engine.errors import InvalidGrammar, InvalidRequest, ModelLoadFailed
-from app.engine.llama_backend import LlamaBackend
+from app.engine.llama.llama_backend import LlamaBackend
 from tests.integration.backend.driver import decode, prefill
 
 

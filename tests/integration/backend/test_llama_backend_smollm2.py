@@ -12,7 +12,7 @@ pytestmark = pytest.mark.smollm2
 
 @pytest.fixture(scope="module")
 def smol(smollm2_path):
-    from app.engine.llama_backend import LlamaBackend
+    from app.engine.llama.llama_backend import LlamaBackend
 
     backend = LlamaBackend(str(smollm2_path), n_ctx_per_seq=256, n_seq_max=8, n_batch=256, n_threads=1)
     yield backend
@@ -55,7 +55,7 @@ def test_chunked_prefill_and_warm_restore_match_cold_without_flash_attn(smollm2_
     """The same with flash attention off (an f16 V cache then): ``smol`` runs with it on, the
     default since the q8_0 KV cache (this test used to pass flash_attn=True explicitly, which
     left the off path untested once the default changed)."""
-    from app.engine.llama_backend import LlamaBackend
+    from app.engine.llama.llama_backend import LlamaBackend
 
     with LlamaBackend(str(smollm2_path), n_ctx_per_seq=256, n_seq_max=8, n_batch=256, n_threads=1,
                       flash_attn=False, type_k="f16", type_v="f16") as backend:

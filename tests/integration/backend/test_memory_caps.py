@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from app.engine.errors import NotSupported
-from app.engine.llama_backend import LlamaBackend
+from app.engine.llama.llama_backend import LlamaBackend
 from tests.helpers.tiny_families import GEMMA3_WINDOW, ensure_tiny_family
 from tests.integration.backend.driver import prefill
 

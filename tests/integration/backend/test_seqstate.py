@@ -1,4 +1,4 @@
-"""app.cache.seqstate on real llama.cpp states: parse, one-stream payloads, cut, split, concat."""
+"""app.cache.blobs.seqstate on real llama.cpp states: parse, one-stream payloads, cut, split, concat."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import struct
 import numpy as np
 import pytest
 
-from app.cache import seqstate
-from app.cache.seqstate import UnknownLayout
-from app.cache.state_buffers import StateMemory
+from app.cache.blobs import seqstate
+from app.cache.blobs.seqstate import UnknownLayout
+from app.cache.blobs.state_buffers import StateMemory
 from app.engine.backend import PrefillOp
 from tests.integration.backend.driver import PROMPTS, decode, prefill
 

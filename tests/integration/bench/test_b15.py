@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from app.engine.memory_budget import process_rss
+from app.engine.memory.memory_budget import process_rss
 from benchmarks.scenarios_memory import b15_budget
 
 MiB = 1 << 20

@@ -11,11 +11,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from app.cache import kvc_chunked, seqstate
+from app.cache.blobs import kvc_chunked, seqstate
 from app.cache.keys import KeyMeta
 from app.cache.lookup import Found
 from app.cache.store import CacheStore
-from app.engine.llama_backend import LlamaBackend
+from app.engine.llama.llama_backend import LlamaBackend
 from tests.integration.backend.driver import decode, prefill
 
 N_NEW = 12

@@ -252,7 +252,7 @@ def test_saves_pack_into_memory_used_before_and_never_over_a_queued_one(tmp_path
     """A save packs into memory an earlier save used (``StateMemory``) only once nothing reads
     it: saves still queued (the writer held back) keep their bytes while later ones are made,
     and every row restores to the cold reply; once written, their memory serves the next."""
-    import app.cache.write_hold as store_mod
+    import app.cache.saving.write_hold as store_mod
 
     lent = _record_lends(monkeypatch)
     monkeypatch.setattr(store_mod, "WRITE_GRACE_S", 4.0)  # the first save waits this long: all three queued
@@ -281,7 +281,7 @@ def test_saves_pack_into_memory_used_before_and_never_over_a_queued_one(tmp_path
 
 def _record_lends(monkeypatch) -> list[bytearray]:
     """Every buffer ``StateMemory.lend`` lends from now on, in order."""
-    from app.cache.state_buffers import StateMemory
+    from app.cache.blobs.state_buffers import StateMemory
 
     lent: list[bytearray] = []
     lend = StateMemory.lend

@@ -16,7 +16,7 @@ import pytest
 
 from app.engine import Engine, Model, ModelConfig
 from app.engine.events import Done, TokenId
-from app.engine.llama_backend import LlamaBackend
+from app.engine.llama.llama_backend import LlamaBackend
 from app.engine.speculation.draft_model import DraftModel
 from tests.helpers.forced_drafts import always_draft
 from tests.helpers.tiny_model import TINY_SEED, TINY_SHAPE, write_tiny_model

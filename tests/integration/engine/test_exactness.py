@@ -17,9 +17,10 @@ import numpy as np
 import pytest
 
 from app.cache.policy import CachePolicy
-from app.engine import Engine, ModelConfig, llama_backend
+from app.engine import Engine, ModelConfig
 from app.engine.events import Done, TokenId
-from app.engine.scheduler import Scheduler
+from app.engine.llama import llama_backend
+from app.engine.scheduling.scheduler import Scheduler
 from tests.helpers.logit_recorder import RecordingBackend, logits_for
 
 MODELS = [pytest.param("tiny_model_path", id="tiny"),

@@ -18,7 +18,8 @@ from typing import Any
 
 import pytest
 
-from app.engine import ModelConfig, llama_backend
+from app.engine import ModelConfig
+from app.engine.llama import llama_backend
 from app.engine.speculation.speculator import Speculator
 from tests.helpers.forced_drafts import always_draft
 from tests.helpers.logit_recorder import RecordingBackend

@@ -19,7 +19,7 @@ import pytest
 
 from app.engine import Engine
 from app.engine.events import TokenId
-from app.engine.scheduler import Scheduler
+from app.engine.scheduling.scheduler import Scheduler
 from tests.helpers.reuse_client import Client, assistant, config, run, user
 from tests.helpers.tiny_families import ensure_tiny_family
 

@@ -1,4 +1,4 @@
-"""The KV calibration (app.engine.kv_calibration) on real llama.cpp: it picks an exact pair of
+"""The KV calibration (app.engine.llama.kv_calibration) on real llama.cpp: it picks an exact pair of
 cell types over a faster inexact one, keeps its choice per CPU, llama.cpp build and kind of
 model (and calibrates again when one of them changes), runs in a child process at a model's
 first load, and the pair it picks keys the cache: KV saved under one pair is never served
@@ -16,10 +16,11 @@ from pathlib import Path
 import pytest
 
 from app.cache.policy import CachePolicy
-from app.engine import Engine, ModelConfig, kv_calibration, native_probe
+from app.engine import Engine, ModelConfig
 from app.engine.events import TokenId
-from app.engine.kv_calibration import DEFAULT, Candidate, Measured, decide
-from app.engine.weight_kernels import FA_ENV
+from app.engine.llama import kv_calibration, native_probe
+from app.engine.llama.kv_calibration import DEFAULT, Candidate, Measured, decide
+from app.engine.llama.weight_kernels import FA_ENV
 
 F16 = Candidate("f16", "f16")
 Q8 = Candidate("q8_0", "q8_0")
@@ -59,7 +60,7 @@ def test_calibration_picks_an_exact_pair_over_a_faster_inexact_one(tiny_model_pa
     the real model and leave the pair out, whatever its speed."""
     env = {**os.environ, FA_ENV: "0", kv_calibration.ENV: "on"}
     out = subprocess.run(
-        [sys.executable, "-m", "app.engine.calibrate_cmd", str(tiny_model_path), "--threads", "1",
+        [sys.executable, "-m", "app.engine.llama.calibrate_cmd", str(tiny_model_path), "--threads", "1",
          "--rounds", "1", "--candidates", "f16/f16,q8_0/f16,q8_0/q8_0"],
         env=env, capture_output=True, text=True, timeout=600, cwd=Path(__file__).resolve().parents[3],
     )

@@ -14,8 +14,8 @@ import pytest
 
 from app.cache.policy import CachePolicy
 from app.engine import Engine, ModelConfig
-from app.engine.memory_budget import DESKTOP_ROOM, DESKTOP_SHARE, LOW_WATER
-from app.engine.memory_fit import CGROUP_ENV, MEMINFO_ENV, DoesNotFit, read_shape
+from app.engine.memory.memory_budget import DESKTOP_ROOM, DESKTOP_SHARE, LOW_WATER
+from app.engine.memory.memory_fit import CGROUP_ENV, MEMINFO_ENV, DoesNotFit, read_shape
 from app.units import human_bytes
 from tests.helpers.tiny_families import ensure_tiny_family
 
@@ -260,8 +260,8 @@ def _the_tier_gives_way(engine, meminfo, tiny_model_path):
 def test_the_ram_tier_lives_in_what_the_cap_leaves(tmp_path, meminfo, smollm2_path):
     """With a cap, the RAM tier's quota is what the cap leaves beside the process and the loaded
     models (less a headroom), lowered at a load and given back at the unload."""
-    from app.cache.eviction import DEFAULT_QUOTAS
-    from app.engine.memory_budget import TIER_HEADROOM, process_rss
+    from app.cache.space.eviction import DEFAULT_QUOTAS
+    from app.engine.memory.memory_budget import TIER_HEADROOM, process_rss
 
     cap = process_rss() + 600 * MiB
     headroom = int(cap * TIER_HEADROOM)

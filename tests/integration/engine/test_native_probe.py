@@ -1,4 +1,4 @@
-"""llama.cpp's crash probe (``app.engine.native_probe``): a native crash in the probe's child
+"""llama.cpp's crash probe (``app.engine.llama.native_probe``): a native crash in the probe's child
 gives words and a working fallback, never a dead process. Real children, real llama.cpp; the
 crash is forced with ``HEARTH_PROBE_CRASH`` (the child raises the signal right before its
 decode), since no CPU here has the broken kernel."""
@@ -14,9 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from app.engine import Engine, ModelConfig, native_probe
+from app.engine import Engine, ModelConfig
 from app.engine.events import TokenId
-from app.engine.native_probe import NativeCrash, NativeSettings
+from app.engine.llama import native_probe
+from app.engine.llama.native_probe import NativeCrash, NativeSettings
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -69,7 +70,7 @@ def test_a_crash_with_extra_buffer_types_falls_back_and_says_so(
 
 
 def test_the_fallback_changes_the_cache_identity() -> None:
-    from app.engine.llama_info import ctx_params_hash
+    from app.engine.llama.llama_info import ctx_params_hash
 
     default = ctx_params_hash("q8_0", "f16", True)
     assert ctx_params_hash("q8_0", "f16", True, extra_bufts=True) == default

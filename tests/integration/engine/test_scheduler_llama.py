@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from app.engine.events import Done, Error
-from app.engine.llama_backend import LlamaBackend
+from app.engine.llama.llama_backend import LlamaBackend
 from tests.unit.engine.harness import Harness, make
 
 N_VOCAB = 49152

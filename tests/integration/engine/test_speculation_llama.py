@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from app.cache import seqstate
+from app.cache.blobs import seqstate
 from app.cache.policy import CachePolicy
 from app.engine import Engine, ModelConfig
 from app.engine.events import Done
-from app.engine.llama_backend import LlamaBackend
+from app.engine.llama.llama_backend import LlamaBackend
 from tests.helpers.forced_drafts import always_draft
 from tests.unit.engine.harness import Harness, make
 

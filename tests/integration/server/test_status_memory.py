@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from app.engine.memory_fit import MEMINFO_ENV, read_shape
+from app.engine.memory.memory_fit import MEMINFO_ENV, read_shape
 from tests.integration.server.conftest import ROOT, start_server
 
 MiB = 1 << 20

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from app.cache.index import Row
+from app.cache.contents.index import Row
 from app.cache.keys import KeyMeta, encode_tokens
 from app.cache.policy import DESKTOP_POLICY, CachePolicy
 from app.engine import Engine, ModelConfig

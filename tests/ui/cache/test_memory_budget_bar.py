@@ -10,8 +10,8 @@ from PySide6.QtCore import Qt
 
 from app.cache.policy import CachePolicy
 from app.engine import Engine
-from app.engine.memory_budget import LOW_WATER, process_rss
-from app.engine.memory_fit import MEMINFO_ENV, read_shape
+from app.engine.memory.memory_budget import LOW_WATER, process_rss
+from app.engine.memory.memory_fit import MEMINFO_ENV, read_shape
 from app.ui.cache.dashboard import TAB_SPACE
 from app.ui.cache.memory_bar import PARTS
 from app.units import human_bytes

@@ -8,7 +8,7 @@ from typing import Any
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QApplication
 
-from app.cache.tree import build_tree
+from app.cache.contents.tree import build_tree
 from app.ui.cache.dashboard import TAB_TREE
 from app.ui.qt_models.cache_rows import COL_TOKENS, COL_USED, CacheRowsModel, CacheRowsProxy
 from app.ui.qt_models.cache_tree import CacheTreeModel

@@ -1,5 +1,5 @@
 """Plain-Python parts of the dashboard: the row list (no Qt). The tree is the store's
-(``app.cache.tree``, tested in tests/unit/cache/test_tree.py)."""
+(``app.cache.contents.tree``, tested in tests/unit/cache/test_tree.py)."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from PySide6.QtCore import Qt
 
-from app.engine.llama_info import ctx_params_hash
+from app.engine.llama.llama_info import ctx_params_hash
 from app.ui.qt_models.download_list import PROGRESS_ROLE, STATUS_ROLE
 from app.ui.qt_models.model_library import COL_NAME, COL_QUANT, COL_STATUS
 from app.ui.state.downloads import DownloadState

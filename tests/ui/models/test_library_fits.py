@@ -9,8 +9,8 @@ from pathlib import Path
 
 from PySide6.QtCore import Qt
 
-from app.engine.memory_budget import DESKTOP_ROOM
-from app.engine.memory_fit import MEMINFO_ENV, read_shape
+from app.engine.memory.memory_budget import DESKTOP_ROOM
+from app.engine.memory.memory_fit import MEMINFO_ENV, read_shape
 from app.ui.qt_models.model_library import COL_FITS, COL_STATUS
 from app.units import human_bytes
 from tests.ui.models.conftest import snap

@@ -6,8 +6,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from app.engine import kv_calibration
-from app.engine.kv_calibration import DEFAULT, Candidate
+from app.engine.llama import kv_calibration
+from app.engine.llama.kv_calibration import DEFAULT, Candidate
 
 
 def test_the_library_names_the_calibrated_kv_cells(qtbot, make_manager, models_dir, tiny_model_path,

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import random
 
-from app.cache import kvc_chunked
-from app.cache.chunk_index import Chunk, ChunkIndex, Link
-from app.cache.chunked_rows import links_for
+from app.cache.blobs import kvc_chunked
+from app.cache.contents.chunk_index import Chunk, ChunkIndex, Link
+from app.cache.contents.lcp import PrefixIndex, Tombstones
 from app.cache.keys import encode_tokens
-from app.cache.lcp import PrefixIndex, Tombstones
 from app.cache.prefix import common_prefix_bytes
+from app.cache.saving.chunked_rows import links_for
 
 C = 4
 ROOT = kvc_chunked.chain_root(b"\x01" * 32, "q8_0", b"\x02" * 32, C)

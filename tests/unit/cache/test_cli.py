@@ -83,7 +83,7 @@ def test_human_formats() -> None:
 
 
 def test_verify_and_stats_with_chunked_rows(tmp_path: Path) -> None:
-    from app.cache import kvc_chunked
+    from app.cache.blobs import kvc_chunked
     from tests.helpers.kv_states import state_for
 
     data = tmp_path / "data"

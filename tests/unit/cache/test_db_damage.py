@@ -3,7 +3,7 @@ serves restores exactly its own tokens' KV, and what was damaged is dropped or r
 the files (issue 26). And rows whose chunk files were deleted are dropped, or listed as
 restoring only their head.
 
-The database is an index of the files (``app.cache.reconcile``): a row whose fields no
+The database is an index of the files (``app.cache.repair.reconcile``): a row whose fields no
 longer describe its file — a non-hex character in a fingerprint (the case the issue found:
 ``ValueError: non-hexadecimal number found in fromhex()`` on every start), a token id
 changed, a number turned into text by a flipped type byte — is dropped and its file read

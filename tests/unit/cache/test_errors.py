@@ -108,7 +108,7 @@ def test_a_bug_in_a_database_call_is_logged_with_its_traceback(
 
 
 def test_a_full_disk_is_a_problem_to_show(store: CacheStore, monkeypatch: pytest.MonkeyPatch) -> None:
-    from app.cache import tiers
+    from app.cache.blobs import tiers
 
     def no_space(fd: int, data: bytes | memoryview) -> None:
         raise OSError(errno.ENOSPC, "No space left on device")

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from app.cache import kvc_chunked
+from app.cache.blobs import kvc_chunked
+from app.cache.blobs.kvc_whole import CorruptBlob, crc32c
 from app.cache.keys import encode_tokens, make_key
-from app.cache.kvc_whole import CorruptBlob, crc32c
 
 FP, CTX = b"\x11" * 32, b"\x22" * 32
 TOKENS = encode_tokens(range(1000, 1300))  # 300 tokens: chunks of 128, 128, 44

@@ -7,7 +7,7 @@ import struct
 
 import pytest
 
-from app.cache import kvc_whole
+from app.cache.blobs import kvc_whole
 from app.cache.keys import encode_tokens, make_key
 
 FP = b"\x11" * 32

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.cache import seqstate
+from app.cache.blobs import seqstate
 from tests.helpers.kv_states import state_for
 
 

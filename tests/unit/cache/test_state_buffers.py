@@ -10,7 +10,7 @@ import threading
 import numpy as np
 import pytest
 
-from app.cache.state_buffers import HEADROOM, StateMemory
+from app.cache.blobs.state_buffers import HEADROOM, StateMemory
 
 
 def test_a_lent_buffer_is_lent_again_once_nothing_reads_it() -> None:

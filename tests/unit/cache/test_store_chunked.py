@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from app.cache import kvc_chunked, seqstate
+from app.cache.blobs import kvc_chunked, seqstate
+from app.cache.blobs.kvc_whole import crc32c
 from app.cache.keys import KeyMeta
-from app.cache.kvc_whole import crc32c
 from app.cache.lookup import Found, NotFound
 from app.cache.policy import CachePolicy
 from app.cache.store import CacheStore
@@ -461,9 +461,9 @@ def test_a_v1_blob_is_converted_to_chunks_the_first_time_it_is_used(
     open_store: Callable[..., CacheStore],
 ) -> None:
     """Blobs written before KVC v2 keep working, and become chunks when first loaded."""
-    from app.cache import kvc_whole
+    from app.cache.blobs import kvc_whole
+    from app.cache.blobs.tiers import blob_name
     from app.cache.keys import encode_tokens
-    from app.cache.tiers import blob_name
 
     store = open_store(chunk_tokens=4)
     old = list(range(1, 15))

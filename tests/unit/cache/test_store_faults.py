@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from app.cache import kvc_whole, tiers
+from app.cache.blobs import kvc_whole, tiers
+from app.cache.blobs.tiers import blob_name
 from app.cache.store import DB_NAME, CacheStore
-from app.cache.tiers import blob_name
 from tests.unit.cache.conftest import META, Gate, payload_for, save
 
 PROMPT = list(range(500, 530))

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from app.cache import catalog as catalog_module
-from app.cache.index import Row, RowIndex
+from app.cache.contents import catalog as catalog_module
+from app.cache.contents.index import Row, RowIndex
 from app.cache.keys import KeyMeta, encode_tokens
 from app.cache.store import COUNTER_NAMES, CacheStore
 from tests.unit.cache.conftest import META, OTHER_META, Gate, payload_for, save

@@ -251,7 +251,7 @@ def test_moving_a_row_never_evicts_the_row_being_moved(store: CacheStore) -> Non
 
 
 def test_the_ram_tier_keeps_bytes_as_given_and_copies_memory_that_is_reused() -> None:
-    from app.cache.tiers import RamTier
+    from app.cache.blobs.tiers import RamTier
 
     tier = RamTier()
     fixed = b"head"

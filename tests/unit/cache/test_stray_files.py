@@ -22,10 +22,10 @@ from pathlib import Path
 
 import pytest
 
-from app.cache.kvc_chunked import CHUNK_SUFFIX, ROW_SUFFIX
+from app.cache.blobs.kvc_chunked import CHUNK_SUFFIX, ROW_SUFFIX
+from app.cache.blobs.tiers import BLOB_SUFFIX, SET_ASIDE_DIR, TEMP_SUFFIX
 from app.cache.lookup import Found
 from app.cache.store import CacheStore
-from app.cache.tiers import BLOB_SUFFIX, SET_ASIDE_DIR, TEMP_SUFFIX
 from tests.helpers.kv_states import state_for
 from tests.unit.cache.conftest import META, payload_for
 

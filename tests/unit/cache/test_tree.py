@@ -5,9 +5,9 @@ from __future__ import annotations
 import random
 import time
 
+from app.cache.contents.rows import Row, make_row
+from app.cache.contents.tree import TreeNode, build_tree
 from app.cache.keys import encode_tokens
-from app.cache.rows import Row, make_row
-from app.cache.tree import TreeNode, build_tree
 from tests.unit.cache.conftest import META, OTHER_META
 
 

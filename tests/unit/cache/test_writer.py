@@ -7,10 +7,10 @@ import time
 
 import pytest
 
-from app.cache import write_hold
 from app.cache.keys import encode_tokens
+from app.cache.saving import write_hold
+from app.cache.saving.writer import Writer
 from app.cache.store import CacheStore
-from app.cache.writer import Writer
 from tests.unit.cache.conftest import META, save
 
 

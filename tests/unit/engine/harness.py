@@ -8,13 +8,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.engine.admission import Admission
 from app.engine.backend import DecodeOp, PrefillOp
 from app.engine.cache_hooks import CacheHooks, NullCache
 from app.engine.config import ModelConfig
 from app.engine.events import Done, Error, Event, TokenId
 from app.engine.request import Mode
-from app.engine.scheduler import Scheduler
+from app.engine.scheduling.admission import Admission
+from app.engine.scheduling.scheduler import Scheduler
 from app.engine.validation import parse_options
 from tests.helpers.stub_backend import StubBackend
 

@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 
-from app.engine import loop as loop_module
 from app.engine.cache_hooks import Arrivals, NullCache
-from app.engine.commands import Admit
 from app.engine.config import ModelConfig
 from app.engine.errors import EngineError
-from app.engine.loop import SchedulerLoop
+from app.engine.scheduling import loop as loop_module
+from app.engine.scheduling.commands import Admit
+from app.engine.scheduling.loop import SchedulerLoop
 from tests.helpers.stub_backend import StubBackend
 from tests.helpers.waiting import wait_until
 from tests.unit.engine.harness import make

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from app.engine.memory_fit import _cgroup_dirs, read_machine
+from app.engine.memory.memory_fit import _cgroup_dirs, read_machine
 
 MiB = 1 << 20
 

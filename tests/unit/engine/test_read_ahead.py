@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
-from app.engine import read_ahead
 from app.engine.backend import MemoryCaps
 from app.engine.cache_hooks import NullCache
 from app.engine.errors import InvalidRequest, StickyBusy
 from app.engine.events import Done, PrefillProgress
 from app.engine.request import Mode
+from app.engine.scheduling import read_ahead
 from app.engine.validation import check_priority, parse_options
 from tests.helpers.stub_backend import StubBackend
 from tests.unit.engine.harness import Harness, make, tok

@@ -3,7 +3,7 @@ extends, as long as the running seqs' ids stay consecutive (one ubatch a decode 
 
 from __future__ import annotations
 
-from app.engine.sessions import SeqPool
+from app.engine.scheduling.sessions import SeqPool
 
 
 class _Backend:

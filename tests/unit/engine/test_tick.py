@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from app.engine.admission import AdmissionPath
 from app.engine.cache_hooks import NullCache
 from app.engine.errors import ContextOverflow, NoSession, StickyBusy
 from app.engine.events import Done, Error, PrefillProgress, TokenId
-from app.engine.shares import SHARE_MIN_TOKENS
+from app.engine.scheduling.admission import AdmissionPath
+from app.engine.scheduling.shares import SHARE_MIN_TOKENS
 from tests.helpers.stub_backend import FaultyBackend, StubBackend
 from tests.unit.engine.harness import make, tok
 

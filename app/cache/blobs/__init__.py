@@ -1,0 +1,1 @@
+"""Where a saved KV state's bytes live and how they are laid out: the KVC v1 (whole) and v2 (chunked) file formats, the three tiers, llama.cpp's per-seq state read without llama.cpp, and the memory pool states pass through."""

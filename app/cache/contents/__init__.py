@@ -1,0 +1,1 @@
+"""What the cache holds, in memory: the ``Row`` snapshot, the index of published rows, the chunk index, the catalog over both with each tier's usage, longest-prefix search, and the dashboard's tree and previews."""

@@ -1,0 +1,1 @@
+"""The scheduler thread of one model and the parts of its tick: the loop and its commands, admission, cache reuse and shared heads, the seq pool, saves, type-ahead's background prefill, how a request ends, and the snapshot it publishes."""
