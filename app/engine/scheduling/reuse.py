@@ -32,6 +32,7 @@ from app.engine.cache_hooks import MIN_RESTORE_TOKENS, CacheHooks, Hit, Miss
 from app.engine.events import MissReason, Reuse
 from app.engine.request import Mode, Request
 from app.engine.scheduling.shares import Shares
+from app.engine.seq_cache import load_hit
 
 log = logging.getLogger(__name__)
 
@@ -108,20 +109,15 @@ class Reuser:
 
     def _restore(self, cache: CacheHooks, req: Request, hit: Hit, shared: int) -> bool:
         """Load the hit into the seq; the cells past the prompt's last token are prefilled."""
-        t0 = time.perf_counter_ns()
-        try:
-            ok = self._backend.kv_unpack(req.seq_id, hit.payload)
-        finally:
-            hit.release()
-        cache.count_load(time.perf_counter_ns() - t0)
-        if not ok:
-            log.warning("cached KV for a %d-token prefix did not load; going on without it", len(hit.tokens))
-            self._backend.seq_rm(req.seq_id, 0)
-            return False
         prompt = req.prompt_tokens
         n = len(hit.tokens)
         keep = min(n, len(prompt) - 1)
-        self._backend.seq_rm(req.seq_id, keep)  # re-prefill from the last prompt token on
+        t0 = time.perf_counter_ns()
+        ok = load_hit(self._backend, req.seq_id, hit, keep)  # re-prefill from the last prompt token on
+        cache.count_load(time.perf_counter_ns() - t0)
+        if not ok:
+            log.warning("cached KV for a %d-token prefix did not load; going on without it", n)
+            return False
         req.context_tokens = list(prompt[:keep])
         req.prefill_cursor = list(prompt[keep:])
         req.cache.reused(hit.kind, n)

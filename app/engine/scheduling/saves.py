@@ -5,8 +5,8 @@ of a state that cannot be cut: ``app.engine.checkpoints``), ``continued`` (every
 ``continued_interval`` tokens, after the decode that pushed the last of them), ``finish``,
 ``evict`` (an idle session released, or ``Model.evict``) and ``shutdown``. The pack runs on
 the scheduler thread between backend calls, when the seq holds exactly the saved tokens (the
-cache-key invariant), into memory an earlier save or restore used once nothing reads it
-any more (the cache's ``StateMemory``); the file write runs on the writer thread.
+cache-key invariant), by ``app.engine.seq_cache`` (a draft model's saves go the same way);
+the file write runs on the writer thread.
 
 A save is an optimisation, never a reason to fail a request: the pack only reads the KV, so
 a failed save is logged with its traceback and the request goes on.
@@ -15,15 +15,14 @@ a failed save is logged with its traceback and the request goes on.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Iterable, Sequence
 
-from app.cache.blobs import seqstate
 from app.cache.keys import KeyMeta
 from app.engine.backend import Backend
 from app.engine.cache_hooks import CacheHooks, SaveReason
 from app.engine.request import Request
 from app.engine.scheduling.sessions import Session
+from app.engine.seq_cache import save_seq
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +31,6 @@ class Saver:
     def __init__(self, backend: Backend, cache: CacheHooks) -> None:
         self._backend = backend
         self._cache = cache
-        self._memory = cache.memory  # packs into memory used before (its module doc)
 
     def save(self, req: Request, reason: SaveReason, n: int | None = None) -> bytes | None:
         """Save the request's whole context (its seq holds exactly ``context_tokens``), or
@@ -94,17 +92,11 @@ class Saver:
         self, meta: KeyMeta | None, seq_id: int, tokens: Sequence[int], reason: SaveReason, session_id: str | None,
         *, cut: bool = False,
     ) -> bytes | None:
-        """Pack the seq and queue the save, tagged with the session that made it (so the row
-        can be named by its conversation). ``cut``: the seq holds more than ``tokens``; the
-        payload is cut to them."""
+        """Pack the seq and queue the save (``seq_cache.save_seq``)."""
         if meta is None or not tokens:
             return None
         try:
-            t0 = time.perf_counter_ns()
-            payload = self._backend.kv_pack(seq_id, into=self._memory.lend)
-            if cut:
-                payload = seqstate.cut(payload, len(tokens), into=self._memory.lend)
-            return self._cache.save(meta, tokens, payload, reason, time.perf_counter_ns() - t0, session_id)
+            return save_seq(self._backend, self._cache, meta, seq_id, tokens, reason, session_id, cut=cut)
         except Exception:
             log.exception("a %s save of seq %d (%d tokens) failed; generation goes on", reason, seq_id, len(tokens))
             return None

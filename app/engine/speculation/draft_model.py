@@ -46,6 +46,7 @@ from app.engine.backend import Backend, Op, PrefillOp
 from app.engine.cache_hooks import CacheHooks, Hit, SaveReason
 from app.engine.config import MAX_DRAFT
 from app.engine.errors import InvalidRequest
+from app.engine.seq_cache import load_hit, save_seq
 
 log = logging.getLogger(__name__)
 
@@ -192,13 +193,12 @@ class DraftModel:
         if self.cache is None or not held:
             return
         try:
-            started = time.perf_counter_ns()
-            payload = self.backend.kv_pack(seq_id)
-            key = self.cache.hooks.save(self.cache.meta, tuple(held), payload, reason, time.perf_counter_ns() - started)
-            if key is not None:
-                self.num_saved += len(held)
+            key = save_seq(self.backend, self.cache.hooks, self.cache.meta, seq_id, tuple(held), reason)
         except Exception:
             log.exception("draft model %s: could not save seq %d", self.model_id, seq_id)
+            return
+        if key is not None:
+            self.num_saved += len(held)
 
     def _restore(self, seq_id: int, tokens: Sequence[int], common: int) -> int:
         """Restore the longest head of ``tokens`` the cache holds for this draft when it
@@ -218,22 +218,17 @@ class DraftModel:
         held = self._held[seq_id]
         self.backend.seq_rm(seq_id, 0)
         held.clear()
+        keep = min(len(got.tokens), len(tokens) - 1)
         try:
-            restored = self.backend.kv_unpack(seq_id, got.payload)
+            restored = load_hit(self.backend, seq_id, got, keep)
         except Exception:
             log.exception("draft model %s: could not restore seq %d", self.model_id, seq_id)
-            restored = False
-        finally:
-            got.release()
-        if not restored:
             self.backend.seq_rm(seq_id, 0)
+            restored = False
+        if not restored:
             return 0
-        held.extend(got.tokens)
-        self.num_restored += len(held)
-        keep = min(len(held), len(tokens) - 1)
-        if keep < len(held):
-            self.backend.seq_rm(seq_id, keep)
-            del held[keep:]
+        held.extend(got.tokens[:keep])
+        self.num_restored += len(got.tokens)
         return keep
 
     def _push(self, ops: Sequence[Op]) -> None:

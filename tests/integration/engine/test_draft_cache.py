@@ -53,8 +53,20 @@ def test_the_draft_models_cells_come_back_from_the_cache(
         assert min(len(first), len(other)) > 2 * CATCH_UP_TOKENS
         reply = _reply(model, first, draft_model="plain")
         assert _draft(model).num_restored == 0
+        backend = _draft(model).backend
+        packs: list[bool] = []  # per draft save: packed into memory the cache lent?
+        pack = backend.kv_pack
+
+        def spy(seq_id: int, into: object = None) -> object:
+            packs.append(into is not None)
+            return pack(seq_id, into=into)
+
+        monkeypatch.setattr(backend, "kv_pack", spy)
         _reply(model, other, draft_model="plain")  # takes the one seq: the draft saves the first
         assert _draft(model).num_saved >= len(first)
+        # The draft's save goes the scheduler's way: into memory an earlier save or restore
+        # used (the store's StateMemory), not fresh pages each time.
+        assert packs and all(packs)
         again = first + reply + model.tokenize(" Say it again.")
         expected = _reply(model, again, speculative=False)
         assert _reply(model, again, draft_model="plain") == expected
