@@ -58,3 +58,45 @@ def test_f16_kv_is_exact_with_the_switch_and_not_without(request: pytest.Fixture
     # llama.cpp's own choice: 64-row tiles, one chunk below 64 rows, split-KV for one row.
     assert not off["chunking"][0] and off["chunking"][1] > 0, off
     assert set(off["chunking"][2]) & {"7", "1 a tick"}, off
+
+
+LOGITS_CHILD = r"""
+import sys
+import numpy as np
+from app.engine.backend import PrefillOp
+from app.engine.llama.kv_checks import PROMPTS
+from app.engine.llama.llama_backend import LlamaBackend
+with LlamaBackend(sys.argv[1], n_ctx_per_seq=1024, n_seq_max=4, n_batch=512, n_threads=1,
+                  type_k="f16", type_v="f16", flash_attn=True) as b:
+    p = b.tokenize(" ".join(PROMPTS) * 12)[:600]
+    b.step([PrefillOp(0, tuple(p[:500]), 0, False)])
+    b.step([PrefillOp(0, tuple(p[500:560]), 500, False)])
+    for pos in range(560, 600):  # one row a tick over 512+ cells: llama.cpp's split-KV path
+        b.step([PrefillOp(0, (p[pos],), pos, True)])
+    np.save(sys.argv[2], b.seq_logits(0))
+"""
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_the_batch_invariant_path_computes_llama_cpps_attention(request: pytest.FixtureRequest, model: str,
+                                                                tmp_path: Path) -> None:
+    """The switch changes the order of the sums, not what is summed: the last logits of a
+    600-token prompt whose last 40 tokens came one a tick (llama.cpp's own split-KV path for
+    those rows without the switch; with it, the tiled path with query heads that share a K/V
+    head packed together) agree to rounding, with the same top tokens. A wrong head, row or
+    K transpose in the tiled path would move them by the logits' own size."""
+    import numpy as np
+
+    path = request.getfixturevalue(model)
+    got = {}
+    for switch in ("1", "0"):
+        out = subprocess.run([sys.executable, "-c", LOGITS_CHILD, str(path), str(tmp_path / f"{switch}.npy")],
+                             env={**os.environ, FA_ENV: switch}, capture_output=True, text=True, timeout=600,
+                             cwd=Path(__file__).resolve().parents[3])
+        assert out.returncode == 0, out.stderr[-2000:]
+        got[switch] = np.load(tmp_path / f"{switch}.npy")
+    on, off = got["1"], got["0"]
+    scale = float(np.abs(off).max())
+    assert scale > 0
+    assert float(np.abs(on - off).max()) <= 0.05 * scale, (float(np.abs(on - off).max()), scale)
+    assert list(np.argsort(on)[-5:][::-1]) == list(np.argsort(off)[-5:][::-1])

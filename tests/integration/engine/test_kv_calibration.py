@@ -52,6 +52,21 @@ def test_decide_takes_the_fastest_exact_pair_and_keeps_the_default_within_the_ma
     assert chosen == DEFAULT and why.startswith("no candidate was exact")
 
 
+def test_decide_takes_a_pair_that_reads_prompts_faster_at_no_cost_to_decode() -> None:
+    # A turn is mostly decode ticks: a pair 30 % faster at reading a prompt and as fast per
+    # tick is within MARGIN by turn, and still chosen: the reading is the wait before a reply.
+    default, f16 = _m(DEFAULT, True, 1280, 21.8), _m(F16, True, 900, 22.3)
+    assert f16.turn_ms > default.turn_ms * (1 - kv_calibration.MARGIN)
+    chosen, why = decide([default, f16, _m(Q8, True, 1480, 22.9)])
+    assert chosen == F16 and why.startswith("exact, reads prompts 1.42 × faster than q8_0 K / f16 V"), why
+    # Faster reading but a tick 20 % slower: not a free gain, the default stays.
+    chosen, _ = decide([default, _m(F16, True, 900, 26.2)])
+    assert chosen == DEFAULT
+    # Reading only 5 % faster (noise): the default stays.
+    chosen, _ = decide([default, _m(F16, True, 1220, 21.0)])
+    assert chosen == DEFAULT
+
+
 def test_calibration_picks_an_exact_pair_over_a_faster_inexact_one(tiny_model_path: Path, calibrating: Path) -> None:
     """f16 K and V made inexact on purpose: without Hearth's batch-invariant flash attention
     (``GGML_CPU_FA_BATCH_INVARIANT=0``, in a process of its own: llama.cpp reads it once) they
