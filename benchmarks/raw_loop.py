@@ -35,7 +35,7 @@ def raw_decode_throughput(
     ``llama_decode`` of N rows. EOG is ignored.
 
     NOTE: flash attention, the KV layout (one stream per sequence) and the KV cell types
-    (q8_0 K, f16 V) are set explicitly to Hearth's defaults (``ModelConfig``; see there for why), so
+    (q8_0 K, f16 V unless the caller passes the pair Hearth resolved: B1 does) are set explicitly, so
     both sides of B1 run the same kernels and B1 compares loops, not settings. What the
     settings themselves cost is the KV scenario's business.
 

@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 from app.engine import Model
 from app.engine.events import Event, TokenId
+from app.engine.llama.kv_calibration import resolve
 from app.engine.llama.kv_checks import PROMPTS
 from benchmarks.common import Result, config, engine_at, median, progress
 from benchmarks.raw_loop import raw_decode_throughput
@@ -38,6 +39,13 @@ def hearth_decode_throughput(model: Model, n_streams: int, n_tokens: int = 64) -
     return counted / (end - start), counted
 
 
+def _cells(path: str) -> tuple[str, str]:
+    """The KV cell types Hearth's "auto" gives this model here, for the raw loop too: B1
+    compares loops, not cell types (the KV scenario compares those)."""
+    choice = resolve(path, background=False)
+    return choice.type_k, choice.type_v
+
+
 B1_ROUNDS = 9
 """Paired rounds per N. Five gave per-round ratios of 0.78–1.81 on a quiet machine (the rate
 moved by 2 × between neighbouring runs), so a 3 % goal needs the median of more."""
@@ -51,6 +59,7 @@ def b1_decode(path: str, rounds: int = B1_ROUNDS) -> Result:
         ["N", "raw tok/s", "Hearth tok/s", "ratio", "Hearth tokens counted"],
     )
     ratios = []
+    cells = _cells(path)
     with engine_at() as engine:
         model = engine.load_model("m", config(path, n_seq_max=8, n_batch=512, cache_enabled=False))
         hearth_decode_throughput(model, 2, 8)  # warm-up
@@ -65,9 +74,9 @@ def b1_decode(path: str, rounds: int = B1_ROUNDS) -> Result:
                 # the second of a pair favours neither side in the median.
                 if r % 2:
                     rate, counted = hearth_decode_throughput(model, n, 64)
-                    raw.append(raw_decode_throughput(path, n, 64, n_threads=2))
+                    raw.append(raw_decode_throughput(path, n, 64, n_threads=2, type_k=cells[0], type_v=cells[1]))
                 else:
-                    raw.append(raw_decode_throughput(path, n, 64, n_threads=2))
+                    raw.append(raw_decode_throughput(path, n, 64, n_threads=2, type_k=cells[0], type_v=cells[1]))
                     rate, counted = hearth_decode_throughput(model, n, 64)
                 ours.append(rate)
                 paired.append(rate / raw[-1])
@@ -122,6 +131,7 @@ def b1e_end_to_end(path: str, rounds: int = 5) -> Result:
         ["N", "raw tok/s", "Hearth tok/s", "ratio"],
     )
     ratios = []
+    cells = _cells(path)
     with engine_at() as engine:
         model = engine.load_model("m", config(path, n_seq_max=8, n_batch=512, policy=DESKTOP_POLICY))
         hearth_end_to_end(model, 2, 8)  # warm-up
@@ -131,7 +141,7 @@ def b1e_end_to_end(path: str, rounds: int = 5) -> Result:
             paired: list[float] = []
             for r in range(rounds):
                 progress(f"B1e N={n}: round {r + 1}/{rounds}")
-                raw.append(raw_decode_throughput(path, n, 64, n_threads=2, include_prefill=True))
+                raw.append(raw_decode_throughput(path, n, 64, n_threads=2, type_k=cells[0], type_v=cells[1], include_prefill=True))
                 ours.append(hearth_end_to_end(model, n, 64))
                 paired.append(ours[-1] / raw[-1])
             ratio = median(paired)

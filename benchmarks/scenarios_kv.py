@@ -16,18 +16,32 @@ figures are medians over the rounds. Then each setting's exactness checks
 (``app.engine.llama.kv_checks``): a setting is exact when every check is bit-identical, and
 "same KV as the default" when its logits and KV bytes equal the default's (only then may a
 cache filled under one serve the other without the setting in ``ctx_params_hash``).
+
+Last, the cold prefill a user waits for, against llama.cpp's own defaults
+(``cold_vs_llama_default``): a new 2,000-token prompt through Hearth's engine (the "auto"
+cells, the cache on, the first token on the caller's side) against the bare backend with
+llama.cpp's defaults — f16 K+V, flash attention, one unified KV stream, ``n_batch`` 2,048,
+its own kernels (the tiled K-quant matmul on, flash attention's shape-dependent paths) — in a
+process of its own, reading the same tokens. Goal: Hearth ≤ 1.15 × llama.cpp.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from app.engine.backend import DecodeOp, PrefillOp
 from app.engine.llama.kv_calibration import resolve
 from app.engine.llama.kv_checks import CHECKS, PROMPTS, run_checks
 from app.engine.llama.llama_backend import LlamaBackend
-from benchmarks.common import N_THREADS, Result, median, progress
+from app.engine.llama.weight_kernels import FA_ENV, TILED_ENV
+from benchmarks.common import N_THREADS, Result, config, engine_at, median, progress
+from benchmarks.scenarios_cache import first_token_ms
 
 DEFAULT = "FA on · ubatch 512 (default)"
 SETTINGS: list[tuple[str, dict[str, Any]]] = [
@@ -49,6 +63,10 @@ SETTINGS: list[tuple[str, dict[str, Any]]] = [
 ]
 DECODE_TICKS = 32
 FASTER_BY = 0.05
+COLD_TOKENS = 2000
+COLD_GOAL = 1.15
+LLAMA_DEFAULT = "llama.cpp's defaults: f16 K+V · FA auto · unified KV · n_batch 2048 (bare)"
+HEARTH_COLD = "Hearth, cold: \"auto\" cells, engine and cache (first token)"
 TIMED = ["prefill 512", "prefill 2000", "decode N=1", "decode 4 x 700"]
 
 
@@ -129,11 +147,73 @@ def kv_settings(path: str, rounds: int = 2, only: list[str] | None = None, n_thr
         res.figures[name] = {"median": med, "runs": runs[name], "checks": {c: list(got[c]) for c in CHECKS},
                              "chunkings that differ": got["chunkings that differ"], "fingerprint": got["fingerprint"]}
     auto = resolve(path, background=False)
-    res.met, verdict = _verdict(res.rows, AUTO_ROWS.get((auto.type_k, auto.type_v), DEFAULT))
+    met, verdict = _verdict(res.rows, AUTO_ROWS.get((auto.type_k, auto.type_v), DEFAULT))
+    cold = cold_vs_llama_default(path, rounds, n_threads)
+    res.figures["cold prefill vs llama.cpp default"] = cold
+    res.rows.append([LLAMA_DEFAULT, "—", round(median(cold["llama_default_ms"]), 1), "—", "—", "—",
+                     "no", "—", "—", "shape-dependent paths"])
+    res.rows.append([HEARTH_COLD, "—", round(median(cold["hearth_ms"]), 1), "—", "—",
+                     f"{cold['ratio']:.3f} × llama.cpp", "yes", "—", "—", "—"])
+    res.met = met and cold["met"]
     res.note = (f"{rounds} rounds, settings alternated (order reversed every other round); "
                 f"n_threads {n_threads}, n_batch 512, prefill chunk = n_ubatch; SmolLM2 weights. "
-                f"Hearth's \"auto\" KV cells here: {auto.why}. {verdict}")
+                f"Hearth's \"auto\" KV cells here: {auto.type_k} K / {auto.type_v} V, {auto.why}. {verdict} "
+                f"Cold prefill of {COLD_TOKENS} new tokens through Hearth: {cold['ratio']:.3f} × llama.cpp's "
+                f"default bare prefill (goal ≤ {COLD_GOAL}; medians of {rounds}).")
     return res
+
+
+_LLAMA_DEFAULT_CHILD = r"""
+import json, sys, time
+from app.engine.backend import PrefillOp
+from app.engine.llama.llama_backend import LlamaBackend
+path, threads = sys.argv[1], int(sys.argv[2])
+prompts = json.loads(sys.stdin.read())
+with LlamaBackend(path, n_ctx_per_seq=4096, n_seq_max=1, n_batch=2048, n_ubatch=512, n_threads=threads,
+                  type_k="f16", type_v="f16", flash_attn=True, kv_unified=True) as b:
+    out = []
+    for p in prompts:
+        b.seq_rm(0)
+        t0 = time.perf_counter()
+        b.step([PrefillOp(0, tuple(p), 0, True)])
+        out.append((time.perf_counter() - t0) * 1000)
+print(json.dumps(out))
+"""
+
+
+def _llama_default_ms(path: str, prompts: list[list[int]], n_threads: int) -> list[float]:
+    """Bare prefills under llama.cpp's own defaults, in a child: Hearth's switches
+    (batch-invariant flash attention, no tiled K-quant matmul) are read once per process."""
+    env = {**os.environ, FA_ENV: "0", TILED_ENV: "1"}
+    out = subprocess.run([sys.executable, "-c", _LLAMA_DEFAULT_CHILD, path, str(n_threads)], input=json.dumps(prompts),
+                         env=env, capture_output=True, text=True, timeout=1800,
+                         cwd=Path(__file__).resolve().parents[1])
+    if out.returncode != 0:
+        raise RuntimeError(f"llama.cpp default prefill failed: {out.stderr[-1500:]}")
+    return [float(x) for x in json.loads(out.stdout.strip().splitlines()[-1])]
+
+
+def cold_vs_llama_default(path: str, rounds: int = 2, n_threads: int = N_THREADS) -> dict[str, Any]:
+    """Hearth's cold TTFT of a new ``COLD_TOKENS``-token prompt against llama.cpp's default
+    bare prefill of the same tokens, alternated over ``rounds``; a new prompt every round so
+    that nothing is in Hearth's cache."""
+    hearth: list[float] = []
+    llama: list[float] = []
+    with engine_at() as engine:
+        model = engine.load_model("m", config(path, n_seq_max=1, n_threads=n_threads))
+        text = " ".join(PROMPTS) * 40
+        prompts = [model.tokenize(f"Round {r}: {text}")[:COLD_TOKENS] for r in range(rounds)]
+        for r, prompt in enumerate(prompts):
+            progress(f"KV cold prefill round {r + 1}/{rounds}")
+            if r % 2:
+                hearth.append(first_token_ms(model, prompt, response_tokens=1)[0])
+                llama += _llama_default_ms(path, [prompt], n_threads)
+            else:
+                llama += _llama_default_ms(path, [prompt], n_threads)
+                hearth.append(first_token_ms(model, prompt, response_tokens=1)[0])
+    ratio = median(hearth) / median(llama)
+    return {"hearth_ms": hearth, "llama_default_ms": llama, "ratio": ratio, "met": ratio <= COLD_GOAL,
+            "tokens": COLD_TOKENS}
 
 
 AUTO_ROWS = {("q8_0", "f16"): DEFAULT, ("q8_0", "q8_0"): "FA on · q8_0 K+V · ubatch 512",

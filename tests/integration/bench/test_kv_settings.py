@@ -7,15 +7,21 @@ from __future__ import annotations
 from pathlib import Path
 
 from benchmarks import scenarios_kv
-from benchmarks.scenarios_kv import DEFAULT, kv_settings
+from benchmarks.scenarios_kv import DEFAULT, HEARTH_COLD, LLAMA_DEFAULT, kv_settings
 
 
 def test_the_kv_table_times_and_checks_each_setting(tiny_model_path: Path, monkeypatch) -> None:
     monkeypatch.setattr(scenarios_kv, "DECODE_TICKS", 4)
+    monkeypatch.setattr(scenarios_kv, "COLD_TOKENS", 300)
     res = kv_settings(str(tiny_model_path), rounds=1, only=["FA off · ubatch 128"], n_threads=1)
     rows = {row[0]: row for row in res.rows}
-    assert list(rows) == [DEFAULT, "FA off · ubatch 128"]
-    for name, row in rows.items():
+    assert list(rows) == [DEFAULT, "FA off · ubatch 128", LLAMA_DEFAULT, HEARTH_COLD]
+    # The cold prefill through Hearth against llama.cpp's defaults (a child process): both timed.
+    cold = res.figures["cold prefill vs llama.cpp default"]
+    assert len(cold["hearth_ms"]) == len(cold["llama_default_ms"]) == 1
+    assert min(cold["hearth_ms"] + cold["llama_default_ms"]) > 0 and cold["ratio"] > 0
+    assert cold["tokens"] == 300 and f"{cold['ratio']:.3f} × llama.cpp" in rows[HEARTH_COLD][5]
+    for name, row in list(rows.items())[:2]:
         assert all(isinstance(v, float) and v > 0 for v in row[1:5]), row
         assert row[6] in ("yes", "no") and row[7] in ("yes", "no")
         assert len(res.figures[name]["runs"]) == 1
