@@ -36,6 +36,7 @@ import numpy as np
 
 from tests.helpers.tiny_model import (
     ASSETS_DIR,
+    WEIGHT_FILE_TYPES,
     add_weight,
     atomic_write,
     finish,
@@ -58,18 +59,20 @@ Array = np.ndarray[Any, Any]
 
 
 class _Weights:
-    """Random tensors from one seed, written as Q8_0 when they are 2-D weights."""
+    """Random tensors from one seed, written as Q8_0 (or ``qtype``) when they are 2-D weights."""
 
-    def __init__(self, writer: gguf.GGUFWriter, seed: int) -> None:
+    def __init__(self, writer: gguf.GGUFWriter, seed: int,
+                 qtype: gguf.GGMLQuantizationType = gguf.GGMLQuantizationType.Q8_0) -> None:
         self.w = writer
         self.rng = np.random.default_rng(seed)
+        self.qtype = qtype
 
     def normal(self, std: float, *shape: int) -> Array:
         return (self.rng.standard_normal(shape) * std).astype(np.float32)
 
     def matrix(self, name: str, n_out: int, n_in: int, gain: float = 1.0) -> None:
         """A weight of ggml shape ``[n_in, n_out]`` at unit gain (std 1/sqrt(n_in)), Q8_0."""
-        add_weight(self.w, name, self.normal(gain / np.sqrt(n_in), n_out, n_in))
+        add_weight(self.w, name, self.normal(gain / np.sqrt(n_in), n_out, n_in), self.qtype)
 
     def f32(self, name: str, data: Array) -> None:
         self.w.add_tensor(name, np.ascontiguousarray(data, dtype=np.float32))
@@ -80,10 +83,10 @@ class _Weights:
     def embedding(self, n_vocab: int) -> None:
         # Small embedding, so the blocks dominate the residual (see tiny_model's NOTE);
         # tied to the output head (no output.weight).
-        add_weight(self.w, "token_embd.weight", self.normal(0.02, n_vocab, N_EMBD))
+        add_weight(self.w, "token_embd.weight", self.normal(0.02, n_vocab, N_EMBD), self.qtype)
 
 
-def _header(w: gguf.GGUFWriter, name: str, n_layer: int, n_vocab: int, tok: dict[str, Any]) -> None:
+def _header(w: gguf.GGUFWriter, t: _Weights, name: str, n_layer: int, n_vocab: int, tok: dict[str, Any]) -> None:
     w.add_name(f"hearth-tiny-{name}")
     w.add_type("model")
     w.add_context_length(2048)
@@ -91,7 +94,7 @@ def _header(w: gguf.GGUFWriter, name: str, n_layer: int, n_vocab: int, tok: dict
     w.add_block_count(n_layer)
     w.add_vocab_size(n_vocab)
     w.add_layer_norm_rms_eps(1e-5)
-    w.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0)
+    w.add_file_type(WEIGHT_FILE_TYPES[t.qtype])
     w.add_quantization_version(gguf.GGML_QUANT_VERSION)
     write_tokenizer(w, tok, None)
 
@@ -116,7 +119,7 @@ def _write_mamba2(w: gguf.GGUFWriter, t: _Weights, n_vocab: int, tok: dict[str, 
     n_layer, d_inner, d_state, n_group, d_conv, n_heads = 2, 128, 16, 1, 4, 2
     conv_dim = d_inner + 2 * n_group * d_state
     d_in_proj = d_inner + conv_dim + n_heads
-    _header(w, "mamba2", n_layer, n_vocab, tok)
+    _header(w, t, "mamba2", n_layer, n_vocab, tok)
     w.add_feed_forward_length(0)
     w.add_head_count(0)
     w.add_ssm_conv_kernel(d_conv)
@@ -143,7 +146,7 @@ def _write_mamba2(w: gguf.GGUFWriter, t: _Weights, n_vocab: int, tok: dict[str, 
 def _write_lfm2(w: gguf.GGUFWriter, t: _Weights, n_vocab: int, tok: dict[str, Any]) -> None:
     n_head, n_head_kv, head_dim, l_cache = 2, 1, 32, 3
     kinds = ("conv", "attn", "conv")
-    _header(w, "lfm2", len(kinds), n_vocab, tok)
+    _header(w, t, "lfm2", len(kinds), n_vocab, tok)
     w.add_feed_forward_length(N_FF)
     w.add_head_count(n_head)
     w.add_head_count_kv([n_head_kv if k == "attn" else 0 for k in kinds])
@@ -165,7 +168,7 @@ def _write_lfm2(w: gguf.GGUFWriter, t: _Weights, n_vocab: int, tok: dict[str, An
 
 def _write_gemma3(w: gguf.GGUFWriter, t: _Weights, n_vocab: int, tok: dict[str, Any]) -> None:
     n_layer, n_head, n_head_kv, head_dim = 2, 2, 1, 32
-    _header(w, "gemma3", n_layer, n_vocab, tok)
+    _header(w, t, "gemma3", n_layer, n_vocab, tok)
     w.add_feed_forward_length(N_FF)
     w.add_head_count(n_head)
     w.add_head_count_kv(n_head_kv)
@@ -192,8 +195,15 @@ _WRITERS: dict[str, Callable[[gguf.GGUFWriter, _Weights, int, dict[str, Any]], N
 }
 
 
-def write_tiny_family(path: Path, family: str, *, tokenizer_source: Path | None = None) -> Path:
-    """Write the tiny ``family`` GGUF to ``path`` (bytes depend only on the arguments)."""
+def write_tiny_family(
+    path: Path,
+    family: str,
+    *,
+    tokenizer_source: Path | None = None,
+    weights: gguf.GGMLQuantizationType = gguf.GGMLQuantizationType.Q8_0,
+) -> Path:
+    """Write the tiny ``family`` GGUF to ``path`` (bytes depend only on the arguments); its
+    2-D weights of type ``weights`` (Q8_0, F16 or BF16)."""
     if family not in _WRITERS:
         raise ValueError(f"unknown family {family!r}; one of {', '.join(FAMILIES)}")
     tok = read_tokenizer(tokenizer_source or smollm2_gguf_path())
@@ -201,18 +211,20 @@ def write_tiny_family(path: Path, family: str, *, tokenizer_source: Path | None 
 
     def write(tmp: Path) -> None:
         w = gguf.GGUFWriter(tmp, family)
-        _WRITERS[family](w, _Weights(w, FAMILY_SEEDS[family]), n_vocab, tok)
+        _WRITERS[family](w, _Weights(w, FAMILY_SEEDS[family], weights), n_vocab, tok)
         finish(w)
 
     return atomic_write(Path(path), write)
 
 
-def ensure_tiny_family(family: str, directory: Path | str | None = None) -> Path:
-    """The tiny ``family`` GGUF, generated once into ``directory`` (default ``tests/.assets``)."""
+def ensure_tiny_family(family: str, directory: Path | str | None = None, weights: str = "Q8_0") -> Path:
+    """The tiny ``family`` GGUF, generated once into ``directory`` (default ``tests/.assets``),
+    its 2-D weights of type ``weights`` ("Q8_0", "F16" or "BF16")."""
     target = Path(directory) if directory is not None else ASSETS_DIR
-    path = target / f"tiny-{family}-f{FAMILIES_VERSION}.gguf"
+    kind = "" if weights == "Q8_0" else f"-{weights.lower()}"
+    path = target / f"tiny-{family}{kind}-f{FAMILIES_VERSION}.gguf"
     if not path.is_file():
-        write_tiny_family(path, family)
+        write_tiny_family(path, family, weights=gguf.GGMLQuantizationType[weights])
     return path
 
 

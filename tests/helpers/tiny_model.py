@@ -190,16 +190,31 @@ def normal_init(seed: int) -> Callable[..., np.ndarray[Any, Any]]:
     return normal
 
 
-def add_weight(writer: gguf.GGUFWriter, name: str, values: np.ndarray[Any, Any]) -> None:
-    """A 2-D weight (numpy shape ``[n_out, n_in]``) stored as Q8_0, as quantized models are.
+WEIGHT_FILE_TYPES = {
+    gguf.GGMLQuantizationType.Q8_0: gguf.LlamaFileType.MOSTLY_Q8_0,
+    gguf.GGMLQuantizationType.F16: gguf.LlamaFileType.MOSTLY_F16,
+    gguf.GGMLQuantizationType.BF16: gguf.LlamaFileType.MOSTLY_BF16,
+}
+"""The types ``add_weight`` writes, and the GGUF file type of a model made of them."""
+
+
+def add_weight(
+    writer: gguf.GGUFWriter,
+    name: str,
+    values: np.ndarray[Any, Any],
+    qtype: gguf.GGMLQuantizationType = gguf.GGMLQuantizationType.Q8_0,
+) -> None:
+    """A 2-D weight (numpy shape ``[n_out, n_in]``) stored as Q8_0, as quantized models are
+    (or as f16 / bf16, for the float weight-type models of tests/helpers/weight_types.py).
 
     ``n_in`` must be a multiple of 32 (Q8_0's block); a weight that is not is refused rather
     than silently written as f32, whose matmuls are not batch-invariant (see the module note).
     """
+    if qtype not in WEIGHT_FILE_TYPES:
+        raise ValueError(f"{name}: weights are written as {', '.join(t.name for t in WEIGHT_FILE_TYPES)}")
     if values.ndim != 2 or values.shape[1] % 32:
-        raise ValueError(f"{name}: a Q8_0 weight needs 2 dims and rows of a multiple of 32, got {values.shape}")
-    q8 = gguf.quants.quantize(values, gguf.GGMLQuantizationType.Q8_0)
-    writer.add_tensor(name, q8, raw_dtype=gguf.GGMLQuantizationType.Q8_0)
+        raise ValueError(f"{name}: a weight needs 2 dims and rows of a multiple of 32, got {values.shape}")
+    writer.add_tensor(name, gguf.quants.quantize(values, qtype), raw_dtype=qtype)
 
 
 def add_norm(writer: gguf.GGUFWriter, name: str, values: np.ndarray[Any, Any]) -> None:
@@ -214,8 +229,10 @@ def write_tiny_model(
     seed: int = TINY_SEED,
     chat_template: str | None = None,
     tokenizer_source: Path | None = None,
+    weights: gguf.GGMLQuantizationType = gguf.GGMLQuantizationType.Q8_0,
 ) -> Path:
-    """Write the tiny llama GGUF to ``path`` (bytes depend only on the arguments)."""
+    """Write the tiny llama GGUF to ``path`` (bytes depend only on the arguments); its 2-D
+    weights are of type ``weights`` (``add_weight``)."""
     tok = read_tokenizer(tokenizer_source or smollm2_gguf_path())
     n_vocab = len(tok["tokens"])
     normal = normal_init(seed)
@@ -236,26 +253,29 @@ def write_tiny_model(
         w.add_rope_freq_base(10000.0)
         w.add_layer_norm_rms_eps(1e-5)
         w.add_vocab_size(n_vocab)
-        w.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0)
+        w.add_file_type(WEIGHT_FILE_TYPES[weights])
         w.add_quantization_version(gguf.GGML_QUANT_VERSION)
         write_tokenizer(w, tok, chat_template)
 
+        def add(name: str, values: np.ndarray[Any, Any]) -> None:
+            add_weight(w, name, values, weights)
+
         # Tied embedding (no output.weight): llama.cpp reuses token_embd for the output head.
-        add_weight(w, "token_embd.weight", normal(0.02, n_vocab, s.n_embd))
+        add("token_embd.weight", normal(0.02, n_vocab, s.n_embd))
         # A larger final-norm gain spreads the logits so argmax is far from ties.
         add_norm(w, "output_norm.weight", np.full(s.n_embd, 4.0))
         gain_in = 1.0 / np.sqrt(s.n_embd)
         for i in range(s.n_layer):
             p = f"blk.{i}."
             add_norm(w, p + "attn_norm.weight", np.ones(s.n_embd))
-            add_weight(w, p + "attn_q.weight", normal(gain_in, s.n_embd, s.n_embd))
-            add_weight(w, p + "attn_k.weight", normal(gain_in, s.n_embd_kv, s.n_embd))
-            add_weight(w, p + "attn_v.weight", normal(gain_in, s.n_embd_kv, s.n_embd))
-            add_weight(w, p + "attn_output.weight", normal(gain_in, s.n_embd, s.n_embd))
+            add(p + "attn_q.weight", normal(gain_in, s.n_embd, s.n_embd))
+            add(p + "attn_k.weight", normal(gain_in, s.n_embd_kv, s.n_embd))
+            add(p + "attn_v.weight", normal(gain_in, s.n_embd_kv, s.n_embd))
+            add(p + "attn_output.weight", normal(gain_in, s.n_embd, s.n_embd))
             add_norm(w, p + "ffn_norm.weight", np.ones(s.n_embd))
-            add_weight(w, p + "ffn_gate.weight", normal(gain_in, s.n_ff, s.n_embd))
-            add_weight(w, p + "ffn_up.weight", normal(gain_in, s.n_ff, s.n_embd))
-            add_weight(w, p + "ffn_down.weight", normal(1.0 / np.sqrt(s.n_ff), s.n_embd, s.n_ff))
+            add(p + "ffn_gate.weight", normal(gain_in, s.n_ff, s.n_embd))
+            add(p + "ffn_up.weight", normal(gain_in, s.n_ff, s.n_embd))
+            add(p + "ffn_down.weight", normal(1.0 / np.sqrt(s.n_ff), s.n_embd, s.n_ff))
         finish(w)
 
     return atomic_write(Path(path), write)
