@@ -19,10 +19,20 @@ get the logits it would get alone. llama.cpp's CPU kernels for some weight types
   them: their repacked kernels were exact in every split and batch tried
   (tests/integration/backend/test_exact_weight_types.py).
 
-NOTE: float weights (f32, f16, bf16) are not row-independent yet: their matmuls give a
-token's K/V projections other low bits in a multi-row ubatch (a tiny bf16 model fails the
-batched-vs-alone tests with an f16 V cache), and there is no switch that avoids it. Quantized
-models, which are what users download, are covered.
+- **Float weights** (f16, bf16, f32): ggml-cpu multiplies them with llamafile's tinyBLAS
+  when a ubatch has two rows or more, and with ``vec_dot`` for one row (a decode step, a
+  prompt's last token read alone, the output layer of one logits row); the two sum a dot
+  product in other orders, so a prompt read whole and the same prompt ending one token a tick
+  give other logits (SmolLM2 as f16 or bf16: up to 0.07). Hearth's llama.cpp build
+  (packaging/llama-cpp/patches/05-float-mm-batch-invariant.patch) adds ``MM_ENV``: one-row
+  float matmuls take tinyBLAS too, as a gemv that reads the weight rows one after another,
+  each sum in the order of the multi-row tiles. The other exact choice is ``vec_dot`` for every
+  ubatch (llamafile's sgemm off).
+  NOTE: measured 2026-12-06 on an AMD EPYC (2 vCPUs, AVX-512 with BF16), SmolLM2-135M as f16,
+  CPU time, 1 thread: the switch costs nothing measurable (prefill of 512 tokens 1.07-1.11 s
+  with and without it, decode 11.2-11.4 ms a token both ways); ``vec_dot`` for every ubatch
+  costs 1.85 x prefill (2.0 s) for the same decode. So: tinyBLAS for every ubatch. Process-wide
+  (read once by llama.cpp); quantized weights keep their own kernels.
 
 A model's choice is part of its context key (``KernelChoice.cache_key``), so KV computed with
 other kernels is never served to it.
@@ -48,6 +58,10 @@ FA_ENV = "GGML_CPU_FA_BATCH_INVARIANT"
 """Hearth's llama.cpp build (packaging/llama-cpp/patches/04-fa-batch-invariant.patch): every
 flash-attention ubatch with f16 (or f32) K and V takes the tiled path, so a row's result does
 not depend on the rows beside it (docs/design.md, "Flash attention that ignores the batch")."""
+MM_ENV = "GGML_CPU_MM_BATCH_INVARIANT"
+"""Hearth's llama.cpp build (packaging/llama-cpp/patches/05-float-mm-batch-invariant.patch):
+f16, bf16 and f32 weight matmuls take llamafile's tinyBLAS for one-row ubatches too, so a row's
+result does not depend on how many rows share its ubatch."""
 
 BATCH_DEPENDENT = frozenset({
     "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K",
@@ -56,13 +70,18 @@ BATCH_DEPENDENT = frozenset({
 })
 """Weight types whose tiled or repacked CPU kernels depend on the number of rows in a ubatch."""
 
+FLOAT_MATMUL = frozenset({"F16", "BF16"})
+"""Float weight types whose matmuls are row-independent only with ``MM_ENV`` (f32 is too, but
+every model holds f32 norms, so f32 alone does not say that a model multiplies by f32)."""
+
 
 def set_process_kernels() -> None:
-    """Keep the tiled K-quant matmul off and flash attention batch-invariant in this process
-    unless the environment says otherwise (before llama.cpp's first matmul and attention,
-    which read them once)."""
+    """Keep the tiled K-quant matmul off, and flash attention and float matmuls
+    batch-invariant, in this process unless the environment says otherwise (before llama.cpp's
+    first matmul and attention, which read them once)."""
     os.environ.setdefault(TILED_ENV, "0")
     os.environ.setdefault(FA_ENV, "1")
+    os.environ.setdefault(MM_ENV, "1")
 
 
 def fa_batch_invariant() -> bool:
@@ -70,6 +89,15 @@ def fa_batch_invariant() -> bool:
     unset, ``set_process_kernels`` will ask for it before llama.cpp's first use)."""
     try:
         return int(os.environ.get(FA_ENV, "1")) != 0
+    except ValueError:
+        return False
+
+
+def mm_batch_invariant() -> bool:
+    """Whether this process asks llama.cpp for batch-invariant float matmuls (``MM_ENV``;
+    unset, ``set_process_kernels`` will ask for them before llama.cpp's first use)."""
+    try:
+        return int(os.environ.get(MM_ENV, "1")) != 0
     except ValueError:
         return False
 
@@ -91,6 +119,8 @@ class KernelChoice:
     """The weight types of the model's tensors, most common first."""
     batch_dependent: tuple[str, ...]
     """Those of them in ``BATCH_DEPENDENT``."""
+    float_weights: tuple[str, ...] = ()
+    """Those of them in ``FLOAT_MATMUL``."""
 
     @property
     def extra_bufts(self) -> bool:
@@ -98,17 +128,22 @@ class KernelChoice:
 
     def cache_key(self) -> dict[str, Any] | None:
         """What goes into the context key (None for models whose kernels never vary)."""
-        if not self.batch_dependent:
-            return None
-        return {"weights": "batch_dependent", "extra_bufts": False, "tiled_mm": tiled_setting()}
+        key: dict[str, Any] = {}
+        if self.batch_dependent:
+            key.update(weights="batch_dependent", extra_bufts=False, tiled_mm=tiled_setting())
+        if self.float_weights:
+            key["float_mm"] = "batch_invariant" if mm_batch_invariant() else "by_shape"
+        return key or None
 
     def describe(self) -> str:
-        if not self.batch_dependent:
-            return "llama.cpp's default kernels (exact for these weight types)"
-        return (
-            f"row-independent kernels for {', '.join(self.batch_dependent)} weights "
-            f"(tiled matmul {tiled_setting()}, no repacked weights)"
-        )
+        parts = []
+        if self.batch_dependent:
+            parts.append(f"row-independent kernels for {', '.join(self.batch_dependent)} weights "
+                         f"(tiled matmul {tiled_setting()}, no repacked weights)")
+        if self.float_weights:
+            how = "tinyBLAS for every ubatch" if mm_batch_invariant() else "llama.cpp's choice by ubatch size, not exact"
+            parts.append(f"{', '.join(self.float_weights)} matmuls: {how}")
+        return "; ".join(parts) or "llama.cpp's default kernels (exact for these weight types)"
 
 
 class GgufInitParams(ctypes.Structure):
@@ -198,7 +233,8 @@ def weight_types(path: str) -> Counter[str]:
 def choose(path: str) -> KernelChoice:
     types = weight_types(path)
     ordered = tuple(name for name, _ in types.most_common())
-    choice = KernelChoice(ordered, tuple(t for t in ordered if t in BATCH_DEPENDENT))
-    if choice.batch_dependent:
+    choice = KernelChoice(ordered, tuple(t for t in ordered if t in BATCH_DEPENDENT),
+                          tuple(t for t in ordered if t in FLOAT_MATMUL))
+    if choice.batch_dependent or choice.float_weights:
         log.info("%s: %s", path, choice.describe())
     return choice

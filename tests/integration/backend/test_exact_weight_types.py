@@ -5,7 +5,9 @@ one token a tick, or read ahead on other threads, gives bit-identical logits (an
 
 The SmolLM2 requantizations reach the batch-dependent kernels (tests/helpers/weight_types.py):
 with llama.cpp's defaults (``GGML_CPU_TILED_MM=1``, repacked weights on) these tests fail for
-them on the machine they were written on; under Hearth's choice they pass."""
+them on the machine they were written on; under Hearth's choice they pass. So do the tiny f16
+and bf16 models with llama.cpp's float matmuls as they come (``GGML_CPU_MM_BATCH_INVARIANT=0``,
+test_float_mm_batch_invariant.py)."""
 
 from __future__ import annotations
 
@@ -47,18 +49,25 @@ def any_model_path(model_path: str) -> str:
 
 def test_k_quant_models_get_row_independent_kernels(model_path: str) -> None:
     """The choice itself: K-quant models load without repacked weights, with the tiled matmul
-    off, and their context key says so; the other types keep llama.cpp's defaults."""
+    off, f16/bf16 models with batch-invariant float matmuls, and their context key says so;
+    the other types keep llama.cpp's defaults."""
     with LlamaBackend(model_path, n_ctx_per_seq=256, n_seq_max=1, n_batch=64, n_threads=1) as backend:
         kernels = backend.kernels
         k_quant = any(t.endswith("_K") for t in kernels.weight_types)
+        floats = [t for t in kernels.weight_types if t in ("F16", "BF16")]
         assert bool(kernels.batch_dependent) == k_quant, kernels
+        assert kernels.float_weights == tuple(floats), kernels
         assert kernels.extra_bufts == (not k_quant)
         defaults = ctx_params_hash(backend.type_k, backend.type_v, True)
         if k_quant:
             assert kernels.cache_key() == {"weights": "batch_dependent", "extra_bufts": False, "tiled_mm": "off"}
             assert "row-independent kernels" in backend.info.extra["weight_kernels"]
-            # KV computed with llama.cpp's default kernels (an older cache) is never served.
-            assert backend.info.ctx_params_hash != defaults
+        elif floats:
+            assert kernels.cache_key() == {"float_mm": "batch_invariant"}
+            assert "matmuls: tinyBLAS for every ubatch" in backend.info.extra["weight_kernels"]
         else:
             assert kernels.cache_key() is None
             assert backend.info.ctx_params_hash == defaults
+        if k_quant or floats:
+            # KV computed with llama.cpp's default kernels (an older cache) is never served.
+            assert backend.info.ctx_params_hash != defaults
