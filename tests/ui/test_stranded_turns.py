@@ -118,7 +118,9 @@ def test_unloading_mid_reply_keeps_the_partial_reply(make_window, qtbot, data_di
     assert "reply so far is kept" in window.banner.text()
     screenshot(window, "stranded-partial-reply-kept")
 
-    # Loaded again: Continue goes on from the kept text (a new version beside it).
+    # Loaded again: Continue goes on from the kept text (a new version beside it); a short
+    # continuation shows that as well as a long one.
+    controller.update_settings(cid, sampling=TEST_SAMPLING)
     click_library(qtbot, window, path, "load")
     assert not window.banner.isVisible()
     widget = chat_view(window).message_widgets()[-1]
@@ -156,11 +158,11 @@ def test_no_second_user_turn_in_a_row_and_enter_while_streaming_says_why(
     qtbot.mouseClick(stop_button(window), LEFT)  # Stop; the draft stays
     wait_idle(qtbot, window, cid)
     assert "still being written" not in composer_words(window)
+    controller.update_settings(cid, sampling=TEST_SAMPLING)  # short replies from here on
     qtbot.keyClick(box, Qt.Key.Key_Return)  # now it is sent
     qtbot.waitUntil(lambda: box.toPlainText() == "", timeout=5_000)
     wait_idle(qtbot, window, cid)
     assert roles(window, cid) == ["user", "assistant", "user", "assistant"]
-    controller.update_settings(cid, sampling=TEST_SAMPLING)  # short replies from here on
 
     # Unloaded: a message is kept with its error card; a second one is refused, with a word.
     click_library(qtbot, window, path, "unload")

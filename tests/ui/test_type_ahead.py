@@ -411,8 +411,8 @@ def test_off_in_settings_and_never_for_a_cleared_draft(make_window, qtbot):
 
 
 def test_the_meter_reads_ahead_a_paste(make_window, qtbot, smollm2_or_tiny):
-    """The screenshot of the README (SmolLM2 when installed): a long paste read while the
-    question is typed, the meter's lighter part growing, then the reply line's words."""
+    """The screenshot of the README (SmolLM2 when screenshots are taken): a long paste read
+    while the question is typed, the meter's lighter part growing, then the reply line's words."""
     path, model_id, sampling = smollm2_or_tiny
     window = make_window(model_path=path, model_id=model_id, sampling=sampling,
                          model_options={"n_ctx": 4096, "n_seq_max": 2, "n_batch": 64})  # fmt: skip
