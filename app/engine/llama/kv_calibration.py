@@ -193,12 +193,21 @@ def _model_kind_of(path: str, size: int, mtime_ns: int) -> tuple[tuple[str, Any]
 
 
 def calibration_key(path: str) -> tuple[str, dict[str, Any]]:
-    """(key, the facts it digests): this CPU, this llama.cpp build and its flash-attention
-    switch (f16 K+V is exact only with it), this kind of model."""
-    from app.engine.llama.weight_kernels import fa_batch_invariant
+    """(key, the facts it digests): this CPU, this llama.cpp build and the kernel switches this
+    process runs it with (f16 K+V is exact only with batch-invariant flash attention, float
+    weights only with batch-invariant matmuls, K-quants only with the tiled matmul off), this
+    kind of model."""
+    from app.engine.llama.weight_kernels import (
+        fa_batch_invariant,
+        mm_batch_invariant,
+        set_process_kernels,
+        tiled_setting,
+    )
 
+    set_process_kernels()  # the switches llama.cpp will run with here (set before its first use)
     facts = {"format": FORMAT, "cpu": native_probe.cpu_identity(), "build": native_probe.build_identity(),
-             "fa_batch_invariant": fa_batch_invariant(), "model": _model_kind(path)}
+             "fa_batch_invariant": fa_batch_invariant(), "mm_batch_invariant": mm_batch_invariant(),
+             "tiled_mm": tiled_setting(), "model": _model_kind(path)}
     digest = hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:24]
     return digest, facts
 

@@ -18,7 +18,7 @@ import pytest
 from app.cache.policy import CachePolicy
 from app.engine import Engine, ModelConfig
 from app.engine.events import TokenId
-from app.engine.llama import kv_calibration, native_probe
+from app.engine.llama import kv_calibration, native_probe, weight_kernels
 from app.engine.llama.kv_calibration import DEFAULT, Candidate, Measured, decide
 from app.engine.llama.weight_kernels import FA_ENV
 
@@ -129,6 +129,13 @@ def test_a_new_cpu_or_build_calibrates_again(tiny_model_path: Path, calibrating:
     assert started == [path, path]
     monkeypatch.setattr(native_probe, "cpu_identity", real_cpu)
     assert kv_calibration.lookup(path) is not None  # the first machine's result is still there
+
+    # Other kernel switches (what is exact depends on them): another calibration too.
+    for env in (weight_kernels.FA_ENV, weight_kernels.MM_ENV, weight_kernels.TILED_ENV):
+        with monkeypatch.context() as m:
+            m.setenv(env, "1" if env == weight_kernels.TILED_ENV else "0")
+            assert kv_calibration.lookup(path) is None, env
+    assert kv_calibration.lookup(path) is not None
 
 
 def test_a_first_load_calibrates_in_a_child_and_the_next_load_uses_its_choice(
