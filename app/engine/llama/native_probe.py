@@ -37,6 +37,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from app.engine.errors import EngineError
+from app.engine.llama.libs import lib_dir
 
 log = logging.getLogger(__name__)
 
@@ -129,12 +130,6 @@ def signal_name(returncode: int) -> str:
     except ValueError:
         return f"signal {-returncode}"
     return f"{sig.name} ({signal.strsignal(sig) or sig.name})".replace("Illegal instruction", "illegal instruction")
-
-
-def lib_dir() -> Path:
-    import llama_cpp
-
-    return Path(llama_cpp.__file__).resolve().parent / "lib"
 
 
 def cpu_identity() -> str:

@@ -153,7 +153,7 @@ class GgufInitParams(ctypes.Structure):
 @functools.cache
 def ggml_base() -> Any:
     """llama.cpp's ggml-base library (already loaded with libllama), its GGUF reader typed."""
-    from app.engine.llama.native_probe import lib_dir
+    from app.engine.llama.libs import lib_dir
 
     lib: Any = ctypes.CDLL(str(lib_dir() / "libggml-base.so"))
     lib.gguf_init_from_file.argtypes = [ctypes.c_char_p, GgufInitParams]

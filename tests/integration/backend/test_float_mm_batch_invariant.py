@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
+from app.engine.llama.libs import lib_dir
 from app.engine.llama.native_log import init_llama
-from app.engine.llama.native_probe import lib_dir
 from app.engine.llama.weight_kernels import MM_ENV, mm_batch_invariant
 from tests.helpers.tiny_families import FAMILIES, ensure_tiny_family
 from tests.helpers.weight_types import FLOAT_TYPES, ensure_weight_type_model
