@@ -39,7 +39,7 @@ from app.engine.backend import DecodeOp, PrefillOp
 from app.engine.llama.kv_calibration import resolve
 from app.engine.llama.kv_checks import CHECKS, PROMPTS, run_checks
 from app.engine.llama.llama_backend import LlamaBackend
-from app.engine.llama.weight_kernels import FA_ENV, TILED_ENV
+from app.engine.llama.weight_kernels import FA_ENV, MM_ENV, TILED_ENV
 from benchmarks.common import N_THREADS, Result, config, engine_at, median, progress
 from benchmarks.scenarios_cache import first_token_ms
 
@@ -147,13 +147,15 @@ def kv_settings(path: str, rounds: int = 2, only: list[str] | None = None, n_thr
         res.figures[name] = {"median": med, "runs": runs[name], "checks": {c: list(got[c]) for c in CHECKS},
                              "chunkings that differ": got["chunkings that differ"], "fingerprint": got["fingerprint"]}
     auto = resolve(path, background=False)
-    met, verdict = _verdict(res.rows, AUTO_ROWS.get((auto.type_k, auto.type_v), DEFAULT))
+    auto_row = AUTO_ROWS.get((auto.type_k, auto.type_v), DEFAULT)
+    met, verdict = _verdict(res.rows, auto_row)
+    auto_exact = next((row[6] for row in res.rows if row[0] == auto_row), "not measured")
     cold = cold_vs_llama_default(path, rounds, n_threads)
     res.figures["cold prefill vs llama.cpp default"] = cold
     res.rows.append([LLAMA_DEFAULT, "—", round(median(cold["llama_default_ms"]), 1), "—", "—", "—",
                      "no", "—", "—", "shape-dependent paths"])
     res.rows.append([HEARTH_COLD, "—", round(median(cold["hearth_ms"]), 1), "—", "—",
-                     f"{cold['ratio']:.3f} × llama.cpp", "yes", "—", "—", "—"])
+                     f"{cold['ratio']:.3f} × llama.cpp", auto_exact, "—", "—", "—"])
     res.met = met and cold["met"]
     res.note = (f"{rounds} rounds, settings alternated (order reversed every other round); "
                 f"n_threads {n_threads}, n_batch 512, prefill chunk = n_ubatch; SmolLM2 weights. "
@@ -183,8 +185,9 @@ print(json.dumps(out))
 
 def _llama_default_ms(path: str, prompts: list[list[int]], n_threads: int) -> list[float]:
     """Bare prefills under llama.cpp's own defaults, in a child: Hearth's switches
-    (batch-invariant flash attention, no tiled K-quant matmul) are read once per process."""
-    env = {**os.environ, FA_ENV: "0", TILED_ENV: "1"}
+    (batch-invariant flash attention and float matmuls, no tiled K-quant matmul) are read once
+    per process."""
+    env = {**os.environ, FA_ENV: "0", MM_ENV: "0", TILED_ENV: "1"}
     out = subprocess.run([sys.executable, "-c", _LLAMA_DEFAULT_CHILD, path, str(n_threads)], input=json.dumps(prompts),
                          env=env, capture_output=True, text=True, timeout=1800,
                          cwd=Path(__file__).resolve().parents[1])

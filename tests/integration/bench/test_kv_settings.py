@@ -21,6 +21,7 @@ def test_the_kv_table_times_and_checks_each_setting(tiny_model_path: Path, monke
     assert len(cold["hearth_ms"]) == len(cold["llama_default_ms"]) == 1
     assert min(cold["hearth_ms"] + cold["llama_default_ms"]) > 0 and cold["ratio"] > 0
     assert cold["tokens"] == 300 and f"{cold['ratio']:.3f} × llama.cpp" in rows[HEARTH_COLD][5]
+    assert rows[HEARTH_COLD][6] == rows[DEFAULT][6] == "yes"  # the exactness of the pair Hearth uses (calibration off)
     for name, row in list(rows.items())[:2]:
         assert all(isinstance(v, float) and v > 0 for v in row[1:5]), row
         assert row[6] in ("yes", "no") and row[7] in ("yes", "no")
