@@ -3,10 +3,11 @@
 Hearth's KV is exact by construction for cell-type pairs that keep llama.cpp's CPU flash
 attention on its one-chunk path (``ModelConfig.type_v`` says why): K and V not both f16 (or
 both f32); and, with Hearth's patched build, for f16 K+V too, whose flash attention then takes
-one tiled path for every ubatch. Several pairs qualify, and which is fastest depends on the CPU: on an AMD EPYC
-(AVX2, or AVX-512 without FP16) q8_0 K + f16 V reads prompts fastest; on an Intel Xeon with
-AVX-512 FP16/BF16 the same pair read a 1,500-token prompt in 23.0 s against 12.9 s for q8_0 K
-+ q8_0 V. So a model whose config says ``type_k = type_v = "auto"`` (the default) gets what a
+one tiled path for every ubatch. Several pairs qualify, and which is fastest depends on the CPU
+and the build: on an AMD EPYC (AVX-512 without FP16) q8_0 K + f16 V read prompts fastest until
+the tiled path decoded cheaply, and f16 K+V now reads them 1.2 x faster at about the same
+decode tick; on an Intel Xeon with AVX-512 FP16/BF16, q8_0 K + f16 V read a 1,500-token prompt
+in 23.0 s against 12.9 s for q8_0 K + q8_0 V. So a model whose config says ``type_k = type_v = "auto"`` (the default) gets what a
 **calibration** found on this machine:
 
 - each candidate pair (``CANDIDATES``) is loaded on the model and checked for exactness on
