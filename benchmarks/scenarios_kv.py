@@ -166,20 +166,14 @@ def kv_settings(path: str, rounds: int = 2, only: list[str] | None = None, n_thr
 
 
 _LLAMA_DEFAULT_CHILD = r"""
-import json, sys, time
-from app.engine.backend import PrefillOp
+import json, sys
 from app.engine.llama.llama_backend import LlamaBackend
+from benchmarks.scenarios_kv import _prefill_ms
 path, threads = sys.argv[1], int(sys.argv[2])
 prompts = json.loads(sys.stdin.read())
 with LlamaBackend(path, n_ctx_per_seq=4096, n_seq_max=1, n_batch=2048, n_ubatch=512, n_threads=threads,
                   type_k="f16", type_v="f16", flash_attn=True, kv_unified=True) as b:
-    out = []
-    for p in prompts:
-        b.seq_rm(0)
-        t0 = time.perf_counter()
-        b.step([PrefillOp(0, tuple(p), 0, True)])
-        out.append((time.perf_counter() - t0) * 1000)
-print(json.dumps(out))
+    print(json.dumps([_prefill_ms(b, p, len(p)) for p in prompts]))  # each prompt in one step
 """
 
 
