@@ -1,16 +1,23 @@
-"""The bridge between one loaded model and the widgets.
+"""The bridge between one loaded model and the widgets: a thread and a coalescer.
 
 A :class:`_BridgeWorker` lives in its own ``QThread`` per model and is the only UI-side code
-that calls the model's native side: it renders the chat template (choosing the conversation's
-view under its overflow policy, ``app.conversation``), decides between ``continue_session``
-and ``infer``, counts tokens for the composer, and hands the engine an ``on_event`` callback.
-That callback runs on the engine's scheduler thread, so it only appends to a locked buffer; a
-frame timer in the worker thread drains the buffers every ~16 ms and emits one frozen
-:class:`StreamUpdate` per request, which reaches the GUI thread as a queued signal (a token
-that comes a frame or more after the last drain, or a reply's first, is drained at once). The
-GUI thread therefore sees about 60 small updates per second per request at most and never
-waits on the engine. ``EngineBridge.shutdown`` stops the worker (waiting for the call it is in) before the
-model may be unloaded: no native call can follow the model's free.
+that calls the model's native side. What a request sends is decided by the model's
+:class:`app.conversation.turns.Turns` (the view under the chat's overflow policy, the
+template, the sticky session, type-ahead's reads), called on this thread; the worker starts
+the stream (``continue_session``, ``infer`` or ``read_ahead``), counts tokens for the
+composer, and hands the engine an ``on_event`` callback. That callback runs on the engine's
+scheduler thread, so it only appends to a locked buffer; a frame timer in the worker thread
+drains the buffers every ~16 ms and emits one frozen :class:`StreamUpdate` per request, which
+reaches the GUI thread as a queued signal (a token that comes a frame or more after the last
+drain, or a reply's first, is drained at once). The GUI thread therefore sees about 60 small
+updates per second per request at most.
+
+The GUI thread waits on the engine in one place: ``EngineBridge.submit``, when the model runs
+nothing else, waits until the engine starts reading the request's prompt, at most
+``READING_WAIT_S`` (15 ms), and then keeps off the core it reads on (``gui_affinity``) until
+the request's first update. Nothing else here blocks the GUI thread but ``shutdown``, which
+stops the worker (waiting for the call it is in) before the model may be unloaded: no native
+call can follow the model's free.
 """
 
 from __future__ import annotations
@@ -27,11 +34,9 @@ from PySide6.QtCore import QCoreApplication, QMetaObject, QObject, Qt, QThread, 
 
 from app import latency
 from app.cache.prefix import common_prefix_len
-from app.conversation.prompt import PromptBuilder
-from app.conversation.type_ahead import margin_of, probe_of, readable_prefix, with_draft
-from app.conversation.window import SUMMARY_OPENING, Budget, Turn, WindowPlan
-from app.engine.chat import continuation_suffix
-from app.engine.config import Markers, request_threads
+from app.conversation.turns import DEFAULT_REPLY_TOKENS, TRIMS, ReadPlan, SendPlan, Turns
+from app.conversation.window import SUMMARY_OPENING
+from app.engine.config import request_threads
 from app.engine.errors import EngineError
 from app.engine.events import (
     Done,
@@ -47,7 +52,6 @@ from app.engine.events import (
 )
 from app.server.grammar import TOOL_CLOSE, TOOL_OPEN
 from app.storage import ReplyStats
-from app.tools.prompt import ToolShape, forced_grammar, tool_mode_for
 from app.ui import gui_affinity
 from app.ui.bridge_records import (
     GenerationRequest,
@@ -79,10 +83,6 @@ KEEP_OFF_MAX_MS = 5000
 """How long the GUI thread keeps off the core where a request's reading started, at most,
 when no update of it comes sooner (``gui_affinity``; the first one ends it)."""
 STATUS_MS = 500
-DEFAULT_REPLY_TOKENS = 64
-TRIMS = ("attention", "sliding_window")
-"""Memory kinds whose live seq drops a tail cheaply (``MemoryCaps``): a recurrent state reads a
-changed tail again from a checkpoint, so it gets no whole reads."""
 
 
 class ReadingStarted(threading.Event):
@@ -148,26 +148,9 @@ class _BridgeWorker(QObject):
         self._live: dict[str, _Live] = {}
         self._awaited: dict[str, ReadingStarted] = {}
         """Request id → what the GUI thread waits on until the engine reads it (``submit``)."""
-        # NOTE: what each sticky session holds, so a follow-up turn sends only its suffix.
-        self._held: dict[str, SessionState] = {}
         self._reading: dict[str, _Reading] = {}  # session id → its latest read-ahead
-        # NOTE: sessions whose seq may hold read-ahead tokens past what ``_held`` says: their
-        # next turn is sent whole (``infer`` finds the common prefix), never as a suffix.
-        self._read_into: set[str] = set()
-        self._latest_read: dict[str, int] = {}
-        """Session id → the generation of its newest read-ahead asked for (-1: its message was
-        sent since), written by the GUI thread under ``_lock``: an older ask still queued here
-        is dropped unread (rendering it would delay the message behind it)."""
-        self._empty: dict[str, tuple[object, list[int]]] = {}
-        """Session id → (view, its rendering with an empty draft): the same on every read of
-        one draft, rendered once."""
-        self._last_view: dict[str, tuple[object, WindowPlan, list[int], bool]] = {}
-        """Session id → (view, its plan, its prompt, merge_summary learnt) of the newest draft
-        read ahead: the message sent as it was read is not rendered again (``_submit``)."""
-        self._pieces: dict[int, str] = {}
-        self._trims = model.model_info().memory in TRIMS
-        """Its memory drops a tail (a whole read's changed last word) with a cheap ``seq_rm``."""
-        self._merge_summary = False  # learnt per model: its template wants one system message
+        self.turns = Turns(model, model_id, self._n_ctx, trims=model.model_info().memory in TRIMS)
+        """What each request sends, and what each chat's sequence holds (``app.conversation``)."""
         self._frame = QTimer(self)
         self._frame.setInterval(FRAME_MS)
         self._frame.timeout.connect(self._flush)
@@ -265,97 +248,30 @@ class _BridgeWorker(QObject):
         self.update_ready.emit(StreamUpdate(request_id, error=text, error_code=code))
 
     def _submit(self, request: GenerationRequest) -> None:
-        params = dict(request.params)
-        max_tokens = _int(params.get("response_tokens"), DEFAULT_REPLY_TOKENS)
-        budget = Budget.for_reply(self._n_ctx, max_tokens)
-        read = self._last_view.pop(request.session_id, None)
-        if read is not None and not request.continue_reply and read[0] == self._view(request, request.messages, max_tokens):
-            # NOTE: the message as type-ahead last read it (its plan and prompt are the same):
-            # not rendered and tokenized again, so the engine has it sooner (B11: 1.5-7 ms of
-            # this thread, the GUI thread redrawing the chat at the same time).
-            _view, plan, full, self._merge_summary = read
-            self._tools(request, params)  # a forced call's grammar
-            report = self._report(request, plan, budget)
-            self._start_stream(request, full, params, report)
+        plan = self.turns.send(request)
+        if not plan.prompt:
+            self.update_ready.emit(StreamUpdate(request.request_id, window=plan.report))
             return
-        builder = PromptBuilder(
-            self._model,
-            request.system,
-            request.messages,
-            continue_reply=request.continue_reply,
-            merge_summary=self._merge_summary,
-            shape=self._tools(request, params),
-        )
-        plan = builder.plan(request.window, budget, request.policy)
-        if plan.kind == "summarise" and not request.allow_summarise:
-            plan = WindowPlan("cut", plan.start, "", builder.count(plan.start, ""))
-        self._merge_summary = builder.merge_summary
-        report = self._report(request, plan, budget)
-        if not plan.can_send:
-            self.update_ready.emit(StreamUpdate(request.request_id, window=report))
-            return
-        full = builder.tokens(plan.start, plan.summary)
-        self._start_stream(request, full, params, report)
+        self._start_stream(request, plan)
 
-    def _tools(self, request: GenerationRequest, params: dict[str, object]) -> ToolShape | None:
-        """A chat that offers tools (``app.tools``): how its prompt renders them, as the server
-        does (native when the template renders ``tools``, else generic), and, when the chat
-        forces a call, the grammar that makes the reply one (unless the chat has its own)."""
-        if not request.tools:
-            return None
-        backend = getattr(self._model, "backend", None)
-        mode = tool_mode_for(getattr(getattr(backend, "info", None), "chat_template", None))
-        if request.tool_choice == "required" and "grammar" not in params:
-            markers = getattr(getattr(self._model, "config", None), "tool_call_markers", None)
-            pair = (markers.open, markers.close) if isinstance(markers, Markers) else None
-            params["grammar"] = forced_grammar(request.tools, mode, pair)
-        return ToolShape(request.tools, mode)
-
-    def _view(self, request: GenerationRequest, turns: tuple[Turn, ...], max_tokens: int) -> object:
-        """What a request's plan and prompt follow from: its turns (the last one's id aside: a
-        draft has none yet), system prompt, window, policy and reply budget."""
-        *head, last = turns
-        return (tuple(head), last.role, last.content, request.system, request.window, request.policy, max_tokens,
-                self._merge_summary, request.tools, request.tool_choice)  # fmt: skip
-
-    def _start_stream(
-        self,
-        request: GenerationRequest,
-        full: list[int],
-        params: dict[str, object],
-        report: WindowReport,
-    ) -> None:
-        sid = request.session_id
-        pinned = self._held.pop(sid, None)
-        held = pinned or request.session
-        if held is not None and held.model_id != self._model_id:
-            held = None
-        suffix = (
-            continuation_suffix(full, held.tokens, self._piece, ended_with_eog=held.ended_with_eog)
-            if held is not None
-            else None
-        )
-        prompt = full if held is None or not suffix else held.tokens + suffix
-        live = self._add_live(_Live(request.request_id, sid, prompt, "infer", report))
-        callback = self._callback(request.request_id)
-        reading = partial(self._engine_reads, request.request_id)
+    def _start_stream(self, request: GenerationRequest, plan: SendPlan) -> None:
+        sid, rid = request.session_id, request.request_id
+        live = self._add_live(_Live(rid, sid, plan.prompt, "infer", plan.report))
+        callback = self._callback(rid)
+        reading = partial(self._engine_reads, rid)
         stream = None
         with self._lock:
             self._reading.pop(sid, None)  # the engine ends it: this request takes its seq
-        read_ahead = sid in self._read_into
-        self._read_into.discard(sid)
-        if pinned is not None and suffix and not read_ahead:
+        if plan.suffix is not None:
             try:
                 stream = self._model.continue_session(
-                    suffix, session_id=sid, on_event=callback, on_reading=reading, **params
+                    plan.suffix, session_id=sid, on_event=callback, on_reading=reading, **plan.params
                 )
                 live.path = "continue_session"
             except EngineError as exc:  # the session was evicted or ended meanwhile
                 log.info("continue_session(%s) refused (%s); sending the full prompt", sid, exc)
         if stream is None:
-            # NOTE: ``prompt`` is token-for-token what the engine saved for this session when
-            # we know it, so after a restart (or an eviction) it restores from the cache.
-            stream = self._model.infer(prompt, session_id=sid, on_event=callback, on_reading=reading, **params)
+            stream = self._model.infer(plan.prompt, session_id=sid, on_event=callback, on_reading=reading, **plan.params)
         live.stream = stream
         self._start_frames()
 
@@ -375,63 +291,26 @@ class _BridgeWorker(QObject):
             log.exception("read-ahead of %s failed", sid)
             self._skip(ask, f"internal error ({type(exc).__name__})")
 
-    def note_read(self, session_id: str, generation: int) -> None:
-        """Any thread (the GUI's, before it queues the ask or the message)."""
-        with self._lock:
-            self._latest_read[session_id] = generation
-
     def _read_ahead(self, ask: ReadAheadRequest) -> None:
-        request, draft = ask.request, ask.draft.strip()  # as ``ChatController.send`` sends it
-        sid = request.session_id
-        with self._lock:
-            stale = self._latest_read.get(sid, ask.generation) != ask.generation
-        if stale:
+        plan = self.turns.read(ask)
+        if plan is None:
             return  # a newer draft is asked for, or the message was sent: nothing to say
-        if not draft and not ask.documents:
-            self._skip(ask, "empty")
+        if not plan.tokens:
+            self._skip(ask, plan.skipped)
             return
+        self._start_read(ask, plan)
 
-        def render(text: str, start: int, summary: str) -> list[int]:
-            turns = with_draft(request.messages, text)
-            builder = PromptBuilder(self._model, request.system, turns, merge_summary=self._merge_summary,
-                                    shape=self._tools(request, {}))  # fmt: skip
-            return self._session_prompt(sid, request.session, builder.tokens(start, summary))
-
-        turns = with_draft(request.messages, draft)
-        builder = PromptBuilder(self._model, request.system, turns, merge_summary=self._merge_summary,
-                                shape=self._tools(request, {}))  # fmt: skip
-        max_tokens = _int(dict(request.params).get("response_tokens"), DEFAULT_REPLY_TOKENS)
-        plan = builder.plan(request.window, Budget.for_reply(self._n_ctx, max_tokens), request.policy)
-        if plan.kind not in ("fits", "cut"):
-            # A view to summarise first reads what the summary says, not known yet; a view
-            # that cannot be sent is not read either.
-            self._skip(ask, plan.kind)
-            return
-        full = builder.tokens(plan.start, plan.summary)
-        self._last_view[sid] = (self._view(request, turns, max_tokens), plan, full, builder.merge_summary)
-        prompt = self._session_prompt(sid, request.session, full)
-        whole = ask.whole and self._trims
-        probed = render(probe_of(ask.draft, whole), plan.start, plan.summary)
-        tokens = readable_prefix(prompt, probed, margin_of(ask.draft, whole))
-        held = self._held.get(sid) or request.session
-        view = (request.messages, request.system, held, plan.start, plan.summary, self._merge_summary)
-        empty = self._empty.get(sid)
-        if empty is None or empty[0] != view:
-            empty = (view, render("", plan.start, plan.summary))
-            self._empty[sid] = empty
-        draft_start = common_prefix_len(prompt, empty[1])
-        if not tokens:
-            self._skip(ask, "short")
-            return
+    def _start_read(self, ask: ReadAheadRequest, plan: ReadPlan) -> None:
+        sid, tokens = ask.request.session_id, plan.tokens
         with self._lock:  # ``cancelled`` is set under it on the scheduler's thread
             old = self._reading.get(sid)
-            same = old is not None and old.tokens == tuple(tokens) and not old.cancelled
+            same = old is not None and old.tokens == tokens and not old.cancelled
             if same and old is not None:
                 old.generation, old.dirty = ask.generation, True  # read, or being read, already
         if same:
             self._start_frames()
             return
-        reading = _Reading(sid, ask.generation, tuple(tokens), draft_start)
+        reading = _Reading(sid, ask.generation, tokens, plan.draft_start)
         with self._lock:
             if old is not None and not old.cancelled:
                 # What the older draft's read put in the chat's sequence stays there for this
@@ -439,18 +318,8 @@ class _BridgeWorker(QObject):
                 # ("Reading the prompt… 0 / 819" flashed when the user typed after a paste).
                 reading.held = min(old.held, common_prefix_len(old.tokens, tokens))
             self._reading[sid] = reading
-        self._read_into.add(sid)
-        reading.stream = self._model.read_ahead(tokens, session_id=sid, on_event=self._read_callback(reading))
+        reading.stream = self._model.read_ahead(list(tokens), session_id=sid, on_event=self._read_callback(reading))
         self._start_frames()
-
-    def _session_prompt(self, sid: str, stored: SessionState | None, full: list[int]) -> list[int]:
-        """``full`` as the turn's request will send it (``_start_stream``): what the session
-        holds, token for token, then the rest."""
-        held = self._held.get(sid) or stored
-        if held is None or held.model_id != self._model_id:
-            return full
-        suffix = continuation_suffix(full, held.tokens, self._piece, ended_with_eog=held.ended_with_eog)
-        return full if not suffix else [*held.tokens, *suffix]
 
     def _read_callback(self, reading: _Reading) -> Callable[[Event], None]:
         def on_event(event: Event) -> None:  # scheduler thread: note only
@@ -477,12 +346,7 @@ class _BridgeWorker(QObject):
             reading.stream.cancel()
 
     def _summarise(self, request: SummaryRequest) -> None:
-        params = dict(request.params)
-        builder = PromptBuilder(self._model, "", request.turns)
-        budget = Budget.for_reply(self._n_ctx, DEFAULT_REPLY_TOKENS)
-        prompt = builder.summary_prompt(request.turns, request.previous, budget.limit)
-        params["response_tokens"] = budget.summary_tokens
-        params["temperature"] = 0.0  # a summary keeps to what was said: no sampling
+        prompt, params = self.turns.summary(request)
         live = self._add_live(_Live(request.request_id, None, prompt, "summary"))
         # The prompt ends with the summary's first words; the summary is them + the reply.
         self.update_ready.emit(StreamUpdate(request.request_id, text=SUMMARY_OPENING))
@@ -490,16 +354,6 @@ class _BridgeWorker(QObject):
             prompt, on_event=self._callback(request.request_id), on_reading=None, **params
         )
         self._start_frames()
-
-    def _report(self, request: GenerationRequest, plan: WindowPlan, budget: Budget) -> WindowReport:
-        turns = request.messages
-        start_id = turns[plan.start].id if plan.start > 0 else None
-        ids = tuple(t.id for t in turns[plan.summarise_from : plan.start])
-        if plan.kind != "summarise":
-            ids = ()
-        return WindowReport(
-            plan.kind, start_id, plan.summary, plan.num_tokens, budget.n_ctx, budget.limit, ids
-        )
 
     def _add_live(self, live: _Live) -> _Live:
         with self._lock:
@@ -509,14 +363,6 @@ class _BridgeWorker(QObject):
     def _start_frames(self) -> None:
         if not self._frame.isActive():
             self._frame.start()
-
-    def _piece(self, token: int) -> str:
-        piece = self._pieces.get(token)
-        if piece is None:
-            piece = self._model.detokenize([token])
-            if len(self._pieces) < 200_000:
-                self._pieces[token] = piece
-        return piece
 
     def _callback(self, request_id: str) -> Callable[[Event], None]:
         def on_event(event: Event) -> None:  # scheduler thread: append only
@@ -551,11 +397,8 @@ class _BridgeWorker(QObject):
 
     @Slot(str)
     def end_session(self, session_id: str) -> None:
-        self._held.pop(session_id, None)
-        self._empty.pop(session_id, None)
-        self._last_view.pop(session_id, None)
+        self.turns.end_session(session_id)
         self.stop_read_ahead(session_id)
-        self._read_into.discard(session_id)
         try:
             self._model.end_session(session_id)
         except EngineError as exc:  # no such session, or the model is closing
@@ -658,7 +501,7 @@ class _BridgeWorker(QObject):
             elif isinstance(ev, Done):
                 live.finished = True
                 done = reply_stats(ev.stats)
-                session = self._remember_session(live, ev.stats)
+                session = self.turns.remember(live.session_id, live.prompt, live.generated, ev.stats)
             elif isinstance(ev, Error):
                 live.finished = True
                 error, code = ev.reason, ev.code
@@ -678,22 +521,6 @@ class _BridgeWorker(QObject):
             window,
             live.oldest_at,
         )
-
-    def _remember_session(self, live: _Live, stats: Stats) -> SessionState | None:
-        if live.session_id is None:
-            return None
-        held = SessionState(
-            self._model_id,
-            tuple(live.prompt),
-            tuple(live.generated),
-            ended_with_eog=stats.finish_reason == "stop" and not stats.stop_sequence,
-        )
-        # NOTE: we only know exactly what the seq holds when the counts agree; otherwise the
-        # next turn sends the full prompt and the engine's own sticky check decides.
-        if stats.committed_tokens == len(held.tokens):
-            self._held[live.session_id] = held
-            return held
-        return None
 
     @Slot()
     def _poll_status(self) -> None:
@@ -736,10 +563,6 @@ def reply_stats(stats: Stats) -> ReplyStats:
         drafted_tokens=int(stats.drafted_tokens),
         accepted_tokens=int(stats.accepted_tokens),
     )
-
-
-def _int(value: object, default: int) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else default
 
 
 class EngineBridge(QObject):
@@ -797,7 +620,7 @@ class EngineBridge(QObject):
         end at its bound, 15 ms of GUI stall that buy nothing. (B6's stall while its four
         chats are created and sent, not in its goal, was 65.8 ms with the wait there and
         81.0 ms without, 44.1 ms at 04:11: that figure moves with the minute, not with this.)"""
-        self._worker.note_read(request.session_id, -1)  # reads still queued are moot
+        self._worker.turns.note_read(request.session_id, -1)  # reads still queued are moot
         reading = self._worker.expect_reading(request.request_id) if self._engine_idle() else None
         self._submit_requested.emit(request)
         if reading is not None:
@@ -833,7 +656,7 @@ class EngineBridge(QObject):
     def read_ahead(self, ask: ReadAheadRequest) -> None:
         """Type-ahead: read the chat's draft ahead (off the GUI thread, lowest priority)."""
         if not self.closed:
-            self._worker.note_read(ask.request.session_id, ask.generation)
+            self._worker.turns.note_read(ask.request.session_id, ask.generation)
             self._read_ahead_requested.emit(ask)
 
     def stop_read_ahead(self, session_id: str) -> None:
@@ -889,6 +712,7 @@ def qthread_starter(scheduler: _Runnable, name: str) -> SchedulerQThread:
 
 
 __all__ = [
+    "DEFAULT_REPLY_TOKENS",
     "EngineBridge",
     "GenerationRequest",
     "SessionState",

@@ -1,4 +1,5 @@
-"""The bridge worker's session bookkeeping, on the fake engine (byte-level tokens)."""
+"""The bridge as a thread and a coalescer, on the fake engine (byte-level tokens): turns that
+continue their session, errors and reads as updates, and the send's bounded wait."""
 
 from __future__ import annotations
 
@@ -7,9 +8,14 @@ from types import SimpleNamespace
 import pytest
 
 from app.conversation.window import Turn
-from app.engine.chat import continuation_suffix
 from app.engine.errors import EngineError
-from app.ui.bridge_records import GenerationRequest, ReadAheadRequest, SessionState, StreamUpdate
+from app.ui.bridge_records import (
+    GenerationRequest,
+    ReadAheadRequest,
+    ReadAheadUpdate,
+    SessionState,
+    StreamUpdate,
+)
 from app.ui.engine_bridge import EngineBridge, _BridgeWorker
 from tests.helpers.fake_engine import FakeEngine
 
@@ -26,35 +32,6 @@ def fake(tmp_path):
 
 def _tokens(text: str) -> list[int]:
     return list(text.encode())
-
-
-def _suffix(worker, full, held):
-    """What the bridge sends on a held session (app.engine.chat with the bridge's pieces)."""
-    return continuation_suffix(full, held.tokens, worker._piece, ended_with_eog=held.ended_with_eog)
-
-
-def test_suffix_when_the_new_prompt_extends_what_the_session_holds(qapp, fake):
-    engine, model = fake
-    worker = _BridgeWorker(model, "fake")
-    held = SessionState("fake", tuple(_tokens("<u>hi<a>")), tuple(_tokens("hello")), False)
-    assert _suffix(worker, _tokens("<u>hi<a>hello<e><u>more<a>"), held) == _tokens(
-        "<e><u>more<a>"
-    )
-
-
-def test_suffix_aligned_by_text_when_tokens_differ(qapp, fake):
-    engine, model = fake
-    worker = _BridgeWorker(model, "fake")
-    # The reply "hi" was sampled as one token (0x6869) but re-renders as two bytes; the
-    # last sampled token (EOG, 0) closes the turn and appears in the new prompt too.
-    held = SessionState("fake", tuple(_tokens("<a>")), (0x6869, 0), True)
-    model.detokenize = lambda ids: "".join(
-        "hi" if t == 0x6869 else "" if t == 0 else chr(t) for t in ids
-    )
-    full = _tokens("<a>hi") + [0] + _tokens("<u>next")
-    assert _suffix(worker, full, held) == _tokens("<u>next")
-    # A different reply text in the history: no safe suffix, the full prompt is sent.
-    assert _suffix(worker, _tokens("<a>ho") + [0], held) is None
 
 
 def test_turns_continue_the_session_and_resume_after_restart(qtbot, fake, tmp_path):
@@ -126,67 +103,24 @@ def test_each_update_says_when_its_oldest_event_reached_the_bridge(qtbot, fake):
     bridge.shutdown()
 
 
-def test_read_aheads_queued_behind_a_newer_draft_or_the_message_are_dropped_unread(qapp, fake):
-    """The GUI notes each ask (and the message) before it is queued: the worker renders and
-    reads only the newest draft, and nothing once the message is sent (B11's paste turn had
-    its message wait behind queued reads)."""
+def test_a_draft_is_read_ahead_through_the_bridge_and_reports_its_progress(qtbot, fake):
+    """What is read is ``app.conversation.turns``' to say (tests/unit/conversation/test_turns.py);
+    the bridge reads it and reports how far, and says why when nothing is read."""
     engine, model = fake
-    worker = _BridgeWorker(model, "fake")
+    bridge = EngineBridge(model, "fake")
+    updates: list[ReadAheadUpdate] = []
+    bridge.read_ahead_received.connect(updates.append)
     request = GenerationRequest("", "c", (), "")
-
-    def ask(draft: str, generation: int) -> None:
-        worker.note_read("c", generation)
-        worker.read_ahead(ReadAheadRequest(request, draft, generation))
-
-    worker.note_read("c", 2)
-    worker.read_ahead(ReadAheadRequest(request, "an older draft ", 1))  # gen 2 was asked since
-    worker.note_read("c", -1)  # ... and the message sent (EngineBridge.submit)
-    worker.read_ahead(ReadAheadRequest(request, "the newest draft ", 2))
-    assert [c for c in model.calls if c[0] == "read_ahead"] == []
-    ask("the next draft ", 3)  # a word just ended: read to its end, no margin
-    assert model.calls[-1] == ("read_ahead", len(_tokens("<|user|>the next draft")))
-    ask("the next draft is typ", 4)  # inside a word: two tokens left out (bytes: no merge)
-    assert model.calls[-1] == ("read_ahead", len(_tokens("<|user|>the next draft is typ")) - 2)
-
-
-def test_a_whole_read_takes_the_word_being_typed_too(qapp, fake):
-    engine, model = fake
-    worker = _BridgeWorker(model, "fake")
-    request = GenerationRequest("", "c", (), "")
-    worker.note_read("c", 1)
-    worker.read_ahead(ReadAheadRequest(request, "the next draft is typ", 1, whole=True))
-    assert model.calls[-1] == ("read_ahead", len(_tokens("<|user|>the next draft is typ")))  # not the "<|end|>"
-
-
-def test_the_message_as_last_read_is_not_rendered_again(qapp, fake):
-    """Enter with the draft type-ahead read last: the request's plan and prompt are the read's
-    (no template rendered, nothing tokenized on the way to the engine); another message is
-    rendered as usual. Either way the engine gets the message's whole prompt."""
-    engine, model = fake
-    worker = _BridgeWorker(model, "fake")
-    renders: list[object] = []
-    render = model.apply_chat_template
-    model.apply_chat_template = lambda request: renders.append(request) or render(request)
-    history = (Turn("u1", "user", "hi"), Turn("a1", "assistant", "hello"))
-    worker.note_read("c", 1)
-    worker.read_ahead(ReadAheadRequest(GenerationRequest("", "c", history, "be brief"), "and then?", 1, whole=True))
-    assert renders
-    renders.clear()
-    message = GenerationRequest("r1", "c", (*history, Turn("u2", "user", "and then?")), "be brief")
-    worker.submit(message)
-    assert renders == []
-    prompt = _tokens("<|system|>be brief<|end|>\n<|user|>hi<|end|>\n<|assistant|>hello<|end|>\n<|user|>and then?<|end|>\n<|assistant|>")
-    assert model.calls[-1] == ("infer", len(prompt))
-    streams = [worker._live["r1"].stream]
-    worker.note_read("c2", 1)
-    worker.read_ahead(ReadAheadRequest(GenerationRequest("", "c2", (), ""), "a draft", 1, whole=True))
-    renders.clear()
-    worker.submit(GenerationRequest("r2", "c2", (Turn("u3", "user", "a draft, edited"),), ""))
-    assert renders
-    assert model.calls[-1] == ("infer", len(_tokens("<|user|>a draft, edited<|end|>\n<|assistant|>")))
-    streams.append(worker._live["r2"].stream)
-    worker.stop()  # cancels both; the fake's threads end before the worker goes
-    assert all(stream.done.wait(10) for stream in streams)
+    bridge.read_ahead(ReadAheadRequest(request, "", 1))
+    qtbot.waitUntil(lambda: any(u.skipped for u in updates), timeout=10_000)
+    assert updates[-1] == ReadAheadUpdate("c", 1, finished=True, skipped="empty")
+    bridge.read_ahead(ReadAheadRequest(request, "the next draft ", 2))
+    qtbot.waitUntil(lambda: any(u.generation == 2 and u.finished for u in updates), timeout=10_000)
+    target = len(_tokens("<|user|>the next draft"))
+    assert ("read_ahead", target) in model.calls
+    last = [u for u in updates if u.generation == 2][-1]
+    assert (last.held, last.target, last.draft_start) == (target, target, len(_tokens("<|user|>")))
+    bridge.shutdown()
 
 
 def test_a_send_waits_until_the_engine_reads_its_prompt_or_will_not(qtbot, fake):
