@@ -264,6 +264,9 @@ class LlamaBackend(SeqKv, TickChecks, Embeddings):
         else:
             ptr, ctx, sample = smpl.ptr, self._ctx, llama_cpp.llama_sampler_sample
             sample_row = lambda i: int(sample(ptr, ctx, first + i))  # noqa: E731
+            if smpl.is_grammar_greedy:  # argmax first, the whole vocabulary only if refused (sampling)
+                whole, view = sample_row, self._logits_view
+                sample_row = lambda i: smpl.sample_greedy(view(first + i), lambda: whole(i))  # noqa: E731
         if not op.drafted:
             return (), sample_row(0)
         return verify(op.drafted, sample_row)
