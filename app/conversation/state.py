@@ -3,6 +3,9 @@ settings table: what the engine session holds, where the model's view starts (an
 summary), the overflow policy (with the app-wide default), and why the last reply failed
 (so a restart still shows it, with Retry).
 
+``ConversationState.next_turn`` reads, in one go, everything a chat's next request is made of
+(the chat, its branch, the system prompt with its documents, these records).
+
 Every function may raise ``StorageError`` (the environment's fault: locked, full, read-only
 database); callers decide how to show it.
 """
@@ -13,7 +16,8 @@ import logging
 from dataclasses import dataclass
 
 from app.conversation.window import OverflowPolicy, WindowState
-from app.storage import Storage, session_key
+from app.documents import system_with_documents
+from app.storage import Conversation, Message, Storage, session_key
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +88,25 @@ class ReplyFailure:
         return cls(message_id, text, bool(data.get("not_loaded")))
 
 
+@dataclass(frozen=True, slots=True)
+class NextTurn:
+    """One read of a chat: everything its next request is made of (``next_turn``)."""
+
+    conversation: Conversation
+    branch: tuple[Message, ...]
+    """The branch the request answers, root first (the active one, or up to a given leaf)."""
+    system: str
+    """The system prompt, then the chat's documents (``app.documents.layout``)."""
+    window: WindowState
+    policy: OverflowPolicy
+    session: SessionState | None
+
+    @property
+    def unanswered(self) -> bool:
+        """The branch ends with a user message (a second one in a row is not sent)."""
+        return bool(self.branch) and self.branch[-1].role == "user"
+
+
 def failure_key(conversation_id: str) -> str:
     return f"failure/{conversation_id}"
 
@@ -101,6 +124,14 @@ class ConversationState:
 
     def __init__(self, storage: Storage) -> None:
         self.storage = storage
+
+    def next_turn(self, cid: str, leaf_id: str | None = None) -> NextTurn:
+        """What the chat's next request is made of: the active branch, or the branch up to
+        ``leaf_id`` (a reply regenerated, continued, or an edit's new message)."""
+        conv = self.storage.get_conversation(cid)
+        branch = self.storage.path_to(leaf_id) if leaf_id else self.storage.active_branch(cid)
+        system = system_with_documents(conv.system_prompt, self.storage.documents(cid))
+        return NextTurn(conv, tuple(branch), system, self.window(cid), self.policy(cid), self.session(cid))
 
     def session(self, cid: str) -> SessionState | None:
         return SessionState.from_dict(self.storage.get_setting(session_key(cid)))

@@ -4,13 +4,13 @@ A model's bridge thread (``app.ui.engine_bridge``) keeps one ``Turns`` and asks 
 request, what to hand the engine; the bridge then only starts the stream and coalesces its
 events. ``Turns`` decides three things:
 
-- **the prompt** of a message (``send``): the view under the chat's overflow policy
+- **the prompt** of a message (``plan_send``): the view under the chat's overflow policy
   (``app.conversation.window``), rendered with the model's template and the chat's tools
   (``PromptBuilder``); the same for a summary's prompt (``summary``);
 - **the sticky session**: what each chat's sequence holds after its last reply (``remember``),
   so the next turn sends only its suffix (``continue_session``), or its whole prompt when a
   read ahead may have put more in the sequence (the engine then finds the common prefix);
-- **type-ahead** (``read``): the tokens a draft may read (``app.conversation.type_ahead``); an
+- **type-ahead** (``plan_read``): the tokens a draft may read (``app.conversation.type_ahead``); an
   ask that a newer draft or the message overtook is dropped unread (``note_read``); the chat
   without its draft is rendered once per view; the message sent as it was last read is not
   rendered again.
@@ -119,7 +119,7 @@ class Turns:
 
     # -- messages ------------------------------------------------------------------------------
 
-    def send(self, request: GenerationRequest) -> SendPlan:
+    def plan_send(self, request: GenerationRequest) -> SendPlan:
         """The prompt of ``request`` and how it reaches the engine (``SendPlan``)."""
         params = dict(request.params)
         max_tokens = reply_tokens(params)
@@ -214,7 +214,7 @@ class Turns:
         with self._lock:
             self._latest_read[session_id] = generation
 
-    def read(self, ask: ReadAheadRequest) -> ReadPlan | None:
+    def plan_read(self, ask: ReadAheadRequest) -> ReadPlan | None:
         """What to read ahead of ``ask``'s draft; None when a newer draft or the message was
         asked for since (nothing to say)."""
         request, draft = ask.request, ask.draft.strip()  # as ``ChatController.send`` sends it

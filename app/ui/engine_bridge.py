@@ -248,7 +248,7 @@ class _BridgeWorker(QObject):
         self.update_ready.emit(StreamUpdate(request_id, error=text, error_code=code))
 
     def _submit(self, request: GenerationRequest) -> None:
-        plan = self.turns.send(request)
+        plan = self.turns.plan_send(request)
         if not plan.prompt:
             self.update_ready.emit(StreamUpdate(request.request_id, window=plan.report))
             return
@@ -292,7 +292,7 @@ class _BridgeWorker(QObject):
             self._skip(ask, f"internal error ({type(exc).__name__})")
 
     def _read_ahead(self, ask: ReadAheadRequest) -> None:
-        plan = self.turns.read(ask)
+        plan = self.turns.plan_read(ask)
         if plan is None:
             return  # a newer draft is asked for, or the message was sent: nothing to say
         if not plan.tokens:

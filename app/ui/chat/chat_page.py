@@ -19,6 +19,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.conversation.state import NextTurn
 from app.conversation.window import OverflowPolicy
 from app.conversation.wording import prefill_words
 from app.remote.endpoint import is_remote_id
@@ -357,14 +358,14 @@ class ChatPage(QWidget):
             self._draft_tokens = (self._counting, n)  # the text last sent to be counted
             self._update_meter()
 
-    def _over_the_limit(self, cid: str, text: str) -> str:
+    def _over_the_limit(self, cid: str, turn: NextTurn, text: str) -> str:
         """Why ``text`` is not sent: under "stop at the limit", the chat's view and the draft
         (as the meter counts them, for this very text) need more than a prompt may use; ""
         when it may be sent (an uncounted draft is sent, and refused after with these words
         if it does not fit)."""
-        if self.controller.policy(cid) is not OverflowPolicy.STOP:
+        if turn.policy is not OverflowPolicy.STOP:
             return ""
-        use = self.controller.context_use(cid)
+        use = self.controller.context_use(cid, turn)
         counted, draft = self._draft_tokens
         if use is None or counted.strip() != text:
             return ""
@@ -400,15 +401,18 @@ class ChatPage(QWidget):
         cid = self.current_id or self.new_conversation()
         if cid is None:
             return
-        if self.controller.unanswered(cid):  # no second user turn in a row
+        turn = self.controller.read_turn(cid)  # the send's one read of the chat
+        if turn is None:
+            return
+        if turn.unanswered and not self.controller.is_busy(cid):  # no second user turn in a row
             self.composer.show_note(UNANSWERED_NOTE)
             return
-        over = self._over_the_limit(cid, text) or self.documents.too_big(cid)
+        over = self._over_the_limit(cid, turn, text) or self.documents.too_big(cid)
         if over:  # the meter is red: say so now rather than fail after sending
             self.composer.show_note(over)
             return
         self.type_ahead.sending(cid)
-        if self.controller.send(cid, text):
+        if self.controller.send(cid, text, turn):
             self.composer.input.clear()
 
     def _on_stop_requested(self) -> None:

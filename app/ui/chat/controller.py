@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import TypeVar
 
 from PySide6.QtCore import QObject, Signal
 
+from app.conversation.state import NextTurn
 from app.conversation.titles import distinct_title, title_from
 from app.conversation.window import OverflowPolicy, WindowState
 from app.remote.endpoint import is_remote_id
@@ -108,13 +109,6 @@ class ChatController(QObject):
         self.replies.restore_failure(cid, model_loaded=loaded)
         return self.failed.get(cid)
 
-    def unanswered(self, cid: str | None) -> bool:
-        """The branch ends with a user message that has no reply (and none is being written)."""
-        if not cid or self.is_busy(cid):
-            return False
-        branch = self.branch(cid)
-        return bool(branch) and branch[-1].role == "user"
-
     def _db(self, call: Callable[[], T], what: str = "") -> T | None:
         """Run a storage call; a database failure is shown and gives None."""
         try:
@@ -200,25 +194,24 @@ class ChatController(QObject):
         """Where the model's view of the conversation starts (for the divider)."""
         return self._db(lambda: self.replies.state.window(cid)) or WindowState()
 
-    def context_use(self, cid: str) -> ContextUse | None:
+    def context_use(self, cid: str, turn: NextTurn | None = None) -> ContextUse | None:
         """How full the model's view of the branch shown is: the last request's figures, or
         for another branch of the conversation (switched to since) that branch's own count
-        with the same context size and limit."""
+        with the same context size and limit. ``turn``: the chat as just read (``read_turn``),
+        not read again."""
         use = self.replies.context.get(cid)
         if use is None or not use.leaf_id or self.is_busy(cid):
             return use
-        conv = self.conversation(cid)
+        conv = turn.conversation if turn is not None else self.conversation(cid)
         leaf = conv.active_leaf_id if conv is not None else None
         if leaf is None or leaf == use.leaf_id:
             return use
-        return replace(use, used=self.last_context_tokens(cid), leaf_id=leaf)
+        branch = turn.branch if turn is not None else self.branch(cid)
+        return replace(use, used=_context_tokens(branch), leaf_id=leaf)
 
     def last_context_tokens(self, cid: str) -> int:
         """Tokens the model's view held after the branch's last reply (from its stats)."""
-        for msg in reversed(self.branch(cid)):
-            if msg.role == "assistant" and msg.stats is not None:
-                return msg.stats.prompt_tokens + msg.stats.completion_tokens
-        return 0
+        return _context_tokens(self.branch(cid))
 
     def title_of(self, cid: str) -> str | None:
         conv = self.conversation(cid)
@@ -363,42 +356,41 @@ class ChatController(QObject):
     def is_busy(self, cid: str) -> bool:
         return self.replies.is_busy(cid)
 
-    def send(self, cid: str, text: str) -> bool:
-        """Send ``text`` as the chat's next user message. False when nothing was sent (the
-        composer keeps the text): empty, the chat busy, or the database failing.
+    def read_turn(self, cid: str) -> NextTurn | None:
+        """The one read of a chat that a message sent now goes with (``send``); None when the
+        database failed (the error is shown)."""
+        return self._db(lambda: self.replies.state.next_turn(cid))
 
-        The request goes first and the message is stored while the engine reads
-        (``ReplyRunner.send``); when storing fails, the request is withdrawn: no reply is
-        kept for a message that is not."""
+    def send(self, cid: str, text: str, turn: NextTurn | None = None) -> bool:
+        """Send ``text`` as the chat's next user message, with ``turn`` (``read_turn``, read
+        now when not given). False when nothing was sent (the composer keeps the text):
+        empty, the chat busy, or the database failing.
+
+        One way: the request goes (``ReplyRunner.send``), the runner stores the message while
+        the engine reads; then the chat is named after its first message."""
         text = text.strip()
         if not text or self.is_busy(cid):
             return False
-        conv = self._db(lambda: self._conversation_for(cid, text))
-        if conv is None:
+        if self._db(lambda: check_text("the message text", text)) is None:
+            return False  # (before the engine or the database sees it)
+        turn = turn or self.read_turn(cid)
+        if turn is None:
             return False
-        self._adopt_default_model(conv)
+        turn = self._adopt_default_model(turn)
+        conv = turn.conversation
         message = Message(str(uuid.uuid4()), cid, conv.active_leaf_id, "user", text)
-        if not self.replies.send(cid, message):
+        stored = self.replies.send(turn, message)
+        if stored is None:
             return False
-
-        def add() -> Message:
-            user = self.storage.add_message(cid, message.parent_id, "user", text, message_id=message.id)
-            if conv.title == DEFAULT_TITLE and conv.active_leaf_id is None:
-                self.storage.rename_conversation(cid, self._new_title(cid, text))
+        entry = ConversationEntry(cid, conv.title, stored.created)
+        if conv.title == DEFAULT_TITLE and conv.active_leaf_id is None:
+            title = self._db(lambda: self._new_title(cid, text))
+            renamed = self._db(lambda: self.storage.rename_conversation(cid, title)) if title else None
+            if renamed is not None:
+                entry = _entry(renamed)
                 self.conversation_updated.emit(cid)
-            return user
-
-        if self._db(add, "Could not save the message") is None:
-            self.replies.withdraw(cid)
-            return False
-        self.replies.announce(cid)
-        self._upsert(cid)  # (after the request is on its way: the sidebar can wait)
+        self.catalog.upsert(entry)  # (after the request is on its way: the sidebar can wait)
         return True
-
-    def _conversation_for(self, cid: str, text: str) -> Conversation:
-        """The chat ``text`` is sent to, once ``text`` is known to be storable."""
-        check_text("the message text", text)  # before the engine or the database sees it
-        return self.storage.get_conversation(cid)
 
     def regenerate(self, cid: str, message_id: str | None = None) -> bool:
         """A new reply to the user message above ``message_id`` (or the active leaf)."""
@@ -475,15 +467,19 @@ class ChatController(QObject):
 
     def _start(self, cid: str, leaf_id: str, continue_of: Message | None = None) -> None:
         conv = self.conversation(cid)
-        if conv is not None:
-            self._adopt_default_model(conv)
+        if conv is not None and not conv.model_id and self.default_model_id:
+            model_id = self.default_model_id  # (as ``_adopt_default_model``)
+            self._db(lambda: self.storage.update_conversation(cid, model_id=model_id))
         self.replies.start(cid, leaf_id, continue_of=continue_of)
 
-    def _adopt_default_model(self, conv: Conversation) -> None:
-        if not conv.model_id and self.default_model_id:
-            # A chat made while no model was loaded replies with the one loaded now.
-            model_id = self.default_model_id
-            self._db(lambda: self.storage.update_conversation(conv.id, model_id=model_id))
+    def _adopt_default_model(self, turn: NextTurn) -> NextTurn:
+        """A chat made while no model was loaded replies with the one loaded now."""
+        conv = turn.conversation
+        if conv.model_id or not self.default_model_id:
+            return turn
+        model_id = self.default_model_id
+        updated = self._db(lambda: self.storage.update_conversation(conv.id, model_id=model_id))
+        return turn if updated is None else replace(turn, conversation=updated)
 
     def _new_title(self, cid: str, text: str) -> str:
         """``text``'s title, distinct from the other chats' in the sidebar (they would look
@@ -506,6 +502,14 @@ class ChatController(QObject):
     def _on_busy_changed(self, cid: str, busy: bool) -> None:
         self.catalog.set_busy(cid, busy)
         self.busy_changed.emit(cid, busy)
+
+
+def _context_tokens(branch: Sequence[Message]) -> int:
+    """Tokens the model's view held after ``branch``'s last reply (from its stats)."""
+    for msg in reversed(branch):
+        if msg.role == "assistant" and msg.stats is not None:
+            return msg.stats.prompt_tokens + msg.stats.completion_tokens
+    return 0
 
 
 def _entry(conv: Conversation) -> ConversationEntry:

@@ -17,9 +17,8 @@ from dataclasses import dataclass, replace
 
 from PySide6.QtCore import QObject, Signal
 
-from app.conversation.state import ConversationState, ReplyFailure, SessionState
+from app.conversation.state import ConversationState, NextTurn, ReplyFailure, SessionState
 from app.conversation.window import Turn, WindowState, check_summary, clean_summary
-from app.documents import system_with_documents
 from app.remote.endpoint import is_remote_id
 from app.storage import Message, ReplyStats, Storage, StorageError
 from app.ui.bridge_records import GenerationRequest, StreamUpdate, SummaryRequest, WindowReport
@@ -154,17 +153,17 @@ class ReplyRunner(QObject):
         ``continue_of`` go on writing that cut reply (``leaf_id`` is then its id)."""
         self.clear_failure(cid)
         try:
-            history = self.storage.path_to(leaf_id)
+            turn = self.state.next_turn(cid, leaf_id)
         except StorageError as exc:
             self.error_raised.emit(str(exc))
             return
-        if self._submit(cid, leaf_id, history, continue_of):
-            self.announce(cid)
+        if self._submit(turn, leaf_id, continue_of):
+            self._announce(cid)
 
-    def send(self, cid: str, message: Message) -> bool:
-        """Answer ``message``, a user message under the chat's active leaf that is NOT stored
-        yet: the caller stores it next, then ``announce``s the reply (or ``withdraw``s it when
-        storing failed). False when nothing was started (the database could not be read).
+    def send(self, turn: NextTurn, message: Message) -> Message | None:
+        """Answer ``message``, a new user message under ``turn``'s branch (read once, by the
+        caller), then store it; the message as stored. None when it could not be stored (the
+        error is shown, the request withdrawn: no reply is kept for a message that is not).
 
         NOTE: the request goes before the message is stored and the chat redrawn, so that the
         engine reads the prompt meanwhile. Traced at B11's typed turns (one llama.cpp thread,
@@ -172,22 +171,25 @@ class ReplyRunner(QObject):
         first (~6 ms of SQLAlchemy, the reads of the branch and settings, and the worker's
         wait for the GIL while the GUI thread redrew); 2.2-3.5 ms now, of Enter to paint's
         46-61 ms (the 6 tokens left to read take ~40 of them)."""
+        cid = message.conversation_id
         self.clear_failure(cid)
+        self._submit(replace(turn, branch=(*turn.branch, message)), message.id, None)
         try:
-            history = [*self.storage.active_branch(cid), message]
+            stored = self.storage.add_message(cid, message.parent_id, "user", message.content, message_id=message.id)
         except StorageError as exc:
-            self.error_raised.emit(str(exc))
-            return False
-        self._submit(cid, message.id, history, None)
-        return True
+            self._withdraw(cid)
+            self.error_raised.emit(f"Could not save the message: {exc}")
+            return None
+        self._announce(cid)
+        return stored
 
-    def announce(self, cid: str) -> None:
-        """The reply ``send`` started is on its way: the chat redraws, the others hear it."""
+    def _announce(self, cid: str) -> None:
+        """The reply is on its way: the chat redraws, the others hear it."""
         if cid in self._live:
             self.busy_changed.emit(cid, True)
         self.changed.emit(cid)
 
-    def withdraw(self, cid: str) -> None:
+    def _withdraw(self, cid: str) -> None:
         """The message ``send`` answered could not be stored: its request is cancelled and
         forgotten (no reply is kept for it), and so is a failure it recorded."""
         live = self._live.pop(cid, None)
@@ -198,34 +200,19 @@ class ReplyRunner(QObject):
                 bridge.cancel(live.request_id)
         self.clear_failure(cid)
 
-    def _submit(self, cid: str, leaf_id: str, history: list[Message], continue_of: Message | None) -> bool:
-        """The request for ``history`` (root first, ending at ``leaf_id``) to the chat's model;
-        False when the database could not say what to send (the error is shown)."""
-        try:
-            conv = self.storage.get_conversation(cid)
-            window = self.state.window(cid)
-            policy = self.state.policy(cid)
-            session = self.state.session(cid)
-            system = system_with_documents(conv.system_prompt, self.storage.documents(cid))
-        except StorageError as exc:
-            self.error_raised.emit(str(exc))
-            return False
+    def _submit(self, turn: NextTurn, leaf_id: str, continue_of: Message | None) -> bool:
+        """The request for ``turn`` (its branch ends at ``leaf_id``) to the chat's model; False
+        when that model is not loaded (the failure is shown)."""
+        conv, cid = turn.conversation, turn.conversation.id
         bridge = self.models.get(conv.model_id)
         if bridge is None:
             self._fail_early(cid, leaf_id, _not_loaded(conv.model_id, self.models.ids()))
             return False
-        request = GenerationRequest(
+        request = replace(
+            self._request(turn, self._draft_models(conv.model_id)),
             request_id=str(uuid.uuid4()),
-            session_id=cid,
-            messages=tuple(Turn(m.id, m.role, m.content) for m in history if m.role != "system"),
-            system=system,  # the system prompt, then the chat's documents (app.documents.layout)
-            params=infer_params(conv.sampling, self._draft_models(conv.model_id)),
-            session=session,
-            window=window,
-            policy=policy,
             continue_reply=continue_of is not None,
         )
-        request = self.hooks.request(cid, history, request)
         parent = continue_of.parent_id if continue_of is not None else leaf_id
         live = LiveReply(request.request_id, cid, parent or "", conv.model_id, started=time.monotonic())
         if continue_of is not None:
@@ -237,11 +224,27 @@ class ReplyRunner(QObject):
         # NOTE: submitted before the chat redraws and before anyone hears it is busy (the
         # sidebar, the composer, type-ahead: ~1.5 ms of the GUI thread in B11's traces): the
         # engine starts reading meanwhile (the redraw took 10-40 ms of B11's time to first
-        # token, loaded). A local model's bridge returns once the engine reads the prompt
-        # (``EngineBridge.submit``). A remote model's bridge may answer within ``submit`` (a
-        # view it cannot send): the reply has then ended already, and the redraw shows that.
+        # token, loaded). A local model's bridge returns once the engine reads the prompt, or
+        # after 15 ms at most (``EngineBridge.submit``). A remote model's bridge may answer
+        # within ``submit`` (a view it cannot send): the reply has then ended already, and
+        # the redraw shows that.
         bridge.submit(request)
         return True
+
+    def _request(self, turn: NextTurn, draft_models: tuple[str, ...] = ()) -> GenerationRequest:
+        """The request ``turn`` makes (no id yet), with the tools its chat offers."""
+        conv = turn.conversation
+        request = GenerationRequest(
+            request_id="",
+            session_id=conv.id,
+            messages=tuple(Turn(m.id, m.role, m.content) for m in turn.branch if m.role != "system"),
+            system=turn.system,
+            params=infer_params(conv.sampling, draft_models),
+            session=turn.session,
+            window=turn.window,
+            policy=turn.policy,
+        )
+        return self.hooks.request(conv.id, list(turn.branch), request)
 
     def _draft_models(self, model_id: str) -> tuple[str, ...]:
         """The models that can draft for ``model_id``: the local ones loaded (a remote model
@@ -255,25 +258,11 @@ class ReplyRunner(QObject):
         with the draft as the last user turn, ``app.ui.chat.type_ahead``): the active branch
         and the chat's settings as ``start`` takes them. None when the database cannot say."""
         try:
-            conv = self.storage.get_conversation(cid)
-            history = self.storage.active_branch(cid)
-            window, policy = self.state.window(cid), self.state.policy(cid)
-            session = self.state.session(cid)
-            system = system_with_documents(conv.system_prompt, self.storage.documents(cid))
+            turn = self.state.next_turn(cid)
         except StorageError as exc:
             log.info("no read-ahead for %s: %s", cid, exc)
             return None
-        request = GenerationRequest(
-            request_id="",
-            session_id=cid,
-            messages=tuple(Turn(m.id, m.role, m.content) for m in history if m.role != "system"),
-            system=system,
-            params=infer_params(conv.sampling),
-            session=session,
-            window=window,
-            policy=policy,
-        )
-        return self.hooks.request(cid, history, request)  # a tool chat reads ahead with its tools
+        return self._request(turn)  # a tool chat reads ahead with its tools
 
     def _fail_early(self, cid: str, leaf_id: str, text: str) -> None:
         self._set_failure(cid, ReplyFailure(leaf_id, text, not_loaded=True))

@@ -46,15 +46,15 @@ def _ask(request: GenerationRequest, draft: str, generation: int, turns: Turns, 
 def test_a_follow_up_turn_sends_only_its_suffix_on_the_session_it_holds(model):
     turns = Turns(model, "fake", 4096)
     first = GenerationRequest("r1", "c", (Turn("u1", "user", "hi"),), "")
-    plan = turns.send(first)
+    plan = turns.plan_send(first)
     assert plan.prompt == _tokens("<|user|>hi<|end|>\n<|assistant|>") and plan.suffix is None
     _remember(turns, "c", "<|user|>hi<|end|>\n<|assistant|>", _tokens("hello<|end|>\n"))
     second = GenerationRequest("r2", "c", (*first.messages, Turn("a1", "assistant", "hello"), Turn("u2", "user", "more")), "")
-    plan = turns.send(second)
+    plan = turns.plan_send(second)
     assert plan.suffix == _tokens("<|user|>more<|end|>\n<|assistant|>")
     assert plan.prompt == _tokens("<|user|>hi<|end|>\n<|assistant|>hello<|end|>\n<|user|>more<|end|>\n<|assistant|>")
     # Sent once: the next turn without a new reply remembered is sent whole.
-    assert turns.send(second).suffix is None
+    assert turns.plan_send(second).suffix is None
 
 
 def test_a_reply_whose_count_disagrees_is_not_remembered(model):
@@ -75,24 +75,24 @@ def test_the_suffix_aligns_by_text_when_tokens_differ(model):
     asked = _tokens("<u>q") + [0] + _tokens("<a>")
     turns.remember("c", asked, (0x6869, 0), _stats(len(asked) + 2))
     history = (Turn("u1", "user", "q"), Turn("a1", "assistant", "hi"), Turn("u2", "user", "next"))
-    assert turns.send(GenerationRequest("r", "c", history, "")).suffix == _tokens("<u>next")
+    assert turns.plan_send(GenerationRequest("r", "c", history, "")).suffix == _tokens("<u>next")
     # Another reply text in the history: no safe suffix, the whole prompt is sent.
     turns.remember("c", asked, (0x6869, 0), _stats(len(asked) + 2))
     other = (Turn("u1", "user", "q"), Turn("a1", "assistant", "ho"), Turn("u2", "user", "next"))
-    assert turns.send(GenerationRequest("r", "c", other, "")).suffix is None
+    assert turns.plan_send(GenerationRequest("r", "c", other, "")).suffix is None
 
 
 def test_a_session_held_by_another_model_or_ended_gives_no_suffix(model):
     turns = Turns(model, "fake", 4096)
     history = (Turn("u1", "user", "hi"), Turn("a1", "assistant", "hello"), Turn("u2", "user", "more"))
     stored = SessionState("other", tuple(_tokens("<|user|>hi<|end|>\n<|assistant|>")), tuple(_tokens("hello<|end|>\n")), True)
-    plan = turns.send(GenerationRequest("r", "c", history, "", session=stored))
+    plan = turns.plan_send(GenerationRequest("r", "c", history, "", session=stored))
     assert plan.suffix is None and plan.prompt == _tokens(
         "<|user|>hi<|end|>\n<|assistant|>hello<|end|>\n<|user|>more<|end|>\n<|assistant|>"
     )
     _remember(turns, "c", "<|user|>hi<|end|>\n<|assistant|>", _tokens("hello<|end|>\n"))
     turns.end_session("c")
-    assert turns.send(GenerationRequest("r", "c", history, "")).suffix is None
+    assert turns.plan_send(GenerationRequest("r", "c", history, "")).suffix is None
 
 
 def test_reads_queued_behind_a_newer_draft_or_the_message_are_dropped_unread(model):
@@ -102,33 +102,33 @@ def test_reads_queued_behind_a_newer_draft_or_the_message_are_dropped_unread(mod
     turns = Turns(model, "fake", 4096)
     request = GenerationRequest("", "c", (), "")
     turns.note_read("c", 2)
-    assert turns.read(ReadAheadRequest(request, "an older draft ", 1)) is None  # gen 2 asked since
+    assert turns.plan_read(ReadAheadRequest(request, "an older draft ", 1)) is None  # gen 2 asked since
     turns.note_read("c", -1)  # ... and the message sent (EngineBridge.submit)
-    assert turns.read(ReadAheadRequest(request, "the newest draft ", 2)) is None
-    plan = turns.read(_ask(request, "the next draft ", 3, turns))  # a word just ended: no margin
+    assert turns.plan_read(ReadAheadRequest(request, "the newest draft ", 2)) is None
+    plan = turns.plan_read(_ask(request, "the next draft ", 3, turns))  # a word just ended: no margin
     assert plan is not None and list(plan.tokens) == _tokens("<|user|>the next draft")
     assert plan.draft_start == len(_tokens("<|user|>"))
-    plan = turns.read(_ask(request, "the next draft is typ", 4, turns))  # inside a word: 2 left out
+    plan = turns.plan_read(_ask(request, "the next draft is typ", 4, turns))  # inside a word: 2 left out
     assert plan is not None and len(plan.tokens) == len(_tokens("<|user|>the next draft is typ")) - 2
 
 
 def test_a_whole_read_takes_the_word_being_typed_only_where_the_memory_drops_a_tail(model):
     request = GenerationRequest("", "c", (), "")
     trims = Turns(model, "fake", 4096, trims=True)
-    plan = trims.read(_ask(request, "the next draft is typ", 1, trims, whole=True))
+    plan = trims.plan_read(_ask(request, "the next draft is typ", 1, trims, whole=True))
     assert plan is not None and list(plan.tokens) == _tokens("<|user|>the next draft is typ")  # not "<|end|>"
     recurrent = Turns(model, "fake", 4096, trims=False)
-    plan = recurrent.read(_ask(request, "the next draft is typ", 1, recurrent, whole=True))
+    plan = recurrent.plan_read(_ask(request, "the next draft is typ", 1, recurrent, whole=True))
     assert plan is not None and len(plan.tokens) == len(_tokens("<|user|>the next draft is typ")) - 2
 
 
 def test_a_draft_that_cannot_be_read_says_why(model):
     turns = Turns(model, "fake", 4096)
     request = GenerationRequest("", "c", (), "")
-    assert turns.read(_ask(request, "   ", 1, turns)) == turns.read(_ask(request, "", 2, turns))
-    assert turns.read(_ask(request, "", 3, turns)).skipped == "empty"
+    assert turns.plan_read(_ask(request, "   ", 1, turns)) == turns.plan_read(_ask(request, "", 2, turns))
+    assert turns.plan_read(_ask(request, "", 3, turns)).skipped == "empty"
     small = Turns(model, "fake", 80)  # the draft alone leaves no room for the reply
-    assert small.read(_ask(request, "a long draft " * 20, 1, small)).skipped == "too_long"
+    assert small.plan_read(_ask(request, "a long draft " * 20, 1, small)).skipped == "too_long"
 
 
 def test_after_a_read_ahead_the_next_turn_is_sent_whole(model):
@@ -137,8 +137,8 @@ def test_after_a_read_ahead_the_next_turn_is_sent_whole(model):
     turns = Turns(model, "fake", 4096)
     history = (Turn("u1", "user", "hi"), Turn("a1", "assistant", "hello"))
     _remember(turns, "c", "<|user|>hi<|end|>\n<|assistant|>", _tokens("hello<|end|>\n"))
-    assert turns.read(_ask(GenerationRequest("", "c", history, ""), "and then? ", 1, turns)).tokens
-    plan = turns.send(GenerationRequest("r", "c", (*history, Turn("u2", "user", "and then?")), ""))
+    assert turns.plan_read(_ask(GenerationRequest("", "c", history, ""), "and then? ", 1, turns)).tokens
+    plan = turns.plan_send(GenerationRequest("r", "c", (*history, Turn("u2", "user", "and then?")), ""))
     assert plan.suffix is None
     assert plan.prompt == _tokens("<|user|>hi<|end|>\n<|assistant|>hello<|end|>\n<|user|>and then?<|end|>\n<|assistant|>")
 
@@ -152,25 +152,25 @@ def test_the_message_as_last_read_is_not_rendered_again(model):
     render = model.apply_chat_template
     model.apply_chat_template = lambda request: renders.append(request) or render(request)
     history = (Turn("u1", "user", "hi"), Turn("a1", "assistant", "hello"))
-    turns.read(_ask(GenerationRequest("", "c", history, "be brief"), "and then?", 1, turns, whole=True))
+    turns.plan_read(_ask(GenerationRequest("", "c", history, "be brief"), "and then?", 1, turns, whole=True))
     assert renders
     renders.clear()
-    plan = turns.send(GenerationRequest("r1", "c", (*history, Turn("u2", "user", "and then?")), "be brief"))
+    plan = turns.plan_send(GenerationRequest("r1", "c", (*history, Turn("u2", "user", "and then?")), "be brief"))
     assert renders == []
     assert plan.prompt == _tokens(
         "<|system|>be brief<|end|>\n<|user|>hi<|end|>\n<|assistant|>hello<|end|>\n<|user|>and then?<|end|>\n<|assistant|>"
     )
     assert plan.report.kind == "fits" and plan.report.num_tokens == len(plan.prompt)
-    turns.read(_ask(GenerationRequest("", "c2", (), ""), "a draft", 1, turns, whole=True))
+    turns.plan_read(_ask(GenerationRequest("", "c2", (), ""), "a draft", 1, turns, whole=True))
     renders.clear()
-    plan = turns.send(GenerationRequest("r2", "c2", (Turn("u3", "user", "a draft, edited"),), ""))
+    plan = turns.plan_send(GenerationRequest("r2", "c2", (Turn("u3", "user", "a draft, edited"),), ""))
     assert renders
     assert plan.prompt == _tokens("<|user|>a draft, edited<|end|>\n<|assistant|>")
 
 
 def test_a_view_that_cannot_be_sent_has_no_prompt_and_a_report(model):
     turns = Turns(model, "fake", 80)
-    plan = turns.send(GenerationRequest("r", "c", (Turn("u1", "user", "a long message " * 20),), ""))
+    plan = turns.plan_send(GenerationRequest("r", "c", (Turn("u1", "user", "a long message " * 20),), ""))
     assert plan.prompt == [] and plan.report.kind == "too_long" and plan.report.n_ctx == 80
 
 
