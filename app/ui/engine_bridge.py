@@ -257,7 +257,7 @@ class _BridgeWorker(QObject):
     def _start_stream(self, request: GenerationRequest, plan: SendPlan) -> None:
         sid, rid = request.session_id, request.request_id
         live = self._add_live(_Live(rid, sid, plan.prompt, "infer", plan.report))
-        callback = self._callback(rid)
+        callback = partial(self._on_event, rid)
         reading = partial(self._engine_reads, rid)
         stream = None
         with self._lock:
@@ -318,20 +318,18 @@ class _BridgeWorker(QObject):
                 # ("Reading the prompt… 0 / 819" flashed when the user typed after a paste).
                 reading.held = min(old.held, common_prefix_len(old.tokens, tokens))
             self._reading[sid] = reading
-        reading.stream = self._model.read_ahead(list(tokens), session_id=sid, on_event=self._read_callback(reading))
+        reading.stream = self._model.read_ahead(list(tokens), session_id=sid, on_event=partial(self._on_read_event, reading))
         self._start_frames()
 
-    def _read_callback(self, reading: _Reading) -> Callable[[Event], None]:
-        def on_event(event: Event) -> None:  # scheduler thread: note only
-            with self._lock:
-                if isinstance(event, PrefillProgress):
-                    reading.held = event.done
-                elif isinstance(event, Done | Error):
-                    reading.finished = True
-                    reading.cancelled = isinstance(event, Error) or event.stats.finish_reason == "cancelled"
-                reading.dirty = True
-
-        return on_event
+    def _on_read_event(self, reading: _Reading, event: Event) -> None:
+        """The scheduler's thread (a read-ahead's ``on_event``): note how far it read, only."""
+        with self._lock:
+            if isinstance(event, PrefillProgress):
+                reading.held = event.done
+            elif isinstance(event, Done | Error):
+                reading.finished = True
+                reading.cancelled = isinstance(event, Error) or event.stats.finish_reason == "cancelled"
+            reading.dirty = True
 
     def _skip(self, ask: ReadAheadRequest, why: str) -> None:
         update = ReadAheadUpdate(ask.request.session_id, ask.generation, finished=True, skipped=why)
@@ -351,7 +349,7 @@ class _BridgeWorker(QObject):
         # The prompt ends with the summary's first words; the summary is them + the reply.
         self.update_ready.emit(StreamUpdate(request.request_id, text=SUMMARY_OPENING))
         live.stream = self._model.infer(
-            prompt, on_event=self._callback(request.request_id), on_reading=None, **params
+            prompt, on_event=partial(self._on_event, request.request_id), on_reading=None, **params
         )
         self._start_frames()
 
@@ -364,29 +362,28 @@ class _BridgeWorker(QObject):
         if not self._frame.isActive():
             self._frame.start()
 
-    def _callback(self, request_id: str) -> Callable[[Event], None]:
-        def on_event(event: Event) -> None:  # scheduler thread: append only
-            wake = soon = False
-            with self._lock:
-                live = None if self._closed else self._live.get(request_id)
-                if live is not None:
-                    now = time.perf_counter()
-                    if not live.events:
-                        live.oldest_at = now
-                    live.events.append(event)
-                    first = not live.answered and isinstance(event, Token)
-                    live.answered = live.answered or first
-                    late = isinstance(event, Token) and now - self._flushed_at >= FRAME_MS / 1000
-                    wake, soon = first and not self._wake_posted, late and not self._wake_posted
-                    self._wake_posted = self._wake_posted or wake or soon
-            if isinstance(event, Done | Error):  # it may end before it is read
-                self._reading_started(request_id)
-            if wake:
-                self._first_token.emit()
-            elif soon:
-                self._late_token.emit()
-
-        return on_event
+    def _on_event(self, request_id: str, event: Event) -> None:
+        """The scheduler's thread (a request's ``on_event``): append the event to the request's
+        buffer, and wake the frame timer for a reply's first token or a late one."""
+        wake = soon = False
+        with self._lock:
+            live = None if self._closed else self._live.get(request_id)
+            if live is not None:
+                now = time.perf_counter()
+                if not live.events:
+                    live.oldest_at = now
+                live.events.append(event)
+                first = not live.answered and isinstance(event, Token)
+                live.answered = live.answered or first
+                late = isinstance(event, Token) and now - self._flushed_at >= FRAME_MS / 1000
+                wake, soon = first and not self._wake_posted, late and not self._wake_posted
+                self._wake_posted = self._wake_posted or wake or soon
+        if isinstance(event, Done | Error):  # it may end before it is read
+            self._reading_started(request_id)
+        if wake:
+            self._first_token.emit()
+        elif soon:
+            self._late_token.emit()
 
     @Slot(str)
     def cancel(self, request_id: str) -> None:
