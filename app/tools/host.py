@@ -6,6 +6,10 @@ that the UI polls or attaches callbacks to. A server that hangs, floods, exits o
 something that is not JSON-RPC fails the one call (or the start) within its timeout; the
 server is then stopped, and the next call starts it again. What the server wrote on stderr
 is kept (its last ``STDERR_KEEP`` characters) to show when it fails.
+
+What a server writes is bounded before this process parses it: a stdio server's in a guard
+process of its own (``app.tools.guard``), an HTTP server's replies by the HTTP client
+(``app.tools.http_client``); a result's text is cut to ``GUARD_CHARS`` either way.
 """
 
 from __future__ import annotations
@@ -25,6 +29,8 @@ from typing import Any, TypeVar
 from app.tools.config import ServerConfig
 from app.tools.guard import ORIGINAL_KEY
 from app.tools.guard import command as guard_command
+from app.tools.http_client import MAX_REPLY_BYTES
+from app.tools.http_client import client as bounded_client
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +39,9 @@ START_TIMEOUT_S = 20.0
 STDERR_KEEP = 4000
 GUARD_CHARS = 200_000
 """A stdio server's result text is cut to this in its guard's process (``app.tools.guard``),
-before this process parses it; the result size setting goes up to it."""
+before this process parses it, an HTTP server's (bounded in bytes by then) here; the result
+size setting goes up to it."""
+PARSE_ERROR = -32700  # JSON-RPC's code for a message that could not be parsed
 
 
 class ToolError(Exception):
@@ -78,6 +86,8 @@ class _Connection:
     broken: asyncio.Event = field(default_factory=asyncio.Event)
     """Set when the server wrote something that is not JSON-RPC (``why``)."""
     why: str = ""
+    oversize: bool = False
+    """Set when an HTTP server's reply was longer than the app reads (``MAX_REPLY_BYTES``)."""
 
 
 class ToolHost:
@@ -171,7 +181,11 @@ class ToolHost:
                                                    encoding_error_handler="replace")  # fmt: skip
                     read, write = await stack.enter_async_context(stdio_client(params, errlog=conn.errlog))
                 else:
-                    read, write = await stack.enter_async_context(streamable_http_client(cfg.url))
+                    def over() -> None:
+                        conn.oversize = True
+
+                    http = await stack.enter_async_context(bounded_client(over))
+                    read, write = await stack.enter_async_context(streamable_http_client(cfg.url, http_client=http))
                 async def on_message(message: Any) -> None:
                     if isinstance(message, Exception):  # the SDK could not read what the server wrote
                         conn.why = f"wrote something that is not JSON-RPC ({_describe(message).splitlines()[0][:200]})"
@@ -243,7 +257,7 @@ class ToolHost:
                 result = call.result()
             except Exception as exc:
                 self._stop_later(config.id)
-                raise self._failed(conn, f"failed the call to {tool}: {_describe(exc)}") from None
+                raise self._failed(conn, self._call_failure(conn, tool, exc)) from None
             return _result_text(result)
         call.cancel()
         if ended in done:
@@ -252,6 +266,20 @@ class ToolHost:
                             + (f": {status.error}" if status.error else ""))  # fmt: skip
         self._stop_later(config.id)
         raise self._failed(conn, f"did not answer the call to {tool} within {timeout_s:g} s (the server was stopped)")
+
+    @staticmethod
+    def _call_failure(conn: _Connection, tool: str, exc: Exception) -> str:
+        """Why a call failed, in words; an HTTP reply that was too long or not JSON-RPC (the SDK
+        turns either into an error for the call) is said as such."""
+        from mcp.shared.exceptions import MCPError
+
+        if conn.oversize:
+            conn.oversize = False
+            return f"answered the call to {tool} with over {MAX_REPLY_BYTES:,} bytes, the most the app reads"
+        if isinstance(exc, MCPError) and exc.code == PARSE_ERROR:
+            first = exc.message.splitlines()[0][:200] if exc.message else ""
+            return f"wrote something that is not JSON-RPC during the call to {tool} ({first})"
+        return f"failed the call to {tool}: {_describe(exc)}"
 
     def _stop_later(self, server_id: str) -> None:
         """Stop a server without waiting for it (closing stdin, then a kill, takes seconds):
@@ -307,5 +335,7 @@ def _result_text(result: Any) -> CallResult:
         parts.append(json.dumps(structured, ensure_ascii=False))
     meta = getattr(result, "meta", None)
     total = meta.get(ORIGINAL_KEY) if isinstance(meta, dict) else None
-    return CallResult("\n".join(parts), bool(getattr(result, "is_error", False)),
-                      total if isinstance(total, int) else None)  # fmt: skip
+    text = "\n".join(parts)
+    if len(text) > GUARD_CHARS:  # an HTTP server's (a stdio server's guard has cut it already)
+        total, text = len(text) if not isinstance(total, int) else total, text[:GUARD_CHARS]
+    return CallResult(text, bool(getattr(result, "is_error", False)), total if isinstance(total, int) else None)

@@ -7,19 +7,22 @@ from __future__ import annotations
 
 import json
 import time
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 import pytest
-from PySide6.QtCore import QElapsedTimer, Qt, QTimer
+from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import QApplication, QCheckBox, QComboBox, QLineEdit, QPushButton
 
 from app.storage import SamplingSettings
 from app.tools.config import Limits, ServerConfig
+from app.tools.http_client import MAX_REPLY_BYTES
 from app.tools.loop import denied_message, stopped_message
 from app.ui.chat.message_widget import MessageWidget
 from app.ui.chat.tool_widgets import ToolApproval, ToolMessageWidget
 from app.ui.main_window import MainWindow
+from tests.helpers import hostile_http
 from tests.helpers.mcp_servers import command
 from tests.ui.helpers import chat_view, stop_button, type_and_send, wait_idle
 from tests.ui.screens import screenshot
@@ -248,47 +251,76 @@ def test_a_reply_that_is_not_a_call_is_a_normal_reply(make_window, qtbot, calls_
 
 
 class _StallMeter:
-    """The longest gap between 10 ms timer ticks on the GUI thread while it runs."""
+    """The gaps between 10 ms timer ticks on the GUI thread while it runs (``time.monotonic``
+    spans); ``worst`` is the longest, in ms, of those within a window (cut to it)."""
 
     def __init__(self) -> None:
-        self.clock = QElapsedTimer()
-        self.since = QElapsedTimer()
-        self.worst = 0
-        self.worst_at = 0
+        self.gaps: list[tuple[float, float]] = []
+        self.last = 0.0
         self.timer = QTimer()
         self.timer.setInterval(10)
         self.timer.timeout.connect(self._tick)
 
     def start(self) -> None:
-        self.clock.start()
-        self.since.start()
+        self.last = time.monotonic()
         self.timer.start()
 
     def _tick(self) -> None:
-        gap = self.clock.restart()
-        if gap > self.worst:
-            self.worst, self.worst_at = gap, self.since.elapsed()
+        now = time.monotonic()
+        self.gaps.append((self.last, now))
+        self.last = now
 
     def stop(self) -> int:
         self.timer.stop()
-        return self.worst
+        self._tick()
+        return self.worst()
+
+    def worst(self, start: float = 0.0, end: float = float("inf")) -> int:
+        cut = [min(b, end) - max(a, start) for a, b in self.gaps if b > start and a < end]
+        return round(1000 * max(cut, default=0.0))
+
+    def idle(self, qtbot: Any, ms: int = 1500) -> int:
+        """The longest gap while nothing runs: what the machine alone costs the GUI thread."""
+        self.start()
+        qtbot.wait(ms)
+        return self.stop()
+
+
+OVER = f"answered the call to dump with over {MAX_REPLY_BYTES:,} bytes"
 
 
 @pytest.mark.parametrize(
-    ("kind", "tool", "says", "timeout_s"),
+    ("transport", "kind", "tool", "says", "timeout_s"),
     [
-        ("sleepy", "wait", "did not answer the call to wait within 2 s", 2.0),
-        ("crash", "boom", "failed the call to boom", 2.0),
-        ("badjson", "garble", "wrote something that is not JSON-RPC", 2.0),
-        ("flood", "dump", "", 60.0),  # 10 MB take seconds to arrive on a loaded machine
+        ("stdio", "sleepy", "wait", "did not answer the call to wait within 2 s", 2.0),
+        ("stdio", "crash", "boom", "failed the call to boom", 2.0),
+        ("stdio", "badjson", "garble", "wrote something that is not JSON-RPC", 2.0),
+        ("stdio", "flood", "dump", "", 60.0),  # 10 MB take seconds to arrive on a loaded machine
+        # Streamable HTTP on this machine (tests/helpers/hostile_http.py): the same four, and a
+        # reply that never ends; a reply over the app's bound is an error (it is not parsed).
+        ("http", "sleepy", "wait", "did not answer the call to wait within 2 s", 2.0),
+        ("http", "crash", "boom", "failed the call to boom", 2.0),
+        ("http", "badjson", "garble", "wrote something that is not JSON-RPC", 2.0),
+        ("http", "flood", "dump", OVER, 10.0),
+        ("http", "endless", "dump", OVER, 10.0),
     ],
 )
-def test_hostile_server_costs_one_error_card_and_the_gui_stays_responsive(make_window, qtbot, kind, tool, says,
-                                                                            timeout_s):
+def test_hostile_server_costs_one_error_card_and_the_gui_stays_responsive(make_window, qtbot, transport, kind,
+                                                                            tool, says, timeout_s):
+    with ExitStack() as stack:
+        if transport == "http":
+            server = ServerConfig.http(kind, stack.enter_context(hostile_http.serve(kind)))
+        else:
+            server = ServerConfig.stdio(kind, command(kind))
+        _hostile_journey(make_window, qtbot, server, tool, says, timeout_s)
+
+
+def _hostile_journey(make_window: Any, qtbot: Any, server: ServerConfig, tool: str, says: str,
+                     timeout_s: float) -> None:
+    kind = server.name
     window = make_window(sampling=TOOL_SAMPLING)
     steps = window.controller.tools
     steps.settings.set_limits(Limits(max_steps=10, timeout_s=timeout_s, max_result_chars=300))
-    server = ServerConfig.stdio(kind, command(kind))
     steps.settings.add_server(server)
     asked: list[ToolApproval] = []
     steps.approval_opened.connect(asked.append)
@@ -297,23 +329,33 @@ def test_hostile_server_costs_one_error_card_and_the_gui_stays_responsive(make_w
     type_and_send(qtbot, window, "Go")
     dialog = _approval(qtbot, window, asked)
     assert dialog.tool == tool
+    # When the call ends, on the MCP host's thread (before the GUI thread hears of it).
+    ended: list[float] = []
+    host, call = steps.host, steps.host.call
+
+    def timed_call(*args: Any, **kwargs: Any) -> Any:
+        future = call(*args, **kwargs)
+        future.add_done_callback(lambda _: ended.append(time.monotonic()))
+        return future
+
+    host.call = timed_call  # type: ignore[method-assign]
     # What the machine alone costs the GUI thread now (the dialog open, nothing running): on a
     # loaded 2-core machine the OS takes 100+ ms from any thread now and then.
-    idle = _StallMeter()
-    idle.start()
-    qtbot.wait(1500)
-    baseline = idle.stop()
+    before = _StallMeter().idle(qtbot)
     meter = _StallMeter()
     meter.start()
     t0 = time.monotonic()
     _click(dialog, "allowOnceButton")
     qtbot.waitUntil(lambda: "tool" in _roles(window, cid), timeout=WAIT_MS)
     took = time.monotonic() - t0
-    worst = meter.stop()
+    meter.stop()
     wait_idle(qtbot, window, cid)
+    after = _StallMeter().idle(qtbot)  # and again after it (the load may have changed meanwhile)
+    assert len(ended) == 1
+    running, worst = meter.worst(t0, ended[0]), meter.worst(t0)
     branch = window.controller.storage.active_branch(cid)
     result = branch[[m.role for m in branch].index("tool")].content
-    if kind == "flood":  # a result, cut to the setting, and the cut said
+    if kind == "flood" and server.kind == "stdio":  # a result, cut to the setting, and the cut said
         assert len(result) < 400 and "cut: the tool returned 10,000,000 characters" in result
         assert window.controller.failure(cid) is None
     else:
@@ -324,10 +366,14 @@ def test_hostile_server_costs_one_error_card_and_the_gui_stays_responsive(make_w
         assert "tool call failed" in failure and says in failure
         cards = [w for w in QApplication.allWidgets() if w.objectName() == "errorCard" and w.isVisible()]
         assert len(cards) <= 1
-        screenshot(window, f"tool-hostile-{kind}")
-    print(f"{kind}: the call ended in {took:.2f} s; the GUI thread's longest stall {worst} ms, "
-          f"{meter.worst_at} ms after Allow (idle before it: {baseline} ms)")
-    assert worst <= max(100, 1.5 * baseline), f"the GUI thread stalled {worst} ms (idle: {baseline} ms)"
+        screenshot(window, f"tool-hostile-{server.kind}-{kind}")
+    noise = max(before, after)
+    print(f"{server.kind} {kind}: the call ended in {took:.2f} s; the GUI thread's longest stall while it ran "
+          f"{running} ms, until its message was in {worst} ms (idle before: {before} ms, after: {after} ms)")
+    # While the call runs the GUI thread has nothing to do: a stall then is the server's doing
+    # through the GIL (a 10 MB reply parsed in this process held it 1.8 s) or the machine's.
+    assert running <= max(100, 1.5 * noise), f"the GUI thread stalled {running} ms while the call ran"
+    assert worst <= max(100, 1.5 * noise), f"the GUI thread stalled {worst} ms (idle: {before}/{after} ms)"
 
 
 def test_a_model_whose_template_renders_tools_calls_them_natively(make_window, qtbot, tmp_path, calls_log):

@@ -1,6 +1,7 @@
 """The MCP client side against real SDK servers (tests/helpers/mcp_servers.py): tools listed,
 calls answered, a file reader confined to its folder, and every hostile server failing one
-call within its timeout while the host stays usable."""
+call within its timeout while the host stays usable — over stdio, and over Streamable HTTP
+(tests/helpers/hostile_http.py)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,9 @@ import pytest
 from app.tools.config import ServerConfig
 from app.tools.guard import ORIGINAL_KEY, _too_long, bounded_line
 from app.tools.host import GUARD_CHARS, ToolError, ToolHost
+from app.tools.http_client import MAX_REPLY_BYTES
 from app.tools.loop import result_message
+from tests.helpers import hostile_http
 from tests.helpers.mcp_servers import HERE, command
 
 TIMEOUT = 3.0
@@ -139,3 +142,46 @@ def test_only_local_urls_are_accepted() -> None:
     with pytest.raises(ValueError):
         ServerConfig.http("remote", "http://example.com/mcp")
     assert ServerConfig.http("local", "http://localhost:8000/mcp").kind == "http"
+
+
+OVER = f"answered the call to dump with over {MAX_REPLY_BYTES:,} bytes, the most the app reads"
+
+
+@pytest.mark.parametrize(
+    ("kind", "tool", "says"),
+    [
+        ("sleepy", "wait", f"did not answer the call to wait within {TIMEOUT:g} s"),
+        ("crash", "boom", "failed the call to boom"),
+        ("badjson", "garble", "wrote something that is not JSON-RPC during the call to garble"),
+        ("flood", "dump", OVER),  # 10 MB of JSON
+        ("endless", "dump", OVER),  # a reply that never ends: unbounded, ~400 MB a second
+        ("flood-sse", "dump", "byte limit"),  # the SDK's own limit per event
+    ],
+)
+def test_hostile_http_server_fails_one_call_within_its_timeout(host: ToolHost, kind: str, tool: str,
+                                                                 says: str) -> None:
+    with hostile_http.serve(kind) as url:
+        server = ServerConfig.http(kind, url)
+        assert [t.name for t in host.start(server, timeout_s=10).result(30)] == [tool]
+        t0 = time.monotonic()
+        with pytest.raises(ToolError, match=says):
+            host.call(server, tool, {}, TIMEOUT).result(30)
+        took = time.monotonic() - t0
+        assert took < TIMEOUT + 1.0
+        if kind != "sleepy":  # it says so at once, not at the timeout
+            assert took < TIMEOUT / 2, took
+        assert host.status(server.id).state == "failed"
+        # the host is still usable: another server answers, and this one starts again
+        calc = _server("calc")
+        assert host.call(calc, "add", {"a": 1, "b": 1}, TIMEOUT).result(30).text == "2"
+        if kind != "crash":  # (its process has exited)
+            assert host.start(server, timeout_s=10).result(30)
+
+
+def test_a_long_http_result_under_the_bound_is_cut_like_a_stdio_one(host: ToolHost) -> None:
+    with hostile_http.serve("big") as url:
+        server = ServerConfig.http("big", url)
+        result = host.call(server, "dump", {}, 30).result(60)
+    assert len(result.text) == GUARD_CHARS and result.total_chars == hostile_http.BIG_CHARS
+    assert result.text == ("0123456789" * (hostile_http.BIG_CHARS // 10))[:GUARD_CHARS]
+    assert host.status(server.id).state == "running"
