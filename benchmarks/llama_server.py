@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import socket
 import statistics
 import subprocess
@@ -28,10 +29,12 @@ def running_server(binary: str, model: str, n_parallel: int = 4, n_ctx_per_slot:
                    extra: Sequence[str] = ()) -> Iterator[str]:  # fmt: skip
     """``extra``: more llama-server flags (B13: ``--cache-ram``)."""
     port = _free_port()
+    log = os.environ.get("HEARTH_LLAMA_SERVER_LOG")  # its log appended there (else dropped)
+    out = open(log, "ab") if log else subprocess.DEVNULL  # noqa: SIM115 - closed below
     proc = subprocess.Popen(
         [binary, "-m", model, "--host", "127.0.0.1", "--port", str(port), "-np", str(n_parallel),
          "-c", str(n_ctx_per_slot * n_parallel), "-t", str(N_THREADS), "--temp", "0", *extra],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        stdout=out, stderr=out,
     )
     base = f"http://127.0.0.1:{port}"
     try:
@@ -54,6 +57,9 @@ def running_server(binary: str, model: str, n_parallel: int = 4, n_ctx_per_slot:
             proc.wait(10)
         except subprocess.TimeoutExpired:
             proc.kill()
+            proc.wait()
+        if log:
+            out.close()  # type: ignore[union-attr]
 
 
 def _turn(base: str, messages: list[dict[str, str]], n_new: int) -> tuple[float, str]:

@@ -67,14 +67,29 @@ def _in_fresh_process(fn: Callable[[str], Result], path: str) -> Result:
     return result
 
 
+LLAMA_SERVER = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "build", "llama-server",
+                            "llama-server")  # fmt: skip
+"""Where ``make llama-server`` (packaging/llama-cpp/build-llama-server.sh) puts its binary."""
+
+
+def default_llama_server() -> str | None:
+    return LLAMA_SERVER if os.access(LLAMA_SERVER, os.X_OK) else None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="hearth bench")
     parser.add_argument("--json", help="write the results to this file")
     parser.add_argument("--only", help="comma-separated scenario ids (default: all)")
-    parser.add_argument("--llama-server", help="path of a llama-server binary (peer for B2, B8, B9 and B13)")
+    parser.add_argument("--llama-server", default=default_llama_server(),
+                        help="path of a llama-server binary, the peer in B2, B8, B9, B13 and B14 (default: "
+                             "build/llama-server/llama-server when `make llama-server` has built it; 'none': "
+                             "no llama-server)")  # fmt: skip
     parser.add_argument("--model", help="GGUF to benchmark (default: SmolLM2-135M-Instruct Q4_1)")
     parser.add_argument("--markdown", help="also write the tables as Markdown to this file")
     args = parser.parse_args(argv)
+    if args.llama_server in ("", "none"):
+        args.llama_server = None
+    print(f"llama-server peer: {args.llama_server or 'none'}", file=sys.stderr)
     # The KV cells "auto" gives: a calibration made before (`hearth calibrate`), never one
     # started in the background while this run times the machine (app.engine.llama.kv_calibration).
     os.environ.setdefault("HEARTH_KV_CALIBRATION", "cached")
@@ -102,6 +117,7 @@ def main(argv: list[str] | None = None) -> int:
             "machine": {"platform": platform.platform(), "python": platform.python_version(),
                         "cpus": __import__("os").cpu_count(), **machine_facts(path)},
             "model": path,
+            "llama_server": args.llama_server,
             "scenarios": [r.to_json() for r in results],
         }
         with open(args.json, "w", encoding="utf-8") as fh:

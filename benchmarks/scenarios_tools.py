@@ -257,14 +257,16 @@ def llama_server(binary: str, path: str, prompts: Sequence[Sequence[int]], gramm
     from benchmarks.llama_server import running_server
 
     steps: list[Step] = []
+    before: list[int] = []  # what the slot holds: the last prompt and the reply to it
     with running_server(binary, path, n_parallel=1, n_ctx_per_slot=N_CTX, extra=["--cache-ram", "2048"]) as base:
         for prompt in prompts:
             body = json.dumps({"prompt": list(prompt), "n_predict": N_NEW, "temperature": 0, "stream": True,
-                               "cache_prompt": True, "grammar": grammar}).encode()  # fmt: skip
+                               "cache_prompt": True, "grammar": grammar, "return_tokens": True}).encode()  # fmt: skip
             req = urllib.request.Request(base + "/completion", body, {"Content-Type": "application/json"})
             t0 = time.perf_counter()
             first: float | None = None
             processed = len(prompt)
+            reply: list[int] = []
             with urllib.request.urlopen(req, timeout=900) as resp:
                 for raw in resp:
                     line = raw.decode().strip()
@@ -273,8 +275,13 @@ def llama_server(binary: str, path: str, prompts: Sequence[Sequence[int]], gramm
                     chunk = json.loads(line[5:])
                     if chunk.get("content") and first is None:
                         first = time.perf_counter() - t0
+                    reply += chunk.get("tokens") or []
                     processed = int((chunk.get("timings") or {}).get("prompt_n", processed))
-            steps.append(Step((first or 0.0) * 1000, len(prompt), 0, processed, (time.perf_counter() - t0) * 1000))
+            # the step's new tokens as for llama-cpp-python: what the slot did not hold
+            new = len(prompt) - (len(before) if before and list(prompt[: len(before)]) == before else 0)
+            steps.append(Step((first or 0.0) * 1000, len(prompt), new, processed, (time.perf_counter() - t0) * 1000))
+            before = [*prompt, *reply]
+            progress(f"B14: llama-server, step {len(steps)}: {processed} prefilled of {new} new")
     return steps
 
 
