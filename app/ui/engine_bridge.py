@@ -64,6 +64,7 @@ from app.ui.bridge_records import (
     WindowReport,
 )
 from app.ui.engine_api import ModelApi, StreamApi
+from app.ui.reading_wait import ReadingWaits
 
 log = logging.getLogger(__name__)
 
@@ -83,15 +84,6 @@ KEEP_OFF_MAX_MS = 5000
 """How long the GUI thread keeps off the core where a request's reading started, at most,
 when no update of it comes sooner (``gui_affinity``; the first one ends it)."""
 STATUS_MS = 500
-
-
-class ReadingStarted(threading.Event):
-    """Set once the engine starts reading a request's prompt, or once it is clear it will not
-    (``_BridgeWorker.expect_reading``)."""
-
-    cpu: int | None = None
-    """The core the engine's thread was on as it started reading (None: it did not, or the
-    OS does not say)."""
 
 
 @dataclass(slots=True)
@@ -138,7 +130,7 @@ class _BridgeWorker(QObject):
     _first_token = Signal()  # from the scheduler thread: flush now
     _late_token = Signal()  # from the scheduler thread: flush in WAKE_MS
 
-    def __init__(self, model: ModelApi, model_id: str) -> None:
+    def __init__(self, model: ModelApi, model_id: str, readings: ReadingWaits) -> None:
         super().__init__()
         self._model = model
         self._model_id = model_id
@@ -146,8 +138,8 @@ class _BridgeWorker(QObject):
         self._lock = threading.Lock()
         self._closed = False
         self._live: dict[str, _Live] = {}
-        self._awaited: dict[str, ReadingStarted] = {}
-        """Request id → what the GUI thread waits on until the engine reads it (``submit``)."""
+        self._readings = readings
+        """What the GUI thread waits on until the engine reads a request (``EngineBridge.submit``)."""
         self._reading: dict[str, _Reading] = {}  # session id → its latest read-ahead
         self.turns = Turns(model, model_id, self._n_ctx, trims=model.model_info().memory in TRIMS)
         """What each request sends, and what each chat's sequence holds (``app.conversation``)."""
@@ -190,25 +182,9 @@ class _BridgeWorker(QObject):
         if live is None or live.stream is None:  # nothing will be read (refused, or not sendable)
             self._reading_started(rid)
 
-    def expect_reading(self, request_id: str) -> ReadingStarted:
-        """Any thread (the GUI's, before it queues the request): an event set once the engine
-        starts reading the request's prompt, or once it is clear it will not."""
-        event = ReadingStarted()
-        with self._lock:
-            self._awaited[request_id] = event
-        return event
-
-    def forget_reading(self, request_id: str) -> None:
-        with self._lock:
-            self._awaited.pop(request_id, None)
-
     def _reading_started(self, request_id: str, cpu: int | None = None) -> None:
         """The scheduler's thread (``cpu``: the core it reads on), or this one (None)."""
-        with self._lock:
-            event = self._awaited.pop(request_id, None)
-        if event is not None:
-            event.cpu = cpu
-            event.set()
+        self._readings.started(request_id, cpu)
 
     def _engine_reads(self, request_id: str) -> None:  # the scheduler's thread: ``on_reading``
         self._reading_started(request_id, gui_affinity.current_cpu())
@@ -589,7 +565,9 @@ class EngineBridge(QObject):
         """The most threads llama.cpp reads a request with (``gui_affinity``)."""
         self._thread = QThread()
         self._thread.setObjectName(f"bridge-{model_id}")
-        self._worker = _BridgeWorker(model, model_id)
+        self.readings = ReadingWaits()
+        """The sends waiting for the engine to read them (``submit``)."""
+        self._worker = _BridgeWorker(model, model_id, self.readings)
         self._worker.moveToThread(self._thread)
         self._thread.started.connect(self._worker.start)
         self._submit_requested.connect(self._worker.submit)
@@ -618,11 +596,11 @@ class EngineBridge(QObject):
         chats are created and sent, not in its goal, was 65.8 ms with the wait there and
         81.0 ms without, 44.1 ms at 04:11: that figure moves with the minute, not with this.)"""
         self._worker.turns.note_read(request.session_id, -1)  # reads still queued are moot
-        reading = self._worker.expect_reading(request.request_id) if self._engine_idle() else None
+        reading = self.readings.expect(request.request_id) if self._engine_idle() else None
         self._submit_requested.emit(request)
         if reading is not None:
             reading.wait(0 if latency.off("reading_wait") else READING_WAIT_S)
-            self._worker.forget_reading(request.request_id)
+            self.readings.forget(request.request_id)
             rid = request.request_id
             if reading.cpu is not None and gui_affinity.GUARD.keep_off(reading.cpu, self._threads, rid):
                 QTimer.singleShot(KEEP_OFF_MAX_MS, self, partial(self._release_core, rid))

@@ -9,6 +9,7 @@ import pytest
 
 from app.conversation.window import Turn
 from app.engine.errors import EngineError
+from app.ui import gui_affinity
 from app.ui.bridge_records import (
     GenerationRequest,
     ReadAheadRequest,
@@ -16,7 +17,7 @@ from app.ui.bridge_records import (
     SessionState,
     StreamUpdate,
 )
-from app.ui.engine_bridge import EngineBridge, _BridgeWorker
+from app.ui.engine_bridge import EngineBridge
 from tests.helpers.fake_engine import FakeEngine
 
 CONFIG = SimpleNamespace(path="/x/fake.gguf", n_ctx=4096, n_seq_max=4)
@@ -124,35 +125,41 @@ def test_a_draft_is_read_ahead_through_the_bridge_and_reports_its_progress(qtbot
 
 
 def test_a_send_waits_until_the_engine_reads_its_prompt_or_will_not(qtbot, fake):
-    """``EngineBridge.submit`` waits (bounded) on an event the worker sets as the engine starts
-    reading the prompt (``on_reading``), or once it is clear it will not (refused, ended
-    first); none is left behind."""
+    """``EngineBridge.submit`` waits (bounded) on an event the bridge's thread sets as the
+    engine starts reading the prompt (``on_reading``), or once it is clear it will not (refused,
+    ended first); none is left behind."""
     import threading
 
     engine, model = fake
     before = set(threading.enumerate())
-    worker = _BridgeWorker(model, "fake")
-    read = worker.expect_reading("r1")
-    worker.submit(GenerationRequest("r1", "c1", (Turn("m0", "user", "hello"),), ""))
-    assert read.is_set()  # the fake engine reads at once
-    assert worker._awaited == {}
+    bridge = EngineBridge(model, "fake")
+    events: dict[str, object] = {}
+    expect = bridge.readings.expect
+    bridge.readings.expect = lambda rid: events.setdefault(rid, expect(rid))
+    updates: list[StreamUpdate] = []
+    bridge.update_received.connect(updates.append)
+
+    def send(rid: str) -> None:
+        bridge.submit(GenerationRequest(rid, f"c-{rid}", (Turn("m0", "user", "hello"),), ""))
+        qtbot.waitUntil(lambda: any(u.request_id == rid and (u.done or u.error) for u in updates), timeout=10_000)
+        assert events[rid].is_set() and len(bridge.readings) == 0
+
+    send("r1")  # the fake engine reads at once, as it starts the stream
+    assert (events["r1"].cpu is None) == (gui_affinity.current_cpu() is None)  # where, when the OS says
 
     # An engine that never says it reads: the request's end (an error here) sets it.
     infer, readings = model.infer, []
     model.infer = lambda tokens, *, on_reading=None, **kw: readings.append(on_reading) or infer(tokens, **kw)
     model.fail_next = "decode failed"
-    read = worker.expect_reading("r2")
-    worker.submit(GenerationRequest("r2", "c2", (Turn("m0", "user", "hello"),), ""))
-    assert readings and readings[0] is not None
-    qtbot.waitUntil(read.is_set, timeout=10_000)
-    assert worker._awaited == {}
+    send("r2")
+    assert readings and readings[0] is not None and events["r2"].cpu is None
 
-    # Refused before it reaches the engine: set at once.
+    # Refused before it reaches the engine: set at once, by the bridge's thread.
     model.infer = lambda *a, **kw: (_ for _ in ()).throw(EngineError("the model is unloaded"))
-    read = worker.expect_reading("r3")
-    worker.submit(GenerationRequest("r3", "c3", (Turn("m0", "user", "hello"),), ""))
-    assert read.is_set() and worker._awaited == {}
-    for thread in set(threading.enumerate()) - before:  # the fake's streams let go of the worker here
+    send("r3")
+    assert events["r3"].cpu is None
+    bridge.shutdown()
+    for thread in set(threading.enumerate()) - before:  # the fake's streams let go here
         thread.join(10)
 
 
@@ -163,8 +170,8 @@ def test_a_send_waits_only_while_the_engine_runs_nothing(qtbot, fake):
     model.token_delay_s = 0.05  # a slow reply keeps the engine busy
     bridge = EngineBridge(model, "fake")
     asked: list[str] = []
-    expect = bridge._worker.expect_reading
-    bridge._worker.expect_reading = lambda rid: asked.append(rid) or expect(rid)
+    expect = bridge.readings.expect
+    bridge.readings.expect = lambda rid: asked.append(rid) or expect(rid)
     done: list[str] = []
     bridge.update_received.connect(lambda u: u.done and done.append(u.request_id))
     bridge.submit(GenerationRequest("r1", "c1", (Turn("m0", "user", "hello"),), ""))
