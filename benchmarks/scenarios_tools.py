@@ -310,6 +310,16 @@ def b14_tools(path: str, llama_server_binary: str | None = None) -> Result:
         tmp = Path(tmp_name)
         app = hearth_app(path, tmp / "app")
         progress("B14: the floor of each step (the backend alone, in a process of its own)")
+        # NOTE (2026-12-06, AMD EPYC, SmolLM2, 1 llama.cpp thread, thread CPU, load ~6): steps
+        # 1-5 of this trace took Hearth's scheduler 17.5 s of CPU to their first tokens and the
+        # backend alone 18.3 s for the same tokens (0.95 x; 0.86-0.99 x per step); sampling the
+        # forced call's first token costs ~3 ms of it (the grammar over the whole vocabulary: the
+        # argmax there is no "<tool_call>"). A TTFT ratio far above 1 comes from timing the parts
+        # in different minutes of a loaded machine, where a 2-thread decode slows several-fold
+        # (ggml's spinning barriers): B14 step 1 took 36-41 s at 2 threads, 11.6 s at 1.
+        # The floor's backend keeps LlamaBackend's default KV pair (q8_0 K / f16 V) while the
+        # engine uses the calibrated one (f16 K+V here, prompts ~1.2 x faster): if anything, the
+        # floor is high.
         floor = FloorProcess(path, N_CTX, ["agent"])
         try:
             floors = []
