@@ -130,7 +130,7 @@ class _BridgeWorker(QObject):
     _first_token = Signal()  # from the scheduler thread: flush now
     _late_token = Signal()  # from the scheduler thread: flush in WAKE_MS
 
-    def __init__(self, model: ModelApi, model_id: str, readings: ReadingWaits) -> None:
+    def __init__(self, model: ModelApi, model_id: str, turns: Turns, readings: ReadingWaits) -> None:
         super().__init__()
         self._model = model
         self._model_id = model_id
@@ -141,7 +141,7 @@ class _BridgeWorker(QObject):
         self._readings = readings
         """What the GUI thread waits on until the engine reads a request (``EngineBridge.submit``)."""
         self._reading: dict[str, _Reading] = {}  # session id → its latest read-ahead
-        self.turns = Turns(model, model_id, self._n_ctx, trims=model.model_info().memory in TRIMS)
+        self.turns = turns
         """What each request sends, and what each chat's sequence holds (``app.conversation``)."""
         self._frame = QTimer(self)
         self._frame.setInterval(FRAME_MS)
@@ -567,7 +567,9 @@ class EngineBridge(QObject):
         self._thread.setObjectName(f"bridge-{model_id}")
         self.readings = ReadingWaits()
         """The sends waiting for the engine to read them (``submit``)."""
-        self._worker = _BridgeWorker(model, model_id, self.readings)
+        self._turns = Turns(model, model_id, self.n_ctx, trims=model.model_info().memory in TRIMS)
+        """Used on the worker's thread; only ``note_read`` here, before a request is queued."""
+        self._worker = _BridgeWorker(model, model_id, self._turns, self.readings)
         self._worker.moveToThread(self._thread)
         self._thread.started.connect(self._worker.start)
         self._submit_requested.connect(self._worker.submit)
@@ -595,7 +597,7 @@ class EngineBridge(QObject):
         end at its bound, 15 ms of GUI stall that buy nothing. (B6's stall while its four
         chats are created and sent, not in its goal, was 65.8 ms with the wait there and
         81.0 ms without, 44.1 ms at 04:11: that figure moves with the minute, not with this.)"""
-        self._worker.turns.note_read(request.session_id, -1)  # reads still queued are moot
+        self._turns.note_read(request.session_id, -1)  # reads still queued are moot
         reading = self.readings.expect(request.request_id) if self._engine_idle() else None
         self._submit_requested.emit(request)
         if reading is not None:
@@ -631,7 +633,7 @@ class EngineBridge(QObject):
     def read_ahead(self, ask: ReadAheadRequest) -> None:
         """Type-ahead: read the chat's draft ahead (off the GUI thread, lowest priority)."""
         if not self.closed:
-            self._worker.turns.note_read(ask.request.session_id, ask.generation)
+            self._turns.note_read(ask.request.session_id, ask.generation)
             self._read_ahead_requested.emit(ask)
 
     def stop_read_ahead(self, session_id: str) -> None:
