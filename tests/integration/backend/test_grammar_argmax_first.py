@@ -24,6 +24,8 @@ GRAMMARS = {
     # Almost anything: the argmax is allowed at most steps, refused at some (no digits, no "<").
     "loose text": 'root ::= [^0-9<]+',
     "yes or no": 'root ::= "yes" | "no"',
+    # Counted: the grammar's state, not only the token, decides (after 24 characters a "." must come).
+    "counted": 'root ::= [^0-9<.]{1,24} "." [^0-9<]+',
 }
 
 PROMPTS = ["Call a tool: ", "<|im_start|>user\nrun the tests<|im_end|>\n<|im_start|>assistant\n", "Once upon"]
@@ -90,3 +92,42 @@ def test_only_grammar_then_greedy_chains_go_argmax_first(tiny):
             assert chain.is_grammar_greedy is expected, params
         finally:
             tiny.free_sampler(chain)
+
+
+def test_argmax_first_verifies_draft_rows_as_the_whole_vocabulary_does(tmp_path, tiny_model_path, monkeypatch):
+    """Speculation on (every row drafted, the reply itself as drafts once known): a forced
+    call through the engine gives the whole-vocabulary tokens with drafts accepted and rejected."""
+    from app.engine import Engine
+    from app.engine.events import Done, TokenId
+    from tests.helpers.forced_drafts import ReplyOracle, always_draft
+    from tests.helpers.reuse_client import config
+
+    always_draft(monkeypatch)
+    oracle = ReplyOracle(monkeypatch)
+    engine = Engine(tmp_path / "data")
+    try:
+        model = engine.load_model("m", config(tiny_model_path, cache_enabled=False, n_seq_max=1))
+        prompt = model.tokenize(PROMPTS[1])
+
+        def reply(grammar: str, fast: bool) -> tuple[list[int], int, int]:
+            monkeypatch.setattr(sampling, "FAST_GRAMMAR", fast)
+            ids: list[int] = []
+            drafted = accepted = 0
+            for event in model.infer(prompt, response_tokens=N_TOKENS, grammar=grammar, temperature=0.0):
+                if isinstance(event, TokenId):
+                    ids.append(event.id)
+                elif isinstance(event, Done):
+                    drafted, accepted = event.stats.drafted_tokens, event.stats.accepted_tokens
+            return ids, drafted, accepted
+
+        for grammar in (GRAMMARS["counted"], GRAMMARS["tool call"]):
+            oracle.known, oracle.seen = False, []
+            reference, drafted_ref, _ = reply(grammar, fast=False)
+            assert drafted_ref > 0  # rejected drafts (the row's own last tokens)
+            oracle.known = True
+            for fast in (True, False, True):
+                tokens, drafted, accepted = reply(grammar, fast)
+                assert tokens == reference, (grammar[:20], fast)
+                assert accepted > 0  # the oracle's drafts were verified and taken
+    finally:
+        engine.close()
