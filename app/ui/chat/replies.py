@@ -1,7 +1,8 @@
 """The replies being written, on the GUI thread: request → (summary) → stream → stored reply.
 
 ``ReplyRunner`` turns "answer the branch ending at this message" into a request to the bridge
-of the conversation's model, follows its ``StreamUpdate``s (prefill progress, text, the view
+of the conversation's model (from one read of the chat, ``NextTurn``; a new message is stored
+here, right after its request goes: ``send``), follows its ``StreamUpdate``s (prefill progress, text, the view
 the bridge chose), and stores the finished reply. When the view must be summarised first it
 asks the model for the summary, keeps it as the conversation's ``WindowState``, and sends
 the reply request again. A model unloaded under a streaming reply ends that reply with a
