@@ -110,3 +110,14 @@ def token_text(model: Any) -> Callable[[int], str]:
         return cache[token]
 
     return piece
+
+
+def hearth_cells(path: str) -> tuple[str, str]:
+    """The KV cell types Hearth's "auto" gives this model here (the calibrated pair, else the
+    default), for the backend-alone loops a scenario compares Hearth with: they compare loops
+    and caches, not cell types (the KV scenario compares those)."""
+    from app.engine.llama.kv_calibration import resolve
+
+    choice = resolve(path, background=False)
+    return choice.type_k, choice.type_v
+

@@ -1,9 +1,10 @@
 """The floor under a trace's TTFT: what no cache and no scheduler can take away.
 
-For each turn of a trace, the time the llama.cpp backend alone (Hearth's default KV settings,
-no scheduler, no other request, no cache bookkeeping) takes to prefill the part of the prompt
-that nothing computed earlier could supply, on a sequence that already holds the rest, and
-to produce the logits of the first reply token. Any server's time to first token for that
+For each turn of a trace, the time the llama.cpp backend alone (with the KV cell types Hearth
+uses for this model here, ``hearth_cells``; no scheduler, no other request, no cache
+bookkeeping) takes to prefill the part of the prompt that nothing computed earlier could
+supply, on a sequence that already holds the rest, and to produce the logits of the first
+reply token. Any server's time to first token for that
 turn, on this machine and this llama.cpp, is at least this (a server whose kernels are
 faster would show it on the other scenarios). B8 and B9 report it next to their TTFT goals:
 when the floor alone is above the goal, the goal cannot be met by reusing more.
@@ -24,7 +25,7 @@ from typing import Any
 from app.cache.prefix import common_prefix_len
 from app.engine.backend import PrefillOp
 from app.engine.llama.llama_backend import LlamaBackend
-from benchmarks.common import N_THREADS
+from benchmarks.common import N_THREADS, hearth_cells
 
 CHUNK = 128
 """Prefill slices, as Hearth's ``ModelConfig.prefill_chunk_size`` default (n_batch 512 / 4)."""
@@ -90,7 +91,9 @@ class Floor:
         names = sorted(set(keys))
         self._seq_of = {key: i for i, key in enumerate(names)}
         self._held: dict[str, list[int]] = {key: [] for key in names}
-        self._backend = LlamaBackend(path, n_ctx_per_seq=n_ctx, n_seq_max=len(names), n_batch=512, n_threads=n_threads)
+        type_k, type_v = hearth_cells(path)
+        self._backend = LlamaBackend(path, n_ctx_per_seq=n_ctx, n_seq_max=len(names), n_batch=512, n_threads=n_threads,
+                                     type_k=type_k, type_v=type_v)  # fmt: skip
 
     def tokenize(self, text: str) -> list[int]:
         return list(self._backend.tokenize(text))

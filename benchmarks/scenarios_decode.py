@@ -7,9 +7,8 @@ from collections.abc import Callable
 
 from app.engine import Model
 from app.engine.events import Event, TokenId
-from app.engine.llama.kv_calibration import resolve
 from app.engine.llama.kv_checks import PROMPTS
-from benchmarks.common import Result, config, engine_at, median, progress
+from benchmarks.common import Result, config, engine_at, hearth_cells, median, progress
 from benchmarks.raw_loop import raw_decode_throughput
 
 
@@ -39,11 +38,6 @@ def hearth_decode_throughput(model: Model, n_streams: int, n_tokens: int = 64) -
     return counted / (end - start), counted
 
 
-def _cells(path: str) -> tuple[str, str]:
-    """The KV cell types Hearth's "auto" gives this model here, for the raw loop too: B1
-    compares loops, not cell types (the KV scenario compares those)."""
-    choice = resolve(path, background=False)
-    return choice.type_k, choice.type_v
 
 
 B1_ROUNDS = 9
@@ -59,7 +53,7 @@ def b1_decode(path: str, rounds: int = B1_ROUNDS) -> Result:
         ["N", "raw tok/s", "Hearth tok/s", "ratio", "Hearth tokens counted"],
     )
     ratios = []
-    cells = _cells(path)
+    cells = hearth_cells(path)
     with engine_at() as engine:
         model = engine.load_model("m", config(path, n_seq_max=8, n_batch=512, cache_enabled=False))
         hearth_decode_throughput(model, 2, 8)  # warm-up
@@ -131,7 +125,7 @@ def b1e_end_to_end(path: str, rounds: int = 5) -> Result:
         ["N", "raw tok/s", "Hearth tok/s", "ratio"],
     )
     ratios = []
-    cells = _cells(path)
+    cells = hearth_cells(path)
     with engine_at() as engine:
         model = engine.load_model("m", config(path, n_seq_max=8, n_batch=512, policy=DESKTOP_POLICY))
         hearth_end_to_end(model, 2, 8)  # warm-up
