@@ -9,17 +9,21 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, assert_never
+from typing import Any, Protocol, assert_never
 
 from app.cache.keys import KeyMeta
-from app.engine.cache_hooks import Arrival, SaveReason
+from app.engine.backend import Backend
+from app.engine.cache_hooks import Arrival, Arrivals, SaveReason
 from app.engine.errors import Busy, EngineError
-from app.engine.scheduling.admission import Admission
+from app.engine.scheduling.admission import Admission, Admitter
+from app.engine.scheduling.finishing import Finisher
+from app.engine.scheduling.read_ahead import ReadAhead
+from app.engine.scheduling.request_table import RequestTable
+from app.engine.scheduling.saves import Saver
+from app.engine.scheduling.sessions import SeqPool
 from app.engine.speculation.draft_model import DraftModel
 from app.engine.speculation.lookup import drop_drafts
-
-if TYPE_CHECKING:
-    from app.engine.scheduling.scheduler import Scheduler
+from app.engine.speculation.speculator import Speculator
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,12 +100,38 @@ class WindDown:
 
 Command = Admit | Cancel | EndSession | SaveInFlight | Embed | ChangeAdapters | Verify | AttachDraft | WindDown
 
+class Commanded(Protocol):
+    """The parts of a scheduler its commands act on (``app.engine.scheduling.scheduler.Scheduler``)."""
+
+    @property
+    def backend(self) -> Backend: ...
+    @property
+    def reqs(self) -> RequestTable: ...
+    @property
+    def pool(self) -> SeqPool: ...
+    @property
+    def admission(self) -> Admitter: ...
+    @property
+    def arrivals(self) -> Arrivals: ...
+    @property
+    def finisher(self) -> Finisher: ...
+    @property
+    def read_ahead(self) -> ReadAhead: ...
+    @property
+    def saver(self) -> Saver: ...
+    @property
+    def speculator(self) -> Speculator: ...
+    def dispatch(self) -> None: ...
+    def hold_writes(self) -> None: ...
+    def abandon(self, exc: Exception) -> None: ...
+
+
 class CommandRunner:
     """What each command does, on the scheduler thread (``Scheduler.post`` / ``call`` run
     ``execute``): admit, cancel, end a session, save, change adapters, attach a draft model,
     verify, wind down."""
 
-    def __init__(self, scheduler: Scheduler) -> None:
+    def __init__(self, scheduler: Commanded) -> None:
         self.s = scheduler
 
     def execute(self, cmd: Command) -> Any:

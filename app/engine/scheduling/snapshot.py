@@ -4,15 +4,44 @@ and replaced whole, so any thread may read it without a lock (``Scheduler.snapsh
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Iterable
+from typing import Protocol
 
-from app.engine.events import SchedulerSnapshot, SlotInfo, SlotState
+from app.engine.config import ModelConfig
+from app.engine.events import SchedulerSnapshot, SlotInfo, SlotState, TickInfo
+from app.engine.scheduling.admission import Admitter
+from app.engine.scheduling.finishing import Finisher
+from app.engine.scheduling.request_table import RequestTable
+from app.engine.scheduling.sessions import SeqPool
+from app.engine.speculation.speculator import Speculator
 
-if TYPE_CHECKING:
-    from app.engine.scheduling.scheduler import Scheduler
+
+class Observed(Protocol):
+    """What a snapshot reads of its scheduler (``app.engine.scheduling.scheduler.Scheduler``)."""
+
+    @property
+    def phase(self) -> str: ...
+    @property
+    def config(self) -> ModelConfig: ...
+    @property
+    def reqs(self) -> RequestTable: ...
+    @property
+    def pool(self) -> SeqPool: ...
+    @property
+    def admission(self) -> Admitter: ...
+    @property
+    def finisher(self) -> Finisher: ...
+    @property
+    def speculator(self) -> Speculator: ...
+    @property
+    def ticks(self) -> Iterable[TickInfo]: ...
+    @property
+    def num_generated(self) -> int: ...
+    @property
+    def free_slots(self) -> tuple[SlotInfo, ...]: ...
 
 
-def snapshot_of(s: Scheduler) -> SchedulerSnapshot:
+def snapshot_of(s: Observed) -> SchedulerSnapshot:
     return SchedulerSnapshot(
         phase=s.phase,
         pending_len=len(s.admission.pending),
@@ -29,11 +58,11 @@ def snapshot_of(s: Scheduler) -> SchedulerSnapshot:
     )
 
 
-def draft_max_setting(s: Scheduler) -> int:
+def draft_max_setting(s: Observed) -> int:
     return s.config.draft_max if s.speculator.enabled else 0
 
 
-def slots_of(s: Scheduler) -> tuple[SlotInfo, ...]:
+def slots_of(s: Observed) -> tuple[SlotInfo, ...]:
     sessions = s.pool.sessions
     owners = {seq.seq_id: (sid, len(seq.tokens)) for sid, seq in sessions.items()} if sessions else {}
     slots = []
