@@ -158,7 +158,7 @@ class ChatPage(QWidget):
         )
         self.type_ahead.changed.connect(self._on_read_ahead_changed)
         self.settings_panel.type_ahead_edited.connect(self.type_ahead.set_enabled)
-        self.documents = ChatDocuments(self)  # attach, drop, paste; read on attach
+        self.documents = ChatDocuments(self, self)  # attach, drop, paste; read on attach
         self.settings_panel.overflow.policy_edited.connect(self._on_policy_edited)
         self.settings_panel.overflow.default_policy_edited.connect(controller.set_default_policy)
         self._draft_tokens: tuple[str, int] = ("", 0)
@@ -215,7 +215,7 @@ class ChatPage(QWidget):
             self._show_draft(self._drafts.pop(self.current_id or "", ""))
         self.settings_panel.set_type_ahead(self.type_ahead.enabled(conv.id) if conv else False)
         self._draft_tokens = ("", 0)
-        self._update_meter()
+        self.update_meter()
         busy = self.controller.is_busy(self.current_id or "")
         self.composer.set_busy(busy)
         self.model_picker.setEnabled(not busy)
@@ -289,7 +289,7 @@ class ChatPage(QWidget):
         self.settings_panel.form.set_draft_models([
             (m, self.controller.models.label(m)) for m in loaded if m != current and not is_remote_id(m)
         ])  # fmt: skip
-        self._update_meter()
+        self.update_meter()
 
     def show_model_loading(self, label: str | None) -> None:
         """While the default model loads, the picker says so; None: back to the chat's model."""
@@ -338,17 +338,17 @@ class ChatPage(QWidget):
         view = self.type_ahead.view(cid)
         long_read = view is not None and view.reading and view.long
         self.composer.show_reading(prefill_words(view.held, view.target, view.rate) if view and long_read else "")
-        self._update_meter()
+        self.update_meter()
 
     def _on_context_changed(self, cid: str) -> None:
         if cid == self.current_id:
-            self._update_meter()
+            self.update_meter()
 
     def _on_draft_changed(self, text: str) -> None:
         bridge = self.controller.models.get(self.controller.model_of(self.current_id))
         if bridge is None or not text.strip():
             self._draft_tokens = (text, 0)
-            self._update_meter()
+            self.update_meter()
             return
         self._counting = text
         bridge.count_tokens(self.current_id or "", text)
@@ -356,7 +356,7 @@ class ChatPage(QWidget):
     def _on_count_received(self, key: str, n: int) -> None:
         if key == (self.current_id or ""):
             self._draft_tokens = (self._counting, n)  # the text last sent to be counted
-            self._update_meter()
+            self.update_meter()
 
     def _over_the_limit(self, cid: str, turn: NextTurn, text: str) -> str:
         """Why ``text`` is not sent: under "stop at the limit", the chat's view and the draft
@@ -378,7 +378,7 @@ class ChatPage(QWidget):
                 "limit”. Your message stays here: choose another policy in the chat settings, or "
                 "start a new chat.")
 
-    def _update_meter(self) -> None:
+    def update_meter(self) -> None:
         cid = self.current_id
         use = self.controller.context_use(cid) if cid else None
         draft = self._draft_tokens[1] if self.composer.input.toPlainText().strip() else 0
@@ -427,7 +427,7 @@ class ChatPage(QWidget):
             self.composer.set_busy(busy)
             self.model_picker.setEnabled(not busy)  # no model switch under a running reply
             if not busy:
-                self._update_meter()
+                self.update_meter()
 
     def _on_conversation_updated(self, cid: str) -> None:
         if cid == self.current_id:
@@ -446,7 +446,7 @@ class ChatPage(QWidget):
 
     def _on_policy_edited(self, cid: str, policy: object) -> None:
         self.controller.set_policy(cid, OverflowPolicy.parse(policy) if policy else None)
-        self._update_meter()
+        self.update_meter()
 
     def _on_export_requested(self, cid: str, fmt: str) -> None:
         conv = self.controller.conversation(cid)

@@ -19,9 +19,9 @@ import threading
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from PySide6.QtCore import QObject, Signal
+from PySide6.QtCore import QObject, Signal, SignalInstance
 from PySide6.QtWidgets import QWidget
 
 from app.documents import (
@@ -32,12 +32,11 @@ from app.documents import (
     system_with_documents,
 )
 from app.storage import ChatDocument, StorageError
+from app.ui.chat.composer import Composer
 from app.ui.chat.controller import ChatController
 from app.ui.chat.documents_bar import DocumentsBar, DropFiles, document_line
+from app.ui.chat.type_ahead import TypeAhead
 from app.ui.confirm import confirm_stop
-
-if TYPE_CHECKING:
-    from app.ui.chat.chat_page import ChatPage
 
 log = logging.getLogger(__name__)
 
@@ -286,20 +285,38 @@ class DocumentAttacher(QObject):
         return f"Reading {docs[-1].name}… {held:,} / {target:,} tokens"
 
 
+class DocumentsPage(Protocol):
+    """What the documents use of the chat page they belong to (``app.ui.chat.chat_page.ChatPage``)."""
+
+    controller: ChatController
+    composer: Composer
+    documents_bar: DocumentsBar
+    type_ahead: TypeAhead
+    current_id: str | None
+
+    @property
+    def current_changed(self) -> SignalInstance: ...
+    def new_conversation(self) -> str | None: ...
+    def open_conversation(self, cid: str | None) -> None: ...
+    def update_meter(self) -> None: ...
+
+
 class ChatDocuments(QObject):
     """The chat page's documents: its attach button, drops and pastes of files, the bar under
-    the header, reading on attach (type-ahead) and the too-big check before sending."""
+    the header, reading on attach (type-ahead) and the too-big check before sending.
+    ``widget``: the page as a widget (the dialogs' parent and the drops' target)."""
 
-    def __init__(self, page: ChatPage) -> None:
-        super().__init__(page)
+    def __init__(self, page: DocumentsPage, widget: QWidget) -> None:
+        super().__init__(widget)
         self.page = page
-        self.attacher = DocumentAttacher(page.controller, page)
+        self._widget = widget
+        self.attacher = DocumentAttacher(page.controller, widget)
         self.bar = page.documents_bar
         self._notes: dict[str, str] = {}
         """Chat id → why its last file was refused (shown until the next attach)."""
         self._reading: dict[str, tuple[int, int, bool]] = {}
         """Chat id → (held, target, reading) of its documents' read (type-ahead's view)."""
-        self.drops = DropFiles(page)
+        self.drops = DropFiles(widget)
         self.drops.dropped.connect(self.attach_files)
         page.composer.attach_requested.connect(self.choose_files)
         page.composer.input.files_given.connect(self.attach_files)
@@ -321,7 +338,7 @@ class ChatDocuments(QObject):
         from PySide6.QtWidgets import QFileDialog
 
         paths, _ = QFileDialog.getOpenFileNames(
-            self.page, "Attach files", "",
+            self._widget, "Attach files", "",
             "Documents (*.txt *.md *.markdown *.pdf *.html *.htm *.docx *.csv *.json *.log *.py *.js *.ts "
             "*.c *.h *.cpp *.rs *.go *.java *.rb *.sh *.toml *.yaml *.yml *.xml);;All files (*)",
         )  # fmt: skip
@@ -343,7 +360,7 @@ class ChatDocuments(QObject):
         doc = self.attacher.pages_to_keep(cid)
         if cid is None or doc is None:
             return
-        text, ok = QInputDialog.getText(self.page, "Keep pages",
+        text, ok = QInputDialog.getText(self._widget, "Keep pages",
                                         f"{doc.name} has {doc.pages} pages. Pages to keep (for example 1-5):")  # fmt: skip
         if not ok:
             return
@@ -392,7 +409,7 @@ class ChatDocuments(QObject):
         if self._wants_read(cid):
             self.page.type_ahead.documents_changed(cid)
         if cid == self.page.current_id:
-            self.page._update_meter()  # the documents' tokens count before the first reply
+            self.page.update_meter()  # the documents' tokens count before the first reply
 
     def _on_refused(self, cid: str, text: str) -> None:
         self._notes[cid] = text
