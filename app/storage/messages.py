@@ -36,7 +36,7 @@ class MessageStore(Database):
     ) -> Message:
         """Append a message under ``parent_id`` (None = a root); by default it becomes the leaf.
         ``message_id``: its id, when the caller chose it (a message sent before it is stored,
-        ``ChatController.send``); else a new one."""
+        ``ReplyRunner.send``); else a new one."""
         if role not in ("user", "assistant", "system", "tool"):  # tool: a call's result (app.tools)
             raise ValueError(f"unknown role {role!r}")
         check_text("the message text", content)
