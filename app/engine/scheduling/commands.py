@@ -15,15 +15,12 @@ from app.cache.keys import KeyMeta
 from app.engine.backend import Backend
 from app.engine.cache_hooks import Arrival, Arrivals, SaveReason
 from app.engine.errors import Busy, EngineError
-from app.engine.scheduling.admission import Admission, Admitter
-from app.engine.scheduling.finishing import Finisher
+from app.engine.scheduling.admission import Admission
+from app.engine.scheduling.parts import SchedulerParts
 from app.engine.scheduling.read_ahead import ReadAhead
-from app.engine.scheduling.request_table import RequestTable
 from app.engine.scheduling.saves import Saver
-from app.engine.scheduling.sessions import SeqPool
 from app.engine.speculation.draft_model import DraftModel
 from app.engine.speculation.lookup import drop_drafts
-from app.engine.speculation.speculator import Speculator
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,27 +97,17 @@ class WindDown:
 
 Command = Admit | Cancel | EndSession | SaveInFlight | Embed | ChangeAdapters | Verify | AttachDraft | WindDown
 
-class Commanded(Protocol):
+class Commanded(SchedulerParts, Protocol):
     """The parts of a scheduler its commands act on (``app.engine.scheduling.scheduler.Scheduler``)."""
 
     @property
     def backend(self) -> Backend: ...
     @property
-    def reqs(self) -> RequestTable: ...
-    @property
-    def pool(self) -> SeqPool: ...
-    @property
-    def admission(self) -> Admitter: ...
-    @property
     def arrivals(self) -> Arrivals: ...
-    @property
-    def finisher(self) -> Finisher: ...
     @property
     def read_ahead(self) -> ReadAhead: ...
     @property
     def saver(self) -> Saver: ...
-    @property
-    def speculator(self) -> Speculator: ...
     def dispatch(self) -> None: ...
     def hold_writes(self) -> None: ...
     def abandon(self, exc: Exception) -> None: ...

@@ -9,30 +9,16 @@ from typing import Protocol
 
 from app.engine.config import ModelConfig
 from app.engine.events import SchedulerSnapshot, SlotInfo, SlotState, TickInfo
-from app.engine.scheduling.admission import Admitter
-from app.engine.scheduling.finishing import Finisher
-from app.engine.scheduling.request_table import RequestTable
-from app.engine.scheduling.sessions import SeqPool
-from app.engine.speculation.speculator import Speculator
+from app.engine.scheduling.parts import SchedulerParts
 
 
-class Observed(Protocol):
+class Observed(SchedulerParts, Protocol):
     """What a snapshot reads of its scheduler (``app.engine.scheduling.scheduler.Scheduler``)."""
 
     @property
     def phase(self) -> str: ...
     @property
     def config(self) -> ModelConfig: ...
-    @property
-    def reqs(self) -> RequestTable: ...
-    @property
-    def pool(self) -> SeqPool: ...
-    @property
-    def admission(self) -> Admitter: ...
-    @property
-    def finisher(self) -> Finisher: ...
-    @property
-    def speculator(self) -> Speculator: ...
     @property
     def ticks(self) -> Iterable[TickInfo]: ...
     @property
