@@ -103,7 +103,12 @@ def off_reply(qtbot: Any, window: MainWindow, message: str, *, first: bool = Tru
         first_turn(qtbot, window)
     if system is not None:  # changed after the first turn, as in the chat it is compared with
         window.controller.update_settings(cid, system_prompt=system)
-    write(qtbot, window, message, pause_ms=20)
+    box = message_input(window)
+    box.setFocus()
+    QApplication.clipboard().setText(message)  # pasted: how it got there is not what is compared
+    qtbot.keyClick(box, Qt.Key.Key_V, Qt.KeyboardModifier.ControlModifier)
+    assert box.toPlainText() == message
+    qtbot.wait(300)  # past the pauses after which type-ahead reads (IDLE_PAUSE_MS, DEBOUNCE_MS), had it been on
     stats = enter(qtbot, window)
     assert stats.tokens_read_ahead == 0 and window.chat_page.type_ahead.sent_reads == reads
     return reply_text(window, cid)
