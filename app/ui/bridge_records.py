@@ -1,36 +1,17 @@
 """The frozen records that cross between the GUI thread and a model's bridge thread.
 
 Requests go GUI → bridge (``GenerationRequest``, ``ReadAheadRequest``, ``SummaryRequest``: Qt-free,
-defined in ``app.conversation.requests`` and handed on here); everything that comes
-back is a ``StreamUpdate`` (one per request per frame), a ``StatusSnapshot`` (the model's
-slots and queue) or a token count. All frozen and slotted (STYLE §3).
+in ``app.conversation.requests``); everything that comes back is a ``StreamUpdate`` (one per
+request per frame), a ``StatusSnapshot`` (the model's slots and queue) or a token count. All frozen and slotted (STYLE §3).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from app.conversation.requests import (
-    GenerationRequest,
-    Params,
-    ReadAheadRequest,
-    SummaryRequest,
-    WindowReport,
-)
+from app.conversation.requests import WindowReport
 from app.conversation.state import SessionState
 from app.storage import ReplyStats
-
-__all__ = [
-    "GenerationRequest",
-    "Params",
-    "ReadAheadRequest",
-    "ReadAheadUpdate",
-    "SessionState",
-    "StatusSnapshot",
-    "StreamUpdate",
-    "SummaryRequest",
-    "WindowReport",
-]
 
 
 @dataclass(frozen=True, slots=True)

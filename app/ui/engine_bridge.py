@@ -34,6 +34,13 @@ from PySide6.QtCore import QCoreApplication, QMetaObject, QObject, Qt, QThread, 
 
 from app import latency
 from app.cache.prefix import common_prefix_len
+from app.conversation.requests import (
+    GenerationRequest,
+    ReadAheadRequest,
+    SummaryRequest,
+    WindowReport,
+)
+from app.conversation.state import SessionState
 from app.conversation.turns import DEFAULT_REPLY_TOKENS, TRIMS, ReadPlan, SendPlan, Turns
 from app.conversation.window import SUMMARY_OPENING
 from app.engine.config import request_threads
@@ -53,16 +60,7 @@ from app.engine.events import (
 from app.server.grammar import TOOL_CLOSE, TOOL_OPEN
 from app.storage import ReplyStats
 from app.ui import gui_affinity
-from app.ui.bridge_records import (
-    GenerationRequest,
-    ReadAheadRequest,
-    ReadAheadUpdate,
-    SessionState,
-    StatusSnapshot,
-    StreamUpdate,
-    SummaryRequest,
-    WindowReport,
-)
+from app.ui.bridge_records import ReadAheadUpdate, StatusSnapshot, StreamUpdate
 from app.ui.engine_api import ModelApi, StreamApi
 from app.ui.reading_wait import ReadingWaits
 

@@ -7,16 +7,12 @@ from types import SimpleNamespace
 
 import pytest
 
+from app.conversation.requests import GenerationRequest, ReadAheadRequest
+from app.conversation.state import SessionState
 from app.conversation.window import Turn
 from app.engine.errors import EngineError
 from app.ui import gui_affinity
-from app.ui.bridge_records import (
-    GenerationRequest,
-    ReadAheadRequest,
-    ReadAheadUpdate,
-    SessionState,
-    StreamUpdate,
-)
+from app.ui.bridge_records import ReadAheadUpdate, StreamUpdate
 from app.ui.engine_bridge import EngineBridge
 from tests.helpers.fake_engine import FakeEngine
 

@@ -8,9 +8,9 @@ from types import SimpleNamespace
 
 import pytest
 
+from app.conversation.requests import GenerationRequest
 from app.conversation.window import Turn
 from app.ui import gui_affinity
-from app.ui.bridge_records import GenerationRequest
 from app.ui.engine_bridge import EngineBridge
 from tests.helpers.fake_engine import FakeEngine
 

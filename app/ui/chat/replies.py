@@ -18,11 +18,12 @@ from dataclasses import dataclass, replace
 
 from PySide6.QtCore import QObject, Signal
 
+from app.conversation.requests import GenerationRequest, SummaryRequest, WindowReport
 from app.conversation.state import ConversationState, NextTurn, ReplyFailure, SessionState
 from app.conversation.window import Turn, WindowState, check_summary, clean_summary
 from app.remote.endpoint import is_remote_id
 from app.storage import Message, ReplyStats, Storage, StorageError
-from app.ui.bridge_records import GenerationRequest, StreamUpdate, SummaryRequest, WindowReport
+from app.ui.bridge_records import StreamUpdate
 from app.ui.bridges import ModelBridges
 from app.ui.chat.params import infer_params
 

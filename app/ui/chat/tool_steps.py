@@ -18,6 +18,7 @@ from typing import Any
 from PySide6.QtCore import QObject, QTimer, Signal
 from PySide6.QtWidgets import QWidget
 
+from app.conversation.requests import GenerationRequest
 from app.storage import Message, Storage, StorageError
 from app.tools.config import ChatTools, ServerConfig, ToolSettings
 from app.tools.host import CallResult, ServerStatus, ToolError, ToolHost, ToolInfo
@@ -36,7 +37,6 @@ from app.tools.loop import (
     tool_choice,
 )
 from app.tools.prompt import calls_in
-from app.ui.bridge_records import GenerationRequest
 from app.ui.chat.replies import ReplyHooks, ReplyRunner
 from app.ui.chat.tool_widgets import ToolApproval
 

@@ -28,9 +28,10 @@ from dataclasses import dataclass
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
+from app.conversation.requests import ReadAheadRequest
 from app.conversation.type_ahead import TypeAheadSetting
 from app.storage import StorageError
-from app.ui.bridge_records import ReadAheadRequest, ReadAheadUpdate
+from app.ui.bridge_records import ReadAheadUpdate
 from app.ui.chat.controller import ChatController
 from app.ui.engine_bridge import EngineBridge
 

@@ -28,6 +28,7 @@ from typing import Any
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
+from app.conversation.requests import GenerationRequest, Params, SummaryRequest, WindowReport
 from app.conversation.window import (
     Budget,
     Message,
@@ -40,13 +41,7 @@ from app.conversation.window import (
 from app.engine.events import Done, Error, Event, ThinkingDelta, Token
 from app.remote.client import RemoteClient, RemoteStream
 from app.remote.endpoint import RemoteEndpoint
-from app.ui.bridge_records import (
-    GenerationRequest,
-    Params,
-    StreamUpdate,
-    SummaryRequest,
-    WindowReport,
-)
+from app.ui.bridge_records import StreamUpdate
 from app.ui.engine_bridge import DEFAULT_REPLY_TOKENS, FRAME_MS, reply_stats
 
 log = logging.getLogger(__name__)

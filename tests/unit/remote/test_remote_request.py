@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import socket
 
+from app.conversation.requests import GenerationRequest
 from app.conversation.window import SUMMARY_PREFIX, OverflowPolicy, Turn, WindowState
 from app.conversation.wording import reply_line
 from app.engine.events import Done, Error
 from app.remote.client import RemoteClient
 from app.remote.endpoint import RemoteEndpoint
 from app.storage import ReplyStats, SamplingSettings
-from app.ui.bridge_records import GenerationRequest
 from app.ui.chat.params import infer_params
 from app.ui.remote.bridge import chat_messages, chat_params, estimate_tokens, plan
 
