@@ -85,7 +85,7 @@ class SamplerChain:
         if FAST_GRAMMAR:
             token = int(logits.argmax())
             if self.grammar_allows(token, float(logits[token])):
-                llama_cpp.llama_sampler_accept(self.ptr, token)
+                self.accept(token)
                 return token
         return whole()
 
